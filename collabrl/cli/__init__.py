@@ -1,0 +1,1 @@
+"""The `collab` command line: thin Typer commands over library functions."""

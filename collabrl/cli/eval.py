@@ -1,0 +1,132 @@
+"""`collab eval BENCH …` and `collab eval report RUN …`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from typer.core import TyperGroup
+
+console = Console()
+
+
+class _DefaultToRun(TyperGroup):
+    """`collab eval aime24` means `collab eval run aime24`; `report` stays a subcommand."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(
+    cls=_DefaultToRun,
+    help="Evaluate a model on a benchmark, or compare finished runs.",
+    no_args_is_help=True,
+)
+
+HEADLINE_PREFIXES = ("pass@", "avg@", "maj@", "f1@")
+
+
+@app.command("run")
+def run(
+    benchmark: str = typer.Argument(..., help="Benchmark name (see `collab benchmarks`) or file."),
+    model: str = typer.Option(None, "--model", "-m", help="Model reference or endpoint URL."),
+    n: int = typer.Option(None, "--n", help="Samples per problem."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Maximum new tokens per sample."),
+    temperature: float = typer.Option(None, "--temperature", help="0 means greedy."),
+    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling cut-off."),
+    seed: int = typer.Option(None, "--seed", help="Random seed."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N problems."),
+    prompt: str = typer.Option(None, "--prompt", help="Template: relay, eapo-eval, plain."),
+    engine: str = typer.Option(None, "--engine", help="auto, transformers, vllm or openai."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences generated together."),
+    out: Path = typer.Option(None, "--out", help="Run folder; an existing one is resumed."),
+    judge: str = typer.Option(None, "--judge", help="Base URL of an LLM judge endpoint."),
+    config: Path = typer.Option(None, "--config", "-c", help="YAML config file."),
+    set_: list[str] = typer.Option(None, "--set", help="Override any config key: key.sub=value."),
+) -> None:
+    """Sample a model on a benchmark; write config.yaml, samples.jsonl and metrics.json."""
+    from collabrl.config import build_config, read_yaml
+    from collabrl.eval.config import EvalConfig
+    from collabrl.eval.runner import run_eval
+
+    cli = {
+        "benchmark": benchmark, "model": model, "limit": limit, "prompt": prompt,
+        "out": str(out) if out else None, "judge": judge,
+        "sampling": {"n": n, "max_tokens": max_tokens, "temperature": temperature,
+                     "top_p": top_p, "seed": seed},
+        "engine": {"kind": engine, "batch_size": batch_size},
+    }
+    layers = [read_yaml(config)] if config else []
+    cfg = build_config(EvalConfig, [*layers, _without_none(cli)], set_ or [])
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeRemainingColumn(), console=console, transient=True,
+    ) as bar:
+        task = bar.add_task(f"{cfg.benchmark} · {cfg.model}", total=None)
+        result = run_eval(cfg, progress=lambda done, total: bar.update(task, completed=done,
+                                                                       total=total))
+    _print_summary(result.metrics, result.out_dir, result.new_samples)
+
+
+def _without_none(tree: dict) -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            value = _without_none(value)
+            if value:
+                out[key] = value
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
+    n = int(metrics["samples_per_problem"])
+    keys = [k for k in metrics if k.startswith(HEADLINE_PREFIXES) and _shown(k, n)]
+    keys += ["var", "var_f1", "stderr", "call_ratio", "mean_completion_tokens",
+             "tokens_per_second", "generation_seconds"]
+    table = Table("metric", "value", title=f"{int(metrics['problems'])} problems × {n} samples")
+    for key in keys:
+        value = metrics[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for key, value in metrics.get("judge", {}).items():
+        table.add_row(f"judge/{key}", f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    console.print(f"{new_samples} new samples · run folder: {out_dir}")
+
+
+def _shown(key: str, n: int) -> bool:
+    """pass@k for k in 1, 2, 4, … and n; every other metric@n."""
+    k = int(key.split("@")[1])
+    return not key.startswith("pass@") or k == n or (k & (k - 1)) == 0
+
+
+@app.command("report")
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders to compare."),
+    format: str = typer.Option("table", "--format", help="table, markdown or json."),
+) -> None:
+    """Compare finished runs side by side."""
+    from collabrl.errors import UserError
+    from collabrl.eval.report import load_run, report_rows, to_markdown
+
+    if format not in ("table", "markdown", "json"):
+        raise UserError(f"unknown --format '{format}'", "use table, markdown or json")
+    loaded = [load_run(r) for r in runs]
+    if format == "json":
+        print(json.dumps(loaded, indent=2))
+        return
+    header, rows = report_rows(loaded)
+    if format == "markdown":
+        print(to_markdown(header, rows))
+        return
+    table = Table(*header)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

@@ -1,0 +1,104 @@
+"""Entry point of the `collab` command."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from collabrl import __version__
+from collabrl.cli import eval as eval_cli
+from collabrl.errors import UserError
+
+app = typer.Typer(
+    name="collab",
+    help="Multi-model collaborative reasoning: train and evaluate policies that call on "
+    "experts, teachers, planners and tools.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(eval_cli.app, name="eval")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"collab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """collabrl command line."""
+
+
+@app.command()
+def benchmarks() -> None:
+    """List the registered benchmarks (any .jsonl/.parquet file works too)."""
+    from collabrl.data.benchmarks import data_dir, registry
+
+    table = Table("name", "problems", "prompt", "description")
+    for spec in registry().values():
+        with (data_dir() / spec.file).open() as f:
+            count = sum(1 for line in f if line.strip())
+        table.add_row(spec.name, str(count), spec.prompt, spec.description)
+    console.print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the embedded models and whether their converted weights are cached."""
+    from collabrl.models import EMBEDDED_MODELS, cache_home
+
+    table = Table("name", "package", "cached", "description")
+    for model in EMBEDDED_MODELS.values():
+        cached = (cache_home() / "models" / model.name / "config.json").is_file()
+        table.add_row(model.name, model.pip_name, "yes" if cached else "no", model.description)
+    console.print(table)
+    console.print(
+        "Also accepted: a Hugging Face model folder, a .gguf file, a LoRA adapter folder, "
+        "or an OpenAI-compatible base URL (http://host:port/v1)."
+    )
+
+
+def main() -> None:
+    """Run the CLI; user errors become one line on stderr and a non-zero exit."""
+    try:
+        code = app(standalone_mode=False)
+    except UserError as err:
+        _fail(str(err), 2)
+    except typer.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted; finished work is saved, re-run the same command to resume", 130)
+    except Exception as err:
+        if type(err).__name__ == "NoArgsIsHelpError":
+            sys.exit(0)  # the help text was already printed
+        if not _is_usage_error(err):
+            raise
+        ctx = getattr(err, "ctx", None)
+        hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        _fail(f"{err.format_message()}{hint}", err.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _is_usage_error(err: Exception) -> bool:
+    """Click-style parse errors (Typer vendors click, so match by shape, not class)."""
+    return hasattr(err, "format_message") and isinstance(getattr(err, "exit_code", None), int)
+
+
+def _fail(message: str, code: int) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

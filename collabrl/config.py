@@ -1,0 +1,201 @@
+"""Typed configs: dataclasses whose every field carries a help string.
+
+A run's config is built in layers — dataclass defaults, then a YAML file, then
+CLI options, then `--set key.sub=value` — and validated strictly: an unknown
+key or a value of the wrong type is a `UserError`, never silently dropped.
+The resolved config is saved in every run folder (`save_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from collabrl.errors import UserError
+
+T = TypeVar("T")
+
+
+def option(default: Any, help: str) -> Any:
+    """A dataclass field with a default and the help text shown in docs and `--help`."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    if is_dataclass(default):
+        return field(default_factory=lambda: dataclasses.replace(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled."""
+
+    n: int = option(1, "Samples per problem (the n of pass@k, avg@n, maj@n).")
+    max_tokens: int = option(1024, "Maximum new tokens per completion.")
+    temperature: float = option(0.0, "Sampling temperature; 0 means greedy decoding.")
+    top_p: float = option(1.0, "Nucleus sampling cut-off.")
+    top_k: int = option(-1, "Top-k cut-off; -1 disables it.")
+    seed: int = option(0, "Random seed; runs with the same seed and engine repeat exactly.")
+
+
+@dataclass
+class EngineConfig:
+    """Which engine generates text, and its resources."""
+
+    kind: str = option(
+        "auto",
+        "transformers | vllm | openai | auto (openai for http(s) URLs, otherwise transformers).",
+    )
+    batch_size: int = option(16, "Sequences generated together (transformers engine).")
+    dtype: str = option("float32", "Weights dtype: float32 (fastest on CPU), bfloat16, float16.")
+    device: str = option("cpu", "Torch device for the transformers engine (cpu, cuda, cuda:1).")
+    api_key: str | None = option(
+        None, "API key of an OpenAI-compatible endpoint (default: $COLLABRL_API_KEY)."
+    )
+    served_model: str | None = option(
+        None, "Model name at an OpenAI-compatible endpoint (default: the first it serves)."
+    )
+    max_concurrency: int = option(16, "Requests in flight at once (openai engine).")
+    timeout: float = option(600.0, "Seconds before an HTTP request is abandoned (openai engine).")
+    max_retries: int = option(3, "Retries with backoff for failed HTTP requests (openai engine).")
+    tensor_parallel_size: int = option(1, "GPUs one model is split across (vllm engine).")
+    gpu_memory_utilization: float = option(0.8, "Fraction of GPU memory vLLM may take.")
+    max_model_len: int | None = option(None, "Context length cap for vLLM (default: model's).")
+
+
+# -- building configs from layers --------------------------------------------------
+
+
+def build_config(cls: type[T], layers: list[dict[str, Any]], sets: list[str] = ()) -> T:
+    """Merge dict layers (later wins) plus `key.sub=value` strings into a `cls`."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        _deep_merge(merged, layer)
+    for assignment in sets:
+        _deep_merge(merged, _parse_set(assignment))
+    return _from_dict(cls, merged, prefix="")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping, turning every way it can fail into a `UserError`."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise UserError(f"cannot read config {path}: {err.strerror}", "check the path") from err
+    except yaml.YAMLError as err:
+        raise UserError(f"config {path} is not valid YAML: {err}", "fix the file") from err
+    if not isinstance(data, dict):
+        raise UserError(f"config {path} must be a mapping of keys to values", "fix the file")
+    return data
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Any, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Dotted key -> help string, for docs and `collab config` listings."""
+    out: dict[str, str] = {}
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out.update({f"{f.name}.{k}": v for k, v in field_help(hints[f.name]).items()})
+        else:
+            out[f.name] = f.metadata.get("help", "")
+    return out
+
+
+def _parse_set(assignment: str) -> dict[str, Any]:
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set '{assignment}' is not key=value", "write e.g. --set sampling.n=8")
+    value = yaml.safe_load(raw) if raw.strip() else None
+    nested: dict[str, Any] = {}
+    node = nested
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return nested
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _from_dict(cls: type[T], data: dict[str, Any], prefix: str) -> T:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UserError(
+            f"unknown config key '{prefix}{unknown[0]}'",
+            f"known keys under '{prefix or 'top level'}': {', '.join(sorted(known))}",
+        )
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        key = f"{prefix}{f.name}"
+        kind = hints[f.name]
+        if is_dataclass(kind):
+            if not isinstance(data[f.name], dict):
+                raise UserError(f"config key '{key}' must be a mapping", "see `collab --help`")
+            kwargs[f.name] = _from_dict(kind, data[f.name], prefix=f"{key}.")
+        else:
+            kwargs[f.name] = _coerce(data[f.name], kind, key)
+    try:
+        return cls(**kwargs)
+    except TypeError as err:  # a required field is missing
+        raise UserError(f"incomplete config for {prefix or cls.__name__}: {err}") from err
+
+
+def _coerce(value: Any, kind: Any, key: str) -> Any:
+    """Check `value` against the annotation `kind`, allowing int -> float and str -> Path."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        for option_kind in options:
+            if option_kind is type(None):
+                continue
+            try:
+                return _coerce(value, option_kind, key)
+            except UserError:
+                continue
+        raise _type_error(key, value, kind)
+    if origin is list:
+        (item_kind,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise _type_error(key, value, kind)
+        return [_coerce(v, item_kind, key) for v in value]
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # YAML reads `--set model=7` as an int
+    if kind is Any or (isinstance(kind, type) and isinstance(value, kind)):
+        if kind is int and isinstance(value, bool):
+            raise _type_error(key, value, kind)
+        return value
+    raise _type_error(key, value, kind)
+
+
+def _type_error(key: str, value: Any, kind: Any) -> UserError:
+    name = getattr(kind, "__name__", str(kind))
+    return UserError(f"config key '{key}' must be {name}, got {value!r}", "fix the value")

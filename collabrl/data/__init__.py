@@ -1,0 +1,1 @@
+"""Benchmarks, prompt templates and (later) training-set builders."""

@@ -1,0 +1,88 @@
+"""The one small interface every text generator implements.
+
+A prompt is either raw text (already formatted), a list of chat messages (the
+engine applies its own chat template), or a list of token ids in the engine's
+tokenizer. `generate` returns, for every prompt, `params.n` completions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Union, runtime_checkable
+
+ChatMessage = dict[str, str]
+Prompt = Union[str, list[ChatMessage], list[int]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one batch. `temperature == 0` means greedy decoding."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1 or 0: no top-k cut
+    n: int = 1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    include_stop: bool = False  # keep the matched stop string at the end of the text
+    banned: tuple[str, ...] = ()  # strings the model may never produce
+    logprobs: bool = False  # return the sampling log-prob of every generated token
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Completion:
+    """One generated continuation."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length"
+    stop_reason: str | None = None  # the stop string that ended it, if any
+    prompt_tokens: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Text generation over a batch of prompts."""
+
+    name: str
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """Return `params.n` completions for every prompt, in prompt order."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine's resources (processes, connections, GPU memory)."""
+        ...
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...], include_stop: bool) -> tuple[str, str | None]:
+    """Cut `text` at the earliest stop string; return the kept text and the stop hit."""
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        pos = text.find(stop)
+        if pos >= 0 and (best is None or pos < best[0]):
+            best = (pos, stop)
+    if best is None:
+        return text, None
+    pos, stop = best
+    return (text[: pos + len(stop)] if include_stop else text[:pos]), stop

@@ -1,0 +1,209 @@
+"""Batched generation with transformers' `generate` — the CPU default.
+
+Prompts are expanded `n` times, sorted by length (less padding), cut into
+batches of `batch_size`, left-padded and generated together. Each row is then
+trimmed to what the model really produced: up to its EOS, or up to the token
+that completed a stop string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from collabrl.engines.base import Completion, Prompt, SamplingParams, cut_at_stop
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+class TransformersEngine:
+    """Engine over an in-memory transformers causal LM."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int = 16,
+        name: str = "transformers",
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.name = name
+        self._eos_ids = _eos_token_ids(model, tokenizer)
+
+    @classmethod
+    def from_ref(
+        cls, ref: str, batch_size: int = 16, dtype: str = "float32", device: str = "cpu"
+    ) -> TransformersEngine:
+        """Load a model reference (see `collabrl.models`) into an engine."""
+        from collabrl.models import load_model, load_tokenizer, resolve_model
+
+        model_ref = resolve_model(ref)
+        model = load_model(model_ref, dtype=dtype, device=device)
+        return cls(model, load_tokenizer(model_ref), batch_size=batch_size, name=ref)
+
+    # -- prompts -----------------------------------------------------------------
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt: chat messages get the model's chat template.
+
+        Text prompts are taken as already formatted (special tokens included),
+        so no BOS is added on top.
+        """
+        if isinstance(prompt, str):
+            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if prompt and isinstance(prompt[0], dict):
+            return self.tokenizer.apply_chat_template(
+                prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        return list(prompt)  # already token ids
+
+    # -- generation --------------------------------------------------------------
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        encoded = [self.encode(p) for p in prompts]
+        rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(params.n)]
+        # Longest first: similar lengths share a batch, and a memory problem shows
+        # up in the first batch rather than after an hour.
+        order = sorted(range(len(rows)), key=lambda r: -len(rows[r][1]))
+        results: list[Completion | None] = [None] * len(rows)
+        for batch_no, batch in enumerate(_chunks(order, self.batch_size)):
+            seed = None if params.seed is None else params.seed + batch_no
+            outputs = self._generate_batch([rows[r][1] for r in batch], params, seed)
+            for r, completion in zip(batch, outputs, strict=True):
+                results[r] = completion
+        grouped: list[list[Completion]] = [[] for _ in prompts]
+        for (prompt_index, _), completion in zip(rows, results, strict=True):
+            assert completion is not None
+            grouped[prompt_index].append(completion)
+        return grouped
+
+    def _generate_batch(
+        self, batch: list[list[int]], params: SamplingParams, seed: int | None
+    ) -> list[Completion]:
+        import torch
+
+        input_ids, attention_mask = self._left_pad(batch)
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                tokenizer=self.tokenizer,  # needed by stop_strings
+                return_dict_in_generate=True,
+                output_logits=params.logprobs,
+                **self._generation_kwargs(params),
+            )
+        new_tokens = out.sequences[:, input_ids.shape[1] :].tolist()
+        logprobs = _sampled_logprobs(out, input_ids.shape[1], params) if params.logprobs else None
+        return [
+            self._finish_row(new_tokens[i], None if logprobs is None else logprobs[i], params, len(p))
+            for i, p in enumerate(batch)
+        ]
+
+    def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        width = max(len(ids) for ids in batch)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
+        device = self.model.device
+        return input_ids.to(device), mask.to(device)
+
+    def _generation_kwargs(self, params: SamplingParams) -> dict:
+        kwargs: dict = {
+            "max_new_tokens": params.max_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "eos_token_id": self._eos_ids,
+            "do_sample": not params.greedy,
+        }
+        if params.greedy:
+            # Neutral values: the model's generation_config may carry its own
+            # sampling defaults, which would otherwise trigger warnings.
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else None,
+            )
+        if params.stop:
+            kwargs["stop_strings"] = list(params.stop)
+        if params.banned:
+            kwargs["bad_words_ids"] = self._banned_ids(params.banned)
+        return kwargs
+
+    def _banned_ids(self, banned: tuple[str, ...]) -> list[list[int]]:
+        # A string can be tokenized differently after a space, so ban both forms.
+        forms = {form for text in banned for form in (text, " " + text)}
+        ids = [self.tokenizer(form, add_special_tokens=False)["input_ids"] for form in forms]
+        return [seq for seq in ids if seq]
+
+    def _finish_row(
+        self,
+        tokens: list[int],
+        logprobs: list[float] | None,
+        params: SamplingParams,
+        prompt_tokens: int,
+    ) -> Completion:
+        end = next((i + 1 for i, t in enumerate(tokens) if t in self._eos_ids), None)
+        finish = "stop" if end is not None else "length"
+        tokens = tokens[:end] if end is not None else tokens
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        stop_reason = None
+        if params.stop:
+            cut_text, stop_reason = cut_at_stop(text, params.stop, params.include_stop)
+            if stop_reason is not None:
+                # Rows that finished early are padded (pad may equal EOS), so
+                # keep only the tokens up to the one that completed the stop.
+                tokens = tokens[: self._prefix_containing(tokens, stop_reason)]
+                text, finish = cut_text, "stop"
+        if logprobs is not None:
+            logprobs = logprobs[: len(tokens)]
+        return Completion(text, tokens, logprobs, finish, stop_reason, prompt_tokens)
+
+    def _prefix_containing(self, tokens: list[int], needle: str) -> int:
+        """Smallest k such that the decode of tokens[:k] contains `needle`."""
+        lo, hi = 1, len(tokens)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if needle in self.tokenizer.decode(tokens[:mid], skip_special_tokens=True):
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+
+    def close(self) -> None:
+        self.model = None  # type: ignore[assignment]
+
+
+def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def _sampled_logprobs(out, prompt_len: int, params: SamplingParams) -> list[list[float]]:
+    """Log-prob of each generated token under the distribution it was sampled from."""
+    import torch
+
+    logits = torch.stack(out.logits, dim=1).float()  # [batch, steps, vocab]
+    if not params.greedy:
+        logits = logits / params.temperature
+    chosen = out.sequences[:, prompt_len : prompt_len + logits.shape[1]]
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return picked.tolist()
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

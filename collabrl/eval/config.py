@@ -1,0 +1,36 @@
+"""Configuration of `collab eval`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabrl.config import EngineConfig, SamplingConfig, option
+
+
+@dataclass
+class EvalConfig:
+    """One evaluation run: a model sampled on a benchmark, scored and summarized."""
+
+    benchmark: str = option("gsm8k", "Registered benchmark name or a .jsonl/.parquet/folder path.")
+    model: str = option(
+        "smollm2-135m", "Model reference (embedded name, folder, .gguf, LoRA) or endpoint URL."
+    )
+    prompt: str | None = option(
+        None, "Prompt template: relay, eapo-eval, plain (default: the benchmark's)."
+    )
+    limit: int | None = option(None, "Evaluate only the first N problems.")
+    out: str | None = option(None, "Run folder (default: a new folder under runs/).")
+    problem_field: str = option("problem", "Problem column in user-supplied data.")
+    answer_field: str = option("answer", "Answer column in user-supplied data.")
+    id_field: str = option("id", "Id column in user-supplied data (default: row number).")
+    judge: str | None = option(
+        None, "Base URL of an OpenAI-compatible LLM judge for answers the rules reject."
+    )
+    judge_model: str | None = option(None, "Model name at the judge endpoint.")
+    sampling: SamplingConfig = option(SamplingConfig(), "How completions are sampled.")
+    engine: EngineConfig = option(EngineConfig(), "Which engine generates text.")
+
+
+# Keys that may change between a run and its resumption without changing what
+# the finished samples mean (resources and bookkeeping, not the experiment).
+RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "judge", "judge_model"})

@@ -1,0 +1,224 @@
+"""Evaluation metrics: small pure functions over sampled answers.
+
+Every metric here works on plain values (counts, booleans, floats, answer strings). Whether an
+answer is *correct* is decided elsewhere by an answer checker; this module never imports one, so
+it stays cheap to test and free of heavyweight dependencies.
+
+How our metric names map onto the names used in the papers we compare against (``N`` is the
+number of samples per problem, e.g. 32):
+
+=====================================  ====================  ==================================
+Paper's name                           Our key               Meaning
+=====================================  ====================  ==================================
+RelayLLM "avg@32" / "mean@32"          ``avg@32``            mean over problems of the mean
+                                                             correctness of the 32 samples
+RelayLLM pass@1 (greedy decoding)      ``avg@1``, temp. 0    one greedy sample per problem;
+                                                             equals ``pass@1``
+EAPO "Pass@32"                         ``f1@32``             mean over problems of the mean
+                                                             token F1 of the 32 samples
+EAPO "Var"                             ``var_f1``            population variance across
+                                                             problems of per-problem mean F1
+Chen et al. (2021) pass@k              ``pass@k``            unbiased estimate of P(at least one
+                                                             of k samples is correct)
+=====================================  ====================  ==================================
+
+``summarize`` also reports ``maj@N`` (majority vote), ``var`` (the same variance as ``var_f1`` but
+over correctness), ``stderr`` (standard error of ``avg@N``), ``problems`` and
+``samples_per_problem``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ProblemSamples",
+    "call_ratio",
+    "ks_for",
+    "majority_answer",
+    "normalize_answer",
+    "pass_at_k",
+    "summarize",
+]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimator of Chen et al. (2021): ``1 - C(n-c, k) / C(n, k)``.
+
+    ``n`` samples were drawn for a problem and ``c`` of them are correct; the result is the
+    probability that a uniformly random ``k``-subset of the samples contains a correct one.
+
+    Raises:
+        ValueError: if ``k < 1``, ``k > n``, ``c < 0`` or ``c > n``.
+    """
+    if k < 1 or k > n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got n={n}, k={k}")
+    if c < 0 or c > n:
+        raise ValueError(f"pass@k needs 0 <= c <= n, got n={n}, c={c}")
+    # Every k-subset must then include a correct sample; also avoids C(n-c, k) with n-c < k.
+    if n - c < k:
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i): a product of c factors in (0, 1],
+    # which never forms the huge binomials that overflow floats for n in the hundreds.
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def ks_for(n: int) -> list[int]:
+    """Every ``k`` for which pass@k is reported when ``n`` samples exist: ``[1, 2, ..., n]``.
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"need at least one sample, got n={n}")
+    return list(range(1, n + 1))
+
+
+def normalize_answer(answer: str) -> str:
+    """Light normalization used for voting: strip, then drop spaces and ``$`` signs.
+
+    Deliberately shallow: it only merges formatting variants such as ``"$ 12 $"`` and ``"12"``.
+    Mathematical equivalence (``1/2`` vs ``0.5``) is the answer checker's job, not the voter's.
+    """
+    return answer.strip().replace(" ", "").replace("$", "")
+
+
+def majority_answer(answers: Sequence[str | None]) -> str | None:
+    """Most frequent answer among ``answers`` after :func:`normalize_answer`.
+
+    ``None`` entries (no answer extracted) and answers that normalize to ``""`` do not vote.
+    Ties go to the answer whose first occurrence comes earliest. The winner is returned as its
+    first occurrence, only stripped: dropping spaces can change LaTeX meaning (``\\cdot x`` ->
+    ``\\cdotx``), and the caller hands this string to an answer checker. Returns ``None`` when
+    nothing votes.
+    """
+    counts: dict[str, int] = {}  # dicts keep insertion order, i.e. order of first occurrence
+    first_seen: dict[str, str] = {}
+    for answer in answers:
+        if answer is None:
+            continue
+        key = normalize_answer(answer)
+        if key:
+            counts[key] = counts.get(key, 0) + 1
+            first_seen.setdefault(key, answer.strip())
+    if not counts:
+        return None
+    # max() returns the first maximal item, which is the earliest first occurrence.
+    return first_seen[max(counts, key=counts.__getitem__)]
+
+
+@dataclass
+class ProblemSamples:
+    """All sampled results for one problem, index-aligned across the lists.
+
+    Attributes:
+        item_id: the problem's id in its dataset.
+        correct: per-sample correctness verdicts.
+        f1: per-sample token F1 against the reference.
+        answers: per-sample extracted answers (``None`` when nothing was extracted).
+        majority_correct: whether the majority answer is correct. Filled by the caller, which
+            owns the answer checker; ``None`` means "not judged" and suppresses ``maj@n``.
+    """
+
+    item_id: str
+    correct: list[bool]
+    f1: list[float]
+    answers: list[str | None]
+    majority_correct: bool | None = None
+
+
+def _mean(values: Sequence[float]) -> float:
+    """Arithmetic mean, summed with ``math.fsum`` so long runs do not accumulate rounding."""
+    return math.fsum(values) / len(values)
+
+
+def _population_variance(values: Sequence[float]) -> float:
+    """Variance dividing by ``len(values)`` (EAPO's "Var" divides by |Q|)."""
+    mu = _mean(values)
+    return math.fsum((v - mu) ** 2 for v in values) / len(values)
+
+
+def _standard_error(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof=1) over ``sqrt(len(values))``; 0.0 below two values."""
+    q = len(values)
+    if q < 2:
+        return 0.0
+    mu = _mean(values)
+    sample_var = math.fsum((v - mu) ** 2 for v in values) / (q - 1)
+    return math.sqrt(sample_var / q)
+
+
+def _check_aligned(problem: ProblemSamples) -> None:
+    """Reject a problem whose per-sample lists disagree in length or are empty."""
+    m = len(problem.correct)
+    if m == 0:
+        raise ValueError(f"problem {problem.item_id!r} has no samples")
+    if len(problem.f1) != m or len(problem.answers) != m:
+        raise ValueError(
+            f"problem {problem.item_id!r}: correct/f1/answers lengths differ "
+            f"({m}/{len(problem.f1)}/{len(problem.answers)})"
+        )
+
+
+def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
+    """Dataset-level metrics over per-problem samples.
+
+    ``n`` is the smallest sample count over all problems; a problem with more samples contributes
+    only its first ``n`` so that every problem is scored on the same budget (pass@k estimates
+    from different ``n`` are not comparable). ``maj@n`` is the exception: it uses the caller's
+    ``majority_correct`` verdict as given, so callers should vote over the first ``n`` answers.
+
+    Returns keys ``pass@k`` for every ``k <= n``, ``avg@n``, ``maj@n`` (only when every problem
+    has ``majority_correct`` set), ``f1@n``, ``var``, ``var_f1``, ``stderr``, ``problems`` and
+    ``samples_per_problem``.
+
+    Raises:
+        ValueError: if ``problems`` is empty, or a problem has no samples or misaligned lists.
+    """
+    if not problems:
+        raise ValueError("cannot summarize an empty set of problems")
+    for problem in problems:
+        _check_aligned(problem)
+    n = min(len(p.correct) for p in problems)
+
+    correct_counts = [sum(p.correct[:n]) for p in problems]
+    mean_correct = [c / n for c in correct_counts]
+    mean_f1 = [_mean(p.f1[:n]) for p in problems]
+
+    out: dict[str, float] = {}
+    for k in ks_for(n):
+        out[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct_counts])
+    out[f"avg@{n}"] = _mean(mean_correct)
+    verdicts = [p.majority_correct for p in problems]
+    if all(v is not None for v in verdicts):
+        out[f"maj@{n}"] = _mean([float(bool(v)) for v in verdicts])
+    out[f"f1@{n}"] = _mean(mean_f1)
+    out["var"] = _population_variance(mean_correct)
+    out["var_f1"] = _population_variance(mean_f1)
+    out["stderr"] = _standard_error(mean_correct)
+    out["problems"] = float(len(problems))
+    out["samples_per_problem"] = float(n)
+    return out
+
+
+def call_ratio(helper_tokens: int, total_tokens: int) -> float:
+    """Share of response tokens written by the helper (teacher/expert) model.
+
+    ``total_tokens`` counts all response tokens, the helper's included. A single model has no
+    helper, so its ratio is 0.0; so is a run that produced no tokens at all.
+
+    Raises:
+        ValueError: if a count is negative or ``helper_tokens > total_tokens``.
+    """
+    if helper_tokens < 0 or total_tokens < 0:
+        raise ValueError(f"token counts must be >= 0, got {helper_tokens}, {total_tokens}")
+    if helper_tokens > total_tokens:
+        raise ValueError(f"helper tokens ({helper_tokens}) exceed total ({total_tokens})")
+    if total_tokens == 0:
+        return 0.0
+    return helper_tokens / total_tokens

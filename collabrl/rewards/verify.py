@@ -1,0 +1,248 @@
+"""Is a predicted answer equivalent to the gold one? Safe to call from any thread.
+
+math-verify bounds its sympy work with `signal.alarm`, which only works on the
+main thread; called from a worker thread (a thread-pooled reward function, an
+async server) it fails, and a caller that swallows the error silently scores
+every hard answer as wrong. So:
+
+1. a cheap fast path (string normalization, plain numbers) answers most cases
+   without sympy, on any thread;
+2. on the main thread math-verify runs in-process, with its own alarms;
+3. off the main thread the job goes to a single spawned worker process, where
+   math-verify runs on that process's main thread, alarms and all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import math
+import multiprocessing
+import os
+import re
+import threading
+from concurrent.futures.process import BrokenProcessPool
+from fractions import Fraction
+
+log = logging.getLogger(__name__)
+
+# Slack on top of math-verify's own timeouts for the worker's start-up (imports sympy)
+# and for the pickling round trip.
+_POOL_SLACK_S = 10.0
+
+# ----------------------------------------------------------------------------- fast path
+
+_SPACING_RE = re.compile(r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[!,;: ]|\\displaystyle")
+_DEGREE_RE = re.compile(r"\^\{?\\circ\}?")
+_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm)\{([^{}]*)\}")
+_FRAC_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+(?:\.\d*)?|\.\d+)")
+_LATEX_FRAC_RE = re.compile(r"([+-]?)\\frac\{([^{}]+)\}\{([^{}]+)\}")
+
+
+def normalize(answer: str) -> str:
+    """A canonical spelling of `answer` for plain string comparison.
+
+    Deliberately modest: it only removes what never changes the meaning (math
+    delimiters, sizing and spacing macros, whitespace, a trailing period, degree
+    signs, `\\text{}` wrappers) and unifies `\\dfrac`/`\\tfrac` to `\\frac`.
+    """
+    s = answer.replace("$", "")
+    s = _SPACING_RE.sub("", s)
+    s = _DEGREE_RE.sub("", s)
+    s = _TEXT_RE.sub(r"\1", s)
+    s = _FRAC_RE.sub(r"\\frac", s)
+    s = "".join(s.split())
+    return s.rstrip(".")
+
+
+def _number(text: str) -> Fraction | None:
+    """`text` (already normalized) as an exact number, or None if it is not a plain one.
+
+    Understands `1,234.5`, `-0.25`, `3/4` and `\\frac{3}{4}` (numeric parts only).
+    """
+    if _PLAIN_NUMBER_RE.fullmatch(text):
+        return Fraction(text.replace(",", ""))
+    frac = _LATEX_FRAC_RE.fullmatch(text)
+    if frac:
+        sign, num, den = frac.groups()
+    elif text.count("/") == 1:
+        sign, (num, den) = "", text.split("/")
+    else:
+        return None
+    if not (_PLAIN_NUMBER_RE.fullmatch(num) and _PLAIN_NUMBER_RE.fullmatch(den)):
+        return None
+    den_value = Fraction(den.replace(",", ""))
+    if den_value == 0:
+        return None
+    value = Fraction(num.replace(",", "")) / den_value
+    return -value if sign == "-" else value
+
+
+def _numbers_equal(a: Fraction, b: Fraction) -> bool:
+    """Exact for integers (AIME-style 1000000 vs 1000001 must differ), else relative 1e-6."""
+    if a == b:
+        return True
+    if a.denominator == 1 and b.denominator == 1:
+        return False
+    return abs(a - b) <= Fraction(1, 10**6) * max(abs(a), abs(b))
+
+
+def _fast_verdict(pred: str, gold: str) -> bool | None:
+    """True/False when decidable without sympy, None when math-verify must decide."""
+    p, g = normalize(pred), normalize(gold)
+    if not p:
+        return False
+    if p == g:
+        return True
+    p_num, g_num = _number(p), _number(g)
+    if p_num is not None and g_num is not None:
+        # Two plain numbers are settled here: sympy would only reach the same verdict slower.
+        return _numbers_equal(p_num, g_num)
+    return None
+
+
+# ----------------------------------------------------------------------------- math-verify
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """Hide math-verify's 'Timeout is disabled' warning: we disable it knowingly."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+
+def _as_latex(answer: str) -> str:
+    """Wrap a bare answer in `$...$` so math-verify's LaTeX extractor sees all of it."""
+    if "$" in answer or "\\boxed" in answer:
+        return answer
+    return f"${answer}$"
+
+
+def _math_verify(pred: str, gold: str, timeout_s: int | None) -> bool:
+    """math-verify's verdict in this thread; any failure (timeouts included) is False.
+
+    `timeout_s=None` disables math-verify's alarms; only safe where nothing else works.
+    """
+    # Imported here so the fast path never pays for sympy.
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
+
+    try:
+        gold_parsed = parse(_as_latex(gold), parsing_timeout=timeout_s)
+        pred_parsed = parse(_as_latex(pred), parsing_timeout=timeout_s)
+        if not gold_parsed or not pred_parsed:
+            return False
+        # Gold first: verify() is asymmetric (e.g. `x = 3` as a prediction matches gold 3).
+        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s))
+    except (Exception, TimeoutException):  # TimeoutException is a BaseException
+        log.debug("math-verify failed on pred=%r gold=%r", pred, gold, exc_info=True)
+        return False
+
+
+def _warm_worker() -> None:
+    """Worker initializer: import sympy once, before the first job's clock runs out."""
+    import math_verify  # noqa: F401
+
+
+# One worker process shared by every thread; created lazily, replaced when broken.
+_pool: concurrent.futures.ProcessPoolExecutor | None = None
+_pool_pid: int | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> concurrent.futures.ProcessPoolExecutor:
+    """The verifier pool, created on first use (and anew in a forked child)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        # A forked child inherits the parent's pool object but not its worker or threads.
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_warm_worker,
+            )
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _discard_pool(pool: concurrent.futures.ProcessPoolExecutor, kill: bool) -> None:
+    """Drop `pool` (if it is still the current one) so the next call makes a fresh one.
+
+    `kill` ends a worker that may be stuck in C code that no alarm can interrupt.
+    """
+    global _pool
+    with _pool_lock:
+        if _pool is pool:
+            _pool = None
+    if kill:
+        # ProcessPoolExecutor has no public way to kill its workers before Python 3.14.
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                proc.kill()
+            except Exception:  # already gone
+                pass
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _verify_in_worker(pred: str, gold: str, timeout_s: int, timeout: float) -> bool:
+    """Run `_math_verify` in the worker process; recreate a broken pool once."""
+    for attempt in range(2):
+        pool = _get_pool()
+        try:
+            future = pool.submit(_math_verify, pred, gold, timeout_s)
+            return future.result(timeout=timeout + _POOL_SLACK_S)
+        except BrokenProcessPool:
+            _discard_pool(pool, kill=False)
+            if attempt == 1:
+                log.warning("math-verify worker process died twice; scoring as not equivalent")
+        except concurrent.futures.TimeoutError:
+            # The worker is stuck past its own alarms: kill it so later jobs are not queued
+            # behind it forever.
+            _discard_pool(pool, kill=True)
+            return False
+        except RuntimeError:
+            # No process can be started (interpreter shutting down, or we are a daemonic
+            # multiprocessing.Pool worker): fall back to math-verify here, without alarms.
+            return _math_verify(pred, gold, None)
+        except AssertionError:
+            # multiprocessing's "daemonic processes are not allowed to have children".
+            return _math_verify(pred, gold, None)
+    return False
+
+
+def is_equivalent(pred: str | None, gold: str, timeout: float = 5.0) -> bool:
+    """Whether the predicted answer `pred` is mathematically equivalent to `gold`.
+
+    Never raises and works from any thread; `timeout` (seconds) bounds each of
+    math-verify's parsing/comparison steps. A missing or empty prediction is False.
+    """
+    if pred is None:
+        return False
+    # Datasets hand over ints for GSM8K-style golds; accept them rather than raise.
+    pred, gold = str(pred), str(gold)
+    fast = _fast_verdict(pred, gold)
+    if fast is not None:
+        return fast
+    # signal.alarm takes whole seconds, and 0 would mean "no timeout".
+    timeout_s = max(1, math.ceil(timeout))
+    if threading.current_thread() is threading.main_thread():
+        return _math_verify(pred, gold, timeout_s)
+    return _verify_in_worker(pred, gold, timeout_s, timeout)
+
+
+def shutdown_verifier_pool() -> None:
+    """Stop the worker process, if any (registered with atexit; safe to call twice)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None and _pool_pid == os.getpid():
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+atexit.register(shutdown_verifier_pool)

@@ -1,0 +1,117 @@
+"""Equivalence checking, above all: same verdicts off the main thread as on it."""
+
+import threading
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import get_context
+
+import pytest
+
+from collabrl.rewards import verify as verify_mod
+from collabrl.rewards.verify import is_equivalent, normalize
+
+# (pred, gold, expected). Several need sympy (not the fast path): `needs_sympy` below checks.
+CASES: list[tuple[str | None, str, bool]] = [
+    (r"\frac{1}{2}", "0.5", True),
+    (r"\frac{14}{3}", "14/3", True),
+    (r"(3, \frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)", True),
+    ("204", "204.0", True),
+    ("1,000", "1000", True),
+    ("5", "6", False),
+    (None, "6", False),
+    ("", "6", False),
+    (r"\frac{1}{2}", r"\dfrac{2}{4}", True),
+    (r"\sqrt{4}", "2", True),
+    (r"2\sqrt{2}", r"\sqrt{8}", True),
+    ("x^2+2x+1", "(x+1)^2", True),
+    ("(x+1)^3", "(x+1)^2", False),
+    (r"\frac{\pi}{3}", r"60^\circ", False),
+    (r"\{1,2\}", r"\{2,1\}", True),
+    ("[1,2)", "[1,2]", False),
+    (r"\sqrt{3}", r"\sqrt{2}", False),
+    (r"\pi", r"\pi", True),
+    (r"2\pi", r"\pi", False),
+    (r"\infty", r"\infty", True),
+    (r"\frac{3}{4}", r"0.75", True),
+    (r"\sin^2 x + \cos^2 x", "1", True),
+]
+
+
+def needs_sympy(pred: str | None, gold: str) -> bool:
+    return pred is not None and verify_mod._fast_verdict(pred, gold) is None
+
+
+def test_cases_include_sympy_ones() -> None:
+    # The thread test below is only meaningful if math-verify really runs.
+    assert sum(needs_sympy(p, g) for p, g, _ in CASES) >= 8
+
+
+@pytest.mark.parametrize("pred, gold, expected", CASES)
+def test_main_thread(pred: str | None, gold: str, expected: bool) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    assert is_equivalent(pred, gold) is expected
+
+
+def test_worker_threads_match_main_thread() -> None:
+    """The regression this module exists for: signal.alarm must not zero rewards in threads."""
+    main = [is_equivalent(p, g) for p, g, _ in CASES]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        threaded = list(pool.map(lambda case: is_equivalent(case[0], case[1]), CASES))
+    expected = [e for _, _, e in CASES]
+    assert threaded == expected
+    assert threaded == main
+
+
+def test_timeout_in_thread_returns_false() -> None:
+    # 10^(10^10) cannot be evaluated; math-verify's alarm must end it in the worker.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = pool.submit(is_equivalent, "10^{10^{10}}", "1", 1.0).result()
+    assert result is False
+    # The worker survives (or is replaced) and keeps answering.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(is_equivalent, r"\sqrt{9}", "3").result() is True
+
+
+def test_broken_pool_is_recreated() -> None:
+    verify_mod.shutdown_verifier_pool()
+    pool = verify_mod._get_pool()
+    pool.submit(int).result()  # start the worker
+    for proc in list(pool._processes.values()):
+        proc.kill()
+    with ThreadPoolExecutor(max_workers=1) as threads:
+        assert threads.submit(is_equivalent, r"\sqrt{16}", "4").result() is True
+
+
+def _check_in_child() -> tuple[bool, bool]:
+    """Run in a child process: once on its main thread, once on a thread of its own."""
+    direct = is_equivalent(r"\frac{1}{2}", r"\dfrac{2}{4}")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        threaded = pool.submit(is_equivalent, r"\sqrt{4}", "2").result()
+    verify_mod.shutdown_verifier_pool()
+    return direct, threaded
+
+
+def test_inside_process_pool_child() -> None:
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        assert pool.submit(_check_in_child).result(timeout=60) == (True, True)
+
+
+def test_normalize() -> None:
+    assert normalize(r"$\left( 3, \dfrac{\pi}{2} \right).$") == r"(3,\frac{\pi}{2})"
+    assert normalize(r"90^{\circ}") == normalize(r"90^\circ") == "90"
+    assert normalize(r"5\text{ cm}") == "5cm"
+
+
+@pytest.mark.parametrize(
+    "pred, gold, expected",
+    [
+        ("1000001", "1000000", False),  # integers compare exactly
+        ("0.3333333", r"\frac{1}{3}", True),  # within relative 1e-6
+        ("0.33", "1/3", False),
+        ("-\\frac{3}{4}", "-0.75", True),
+        ("3/0", "3/0", True),  # equal strings, even if meaningless
+        ("12", 12, True),  # an int gold from a dataset
+    ],
+)
+def test_numeric_fast_path(pred: str, gold: str, expected: bool) -> None:
+    assert verify_mod._fast_verdict(str(pred), str(gold)) is expected
+    assert is_equivalent(pred, gold) is expected
