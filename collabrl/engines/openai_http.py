@@ -88,8 +88,11 @@ def prompt_kind(prompt: Prompt) -> EndpointKind:
 
 
 def _extra_body(params: SamplingParams) -> dict[str, Any]:
-    """vLLM sampling extensions; the openai client merges these into the JSON body."""
-    extra: dict[str, Any] = {"skip_special_tokens": True}
+    """vLLM sampling extensions; the openai client merges these into the JSON body.
+
+    Only what a request needs is sent: hosted APIs reject parameters they do not know.
+    """
+    extra: dict[str, Any] = {}
     if params.top_k > 0:
         extra["top_k"] = params.top_k
     if params.include_stop:
@@ -129,7 +132,9 @@ def build_request(prompt: Prompt, params: SamplingParams, model: str) -> tuple[s
             # 1 rather than 0: some servers treat 0 as "off"; every server that supports
             # logprobs returns the sampled token's log-prob in token_logprobs with 1.
             kwargs["logprobs"] = 1
-    kwargs["extra_body"] = _extra_body(params)
+    extra = _extra_body(params)
+    if extra:
+        kwargs["extra_body"] = extra
     return kind, kwargs
 
 

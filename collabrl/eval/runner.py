@@ -123,10 +123,11 @@ def _sample(
             units = todo[start : start + chunk]
             params = _params(config, seed_offset=start)
             began = time.perf_counter()
-            outputs = engine.generate([template.messages(u.item.problem) for u in units], params)
+            prompts = [template.messages(u.item.problem) for u in units]
+            outputs = engine.generate(prompts, params)
             seconds = (time.perf_counter() - began) / len(units)
-            for unit, (completion,) in zip(units, outputs, strict=True):
-                writer.write(_score(unit, completion, extractors, seconds))
+            for unit, prompt, (completion,) in zip(units, prompts, outputs, strict=True):
+                writer.write(_score(unit, prompt, completion, extractors, seconds))
             if progress:
                 progress(start + len(units), len(todo))
 
@@ -152,13 +153,17 @@ def _params(config: EvalConfig, seed_offset: int) -> SamplingParams:
 
 
 def _score(
-    unit: Unit, completion: Completion, extractors: tuple[str, ...], seconds: float
+    unit: Unit,
+    prompt: list[dict[str, str]],
+    completion: Completion,
+    extractors: tuple[str, ...],
+    seconds: float,
 ) -> dict[str, Any]:
     answer = extract_answer(completion.text, extractors)
     return {
         "item_id": unit.item.id,
         "sample": unit.sample,
-        "problem": unit.item.problem,
+        "prompt": prompt,
         "completion": completion.text,
         "answer": answer,
         "gold": unit.item.answer,

@@ -48,7 +48,6 @@ def test_text_prompt_goes_to_completions_with_defaults_only() -> None:
         "temperature": 0.0,
         "top_p": 1.0,
         "n": 1,
-        "extra_body": {"skip_special_tokens": True},
     }
 
 
@@ -70,9 +69,9 @@ def test_chat_prompt_goes_to_chat_with_messages() -> None:
 def test_optional_fields_are_omitted_when_unset() -> None:
     _, kw = build_request("x", SamplingParams(seed=None, top_k=-1, stop=()), "m")
     assert "seed" not in kw and "stop" not in kw and "logprobs" not in kw
-    assert kw["extra_body"] == {"skip_special_tokens": True}
+    assert "extra_body" not in kw  # hosted APIs reject vLLM-only fields
     _, kw = build_request("x", SamplingParams(top_k=0), "m")
-    assert "top_k" not in kw["extra_body"]
+    assert "extra_body" not in kw
 
 
 def test_optional_fields_are_sent_when_set() -> None:
@@ -83,7 +82,6 @@ def test_optional_fields_are_sent_when_set() -> None:
     assert kw["seed"] == 7
     assert kw["stop"] == ["\n\n", "END"]
     assert kw["extra_body"] == {
-        "skip_special_tokens": True,
         "top_k": 20,
         "include_stop_str_in_output": True,
         "bad_words": ["foo", "bar"],
@@ -440,7 +438,7 @@ def test_generate_against_a_real_local_server(server: _Server) -> None:
     url, seen = server.url, server.seen
     with OpenAIEngine(base_url=url, max_retries=0, timeout=10) as engine:
         assert engine.model is None
-        [completions] = engine.generate(["hi"], SamplingParams(max_tokens=5, n=2))
+        [completions] = engine.generate(["hi"], SamplingParams(max_tokens=5, n=2, top_k=5))
         assert [c.text for c in completions] == ["hello 0", "hello 1"]
         assert all(c.finish_reason == "length" and c.prompt_tokens == 1 for c in completions)
         assert engine.model == "tiny"  # discovered with GET /v1/models
@@ -451,7 +449,7 @@ def test_generate_against_a_real_local_server(server: _Server) -> None:
     assert [s[:2] for s in seen].count(("GET", "/v1/models")) == 1
     post = next(s[2] for s in seen if s[0] == "POST")
     assert post["prompt"] == "hi" and post["n"] == 2 and post["max_tokens"] == 5
-    assert post["skip_special_tokens"] is True  # extra_body is merged into the JSON body
+    assert post["top_k"] == 5  # extra_body is merged into the JSON body
 
 
 def test_generate_and_agenerate_inside_a_running_loop(server: _Server) -> None:

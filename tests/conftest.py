@@ -1,0 +1,62 @@
+"""Shared fixtures: a tiny random Llama with the real SmolLM2 tokenizer.
+
+The tiny model loads in well under a second and generates fast on a CPU, so
+engine and eval-runner tests exercise real transformers generation instead of
+mocks. Its weights are random, but seeded, so its outputs are deterministic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EMBEDDED = "smollm2-135m"
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """The real SmolLM2 tokenizer (converting the embedded GGUF on first use)."""
+    from collabrl.models import load_tokenizer
+
+    return load_tokenizer(EMBEDDED)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer) -> Path:
+    """A local Hugging Face folder holding a tiny random LlamaForCausalLM."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(smol_tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=smol_tokenizer.bos_token_id,
+        eos_token_id=smol_tokenizer.eos_token_id,
+        pad_token_id=smol_tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=smol_tokenizer.bos_token_id,
+        eos_token_id=smol_tokenizer.eos_token_id,
+        pad_token_id=smol_tokenizer.pad_token_id,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(folder)
+    smol_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir: Path):
+    """A TransformersEngine over the tiny model, shared by the whole session."""
+    from collabrl.engines.hf import TransformersEngine
+
+    return TransformersEngine.from_ref(str(tiny_model_dir), batch_size=4)
