@@ -8,6 +8,7 @@ The resolved config is saved in every run folder (`save_config`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -84,9 +85,11 @@ def build_config(cls: type[T], layers: list[dict[str, Any]], sets: list[str] = (
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping, turning every way it can fail into a `UserError`."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except OSError as err:
         raise UserError(f"cannot read config {path}: {err.strerror}", "check the path") from err
+    except UnicodeDecodeError as err:
+        raise UserError(f"config {path} is not UTF-8 text", "pass a YAML file") from err
     except yaml.YAMLError as err:
         raise UserError(f"config {path} is not valid YAML: {err}", "fix the file") from err
     if not isinstance(data, dict):
@@ -133,13 +136,13 @@ def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _deep_merge(base[key], value)
         else:
-            base[key] = value
+            base[key] = copy.deepcopy(value)  # never alias (and later mutate) a caller's dict
 
 
 def _from_dict(cls: type[T], data: dict[str, Any], prefix: str) -> T:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)  # YAML keys may be ints or bools
     if unknown:
         raise UserError(
             f"unknown config key '{prefix}{unknown[0]}'",

@@ -150,12 +150,17 @@ def _read_dataset_folder(path: Path) -> list[dict[str, Any]]:
 def _to_items(rows: list[dict[str, Any]], fields: Fields, where: str) -> list[Item]:
     if not rows:
         raise UserError(f"{where} has no rows", "check the file")
-    for column in (fields.problem, fields.answer):
-        if column not in rows[0]:
-            raise UserError(
-                f"{where} has no '{column}' column (columns: {', '.join(map(str, rows[0]))})",
-                "name the columns with --problem-field / --answer-field",
-            )
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: row {number} is not an object", "fix the file")
+        for column in (fields.problem, fields.answer):
+            if column not in row:
+                raise UserError(
+                    f"{where} has no '{column}' column"
+                    + (f" in row {number}" if number > 1 else "")
+                    + f" (columns: {', '.join(map(str, row))})",
+                    "name the columns with --problem-field / --answer-field",
+                )
     return [
         Item(
             id=str(row.get(fields.id, index)),

@@ -30,7 +30,8 @@ class Verdict:
 
 
 def judge_messages(answer: str, gold: str) -> list[dict[str, str]]:
-    user = JUDGE_USER.replace("{answer}", answer).replace("{gold}", gold)
+    # One-pass substitution: an answer containing "{gold}" must stay verbatim.
+    user = JUDGE_USER.format(answer=answer, gold=gold)
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from collabrl.errors import UserError
+
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
 CONFIG = "config.yaml"
@@ -28,9 +30,15 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         with path.open("r+b") as f:
             f.truncate(end)
     records = []
-    for line in data[:end].decode("utf-8").splitlines():
+    for number, line in enumerate(data[:end].decode("utf-8").splitlines(), 1):
         if line.strip():
-            records.append(json.loads(line))
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(
+                    f"{path}:{number} is not valid JSON ({err.msg})",
+                    "delete that line (its sample is regenerated) or use a new --out folder",
+                ) from err
     return records
 
 

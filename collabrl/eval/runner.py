@@ -83,7 +83,9 @@ def prepare_run_folder(config: EvalConfig) -> Path:
     """Create the run folder, or check that an existing one ran the same experiment."""
     out_dir = Path(config.out) if config.out else _default_out(config)
     saved = out_dir / records.CONFIG
-    if saved.exists():
+    # Only finished samples bind a folder to its experiment: a run that failed
+    # before sampling (say, a mistyped --model) must not block the corrected one.
+    if saved.exists() and records.read_records(out_dir / records.SAMPLES):
         previous = to_dict(build_config(EvalConfig, [read_yaml(saved)]))
         current = to_dict(config)
         changed = [

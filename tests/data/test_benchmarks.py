@@ -1,0 +1,229 @@
+"""Tests for the benchmark registry and the loaders of user-supplied data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collabrl.data.benchmarks import Fields, Item, data_dir, load_benchmark, registry
+from collabrl.data.prompts import PROMPTS
+from collabrl.errors import UserError
+
+EXPECTED_COUNTS = {
+    "aime24": 30,
+    "aime25": 30,
+    "amc23": 40,
+    "math500": 500,
+    "gsm8k": 1319,
+    "minerva": 272,
+    "olympiadbench": 675,
+}
+
+ROWS = [
+    {"qid": "q-a", "question": "What is {x} if x = 2?", "solution": "2", "extra": 1},
+    {"qid": "q-b", "question": "1 + 1 = ?", "solution": "2", "extra": 2},
+    {"qid": "q-c", "question": "Name a prime.", "solution": "3", "extra": 3},
+]
+CUSTOM = Fields(problem="question", answer="solution", id="qid")
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _expected_items(rows: list[dict]) -> list[Item]:
+    return [Item(r["qid"], r["question"], r["solution"]) for r in rows]
+
+
+# --- registered benchmarks -----------------------------------------------------------------------
+
+
+def test_registry_lists_exactly_the_shipped_benchmarks() -> None:
+    assert set(registry()) == set(EXPECTED_COUNTS)
+    for spec in registry().values():
+        assert (data_dir() / spec.file).is_file(), spec.file
+        assert spec.prompt in PROMPTS
+        assert spec.description
+
+
+@pytest.mark.parametrize(("name", "count"), sorted(EXPECTED_COUNTS.items()))
+def test_registered_benchmark_loads_every_item(name: str, count: int) -> None:
+    bench = load_benchmark(name)
+    assert bench.name == name
+    assert len(bench.items) == count
+    assert len({item.id for item in bench.items}) == count
+    assert all(item.problem.strip() and item.answer.strip() for item in bench.items)
+    assert bench.prompt == registry()[name].prompt
+
+
+def test_gsm8k_falls_back_to_the_last_number() -> None:
+    assert load_benchmark("gsm8k", limit=1).extract_fallback == ("last_number",)
+    assert load_benchmark("aime24", limit=1).extract_fallback == ()
+
+
+def test_limit_takes_the_first_items_in_order() -> None:
+    full = load_benchmark("amc23")
+    assert load_benchmark("amc23", limit=5).items == full.items[:5]
+    assert load_benchmark("amc23", limit=1000).items == full.items
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_non_positive_limit_is_a_user_error(limit: int) -> None:
+    with pytest.raises(UserError, match="--limit must be >= 1"):
+        load_benchmark("aime24", limit=limit)
+
+
+def test_registered_names_ignore_custom_fields() -> None:
+    # The shipped files always use id/problem/answer, whatever the user's columns are.
+    custom = load_benchmark("aime24", CUSTOM, limit=2)
+    assert custom.items == load_benchmark("aime24", limit=2).items
+
+
+def test_unknown_name_is_a_user_error() -> None:
+    with pytest.raises(UserError) as info:
+        load_benchmark("gsm9k")
+    assert "unknown benchmark 'gsm9k'" in info.value.problem
+    assert "collab benchmarks" in info.value.fix
+
+
+# --- user data -----------------------------------------------------------------------------------
+
+
+def test_jsonl_with_custom_field_names(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "mine.jsonl", ROWS)
+    bench = load_benchmark(str(path), CUSTOM)
+    assert bench.name == "mine"
+    assert bench.items == _expected_items(ROWS)
+    assert bench.prompt == "relay"
+    assert bench.extract_fallback == ("last_number",)
+
+
+def test_jsonl_limit_and_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "gaps.jsonl"
+    path.write_text("\n" + json.dumps(ROWS[0]) + "\n\n   \n" + json.dumps(ROWS[1]) + "\n")
+    assert len(load_benchmark(str(path), CUSTOM).items) == 2
+    assert load_benchmark(str(path), CUSTOM, limit=1).items == _expected_items(ROWS[:1])
+
+
+def test_row_number_is_the_id_without_an_id_column(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "noid.jsonl", [{"problem": "p", "answer": 1}] * 3)
+    items = load_benchmark(str(path)).items
+    assert [i.id for i in items] == ["0", "1", "2"]
+    assert items[0].answer == "1"  # non-string answers become strings
+
+
+def test_json_list_file(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(ROWS))
+    assert load_benchmark(str(path), CUSTOM).items == _expected_items(ROWS)
+
+
+def test_json_file_that_is_not_a_list_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "obj.json"
+    path.write_text(json.dumps({"rows": ROWS}))
+    with pytest.raises(UserError, match="JSON list"):
+        load_benchmark(str(path), CUSTOM)
+
+
+def test_parquet_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "mine.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), path)
+    bench = load_benchmark(str(path), CUSTOM, limit=2)
+    assert bench.name == "mine"
+    assert bench.items == _expected_items(ROWS[:2])
+
+
+def test_broken_parquet_file_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(UserError, match="cannot read parquet"):
+        load_benchmark(str(path))
+
+
+def test_saved_hf_dataset_folder(tmp_path: Path) -> None:
+    import datasets
+
+    folder = tmp_path / "ds"
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(folder))
+    bench = load_benchmark(str(folder), CUSTOM)
+    assert bench.name == "ds"
+    assert bench.items == _expected_items(ROWS)
+
+
+def test_saved_dataset_dict_uses_its_test_split(tmp_path: Path) -> None:
+    import datasets
+
+    folder = tmp_path / "dsd"
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(ROWS[:1]),
+            "test": datasets.Dataset.from_list(ROWS[1:]),
+        }
+    ).save_to_disk(str(folder))
+    assert load_benchmark(str(folder), CUSTOM).items == _expected_items(ROWS[1:])
+
+
+def test_folder_that_is_not_a_dataset_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "readme.txt").write_text("hello")
+    with pytest.raises(UserError, match="not a saved Hugging Face dataset"):
+        load_benchmark(str(tmp_path))
+
+
+def test_missing_column_names_the_columns(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "mine.jsonl", ROWS)
+    with pytest.raises(UserError) as info:
+        load_benchmark(str(path))  # default field names: problem / answer
+    problem = info.value.problem
+    assert "no 'problem' column" in problem
+    for column in ("qid", "question", "solution", "extra"):
+        assert column in problem
+    assert "--problem-field" in info.value.fix
+
+
+def test_missing_answer_column(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "mine.jsonl", ROWS)
+    with pytest.raises(UserError, match="no 'answer' column"):
+        load_benchmark(str(path), Fields(problem="question"))
+
+
+def test_column_missing_in_a_later_row_is_a_user_error(tmp_path: Path) -> None:
+    rows = [*ROWS[:2], {"qid": "q-z", "prompt": "renamed", "solution": "1"}]
+    path = _write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(UserError, match="no 'question' column in row 3"):
+        load_benchmark(str(path), CUSTOM)
+
+
+def test_bad_json_line_names_its_line_number(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(ROWS[1]) + "\n{oops\n")
+    with pytest.raises(UserError) as info:
+        load_benchmark(str(path), CUSTOM)
+    assert f"{path}:3" in info.value.problem
+    assert "not valid JSON" in info.value.problem
+
+
+def test_empty_file_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    with pytest.raises(UserError, match="has no rows"):
+        load_benchmark(str(path))
+
+
+def test_unsupported_suffix_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "data.csv"
+    path.write_text("problem,answer\n1+1,2\n")
+    with pytest.raises(UserError, match="unsupported data file"):
+        load_benchmark(str(path))
+
+
+def test_non_utf8_jsonl_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"problem": "caf\u00e9", "answer": "1"}\n'.encode("latin-1"))
+    with pytest.raises(UserError, match="cannot read"):
+        load_benchmark(str(path))

@@ -1,0 +1,349 @@
+"""Tests for `run_eval`: real generation with the tiny model, run folders and resumption."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collabrl.config import build_config
+from collabrl.data.benchmarks import load_benchmark
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.eval.config import EvalConfig
+from collabrl.eval.runner import compute_metrics, prepare_run_folder, run_eval
+
+
+def _config(model: Path, out: Path, **overrides) -> EvalConfig:
+    layer = {
+        "benchmark": "gsm8k",
+        "model": str(model),
+        "limit": 2,
+        "out": str(out),
+        "sampling": {"n": 2, "max_tokens": 6, "temperature": 1.0, "seed": 3},
+        "engine": {"batch_size": 4},
+    }
+    sets = [f"{key}={value}" for key, value in overrides.items()]
+    return build_config(EvalConfig, [layer], sets)
+
+
+def _samples(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / records.SAMPLES).read_text().splitlines()]
+
+
+def _keys(samples: list[dict]) -> list[tuple[str, int]]:
+    return [(s["item_id"], s["sample"]) for s in samples]
+
+
+# --- a fresh run ---------------------------------------------------------------------------------
+
+
+def test_run_writes_config_samples_and_metrics(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    config = _config(tiny_model_dir, out, **{"sampling.n": 3})
+    progress: list[tuple[int, int]] = []
+    result = run_eval(config, engine=tiny_engine, progress=lambda d, t: progress.append((d, t)))
+
+    assert result.out_dir == out
+    assert result.new_samples == 6
+    assert progress[-1] == (6, 6)
+    assert [d for d, _ in progress] == sorted(d for d, _ in progress)
+
+    saved = yaml.safe_load((out / records.CONFIG).read_text())
+    assert saved["model"] == str(tiny_model_dir)
+    assert saved["sampling"]["n"] == 3
+
+    samples = _samples(out)
+    assert len(samples) == 2 * 3
+    items = load_benchmark("gsm8k", limit=2).items
+    assert sorted(_keys(samples)) == sorted((i.id, s) for i in items for s in range(3))
+    gold = {i.id: i.answer for i in items}
+    for s in samples:
+        assert s["gold"] == gold[s["item_id"]]
+        assert s["prompt"][0]["role"] == "system" and "\\boxed{}" in s["prompt"][0]["content"]
+        assert 1 <= s["completion_tokens"] <= 6
+        assert s["prompt_tokens"] > 0
+        assert s["finish_reason"] in ("stop", "length")
+        assert isinstance(s["correct"], bool)
+        assert 0.0 <= s["f1"] <= 1.0
+
+    metrics = json.loads((out / records.METRICS).read_text())
+    assert metrics == result.metrics
+    for key in (
+        "pass@1",
+        "pass@2",
+        "pass@3",
+        "avg@3",
+        "maj@3",
+        "f1@3",
+        "var",
+        "var_f1",
+        "stderr",
+        "call_ratio",
+    ):
+        assert key in metrics, key
+    assert "pass@4" not in metrics
+    assert metrics["problems"] == 2
+    assert metrics["samples_per_problem"] == 3
+    assert metrics["avg@3"] == pytest.approx(sum(s["correct"] for s in samples) / 6)
+    assert metrics["completion_tokens"] == sum(s["completion_tokens"] for s in samples)
+    assert metrics["call_ratio"] == 0.0
+
+
+def test_run_with_a_model_reference_loads_its_own_engine(tiny_model_dir, tmp_path) -> None:
+    out = tmp_path / "by-ref"
+    config = _config(tiny_model_dir, out, limit=1, **{"sampling.temperature": 0})
+    result = run_eval(config)
+    samples = _samples(out)
+    assert result.new_samples == 2 and len(samples) == 2
+    # Greedy: both samples of the problem are the same completion.
+    assert samples[0]["completion"] == samples[1]["completion"]
+
+
+def test_same_seed_gives_the_same_samples(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    run_eval(_config(tiny_model_dir, tmp_path / "a"), engine=tiny_engine)
+    run_eval(_config(tiny_model_dir, tmp_path / "b"), engine=tiny_engine)
+    run_eval(_config(tiny_model_dir, tmp_path / "c", **{"sampling.seed": 4}), engine=tiny_engine)
+    a, b, c = (_samples(tmp_path / name) for name in "abc")
+    assert [s["completion"] for s in a] == [s["completion"] for s in b]
+    assert [s["completion"] for s in a] != [s["completion"] for s in c]
+
+
+def test_user_jsonl_benchmark_with_custom_fields(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    data = tmp_path / "mine.jsonl"
+    data.write_text(
+        json.dumps({"key": "k1", "q": "1 + {1}?", "a": "2"})
+        + "\n"
+        + json.dumps({"key": "k2", "q": "2 + 2?", "a": "4"})
+        + "\n"
+    )
+    out = tmp_path / "mine-run"
+    config = _config(
+        tiny_model_dir,
+        out,
+        benchmark=str(data),
+        problem_field="q",
+        answer_field="a",
+        id_field="key",
+        prompt="plain",
+        limit="",
+    )
+    run_eval(config, engine=tiny_engine)
+    samples = _samples(out)
+    assert {s["item_id"] for s in samples} == {"k1", "k2"}
+    assert {s["prompt"][0]["content"] for s in samples} == {"1 + {1}?", "2 + 2?"}
+    assert all(len(s["prompt"]) == 1 for s in samples)  # plain: no system message
+
+
+# --- resumption ----------------------------------------------------------------------------------
+
+
+def test_resume_generates_only_the_missing_item(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out, limit=2), engine=tiny_engine)
+    before = (out / records.SAMPLES).read_bytes()
+
+    result = run_eval(_config(tiny_model_dir, out, limit=3), engine=tiny_engine)
+    assert result.new_samples == 2
+    after = (out / records.SAMPLES).read_bytes()
+    assert after.startswith(before)  # finished samples are kept, not rewritten
+    keys = _keys(_samples(out))
+    assert len(keys) == 6 and len(set(keys)) == 6
+    third = load_benchmark("gsm8k", limit=3).items[2].id
+    assert Counter(k for k, _ in keys)[third] == 2
+    assert result.metrics["problems"] == 3
+    assert yaml.safe_load((out / records.CONFIG).read_text())["limit"] == 3
+
+    again = run_eval(_config(tiny_model_dir, out, limit=3), engine=tiny_engine)
+    assert again.new_samples == 0
+    assert (out / records.SAMPLES).read_bytes() == after
+    assert again.metrics == result.metrics
+
+
+def test_more_samples_per_problem_is_a_different_experiment(
+    tiny_model_dir, tiny_engine, tmp_path
+) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    with pytest.raises(UserError, match="different sampling"):
+        run_eval(_config(tiny_model_dir, out, **{"sampling.n": 4}), engine=tiny_engine)
+
+
+def test_torn_last_line_is_dropped_and_regenerated(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    lines = (out / records.SAMPLES).read_text().splitlines(keepends=True)
+    # Simulate `kill -9` in the middle of writing the last sample.
+    (out / records.SAMPLES).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    lost = _keys([json.loads(lines[-1])])[0]
+
+    result = run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    assert result.new_samples == 1
+    samples = _samples(out)  # every line parses: the torn one is gone
+    keys = _keys(samples)
+    assert len(keys) == 4 and len(set(keys)) == 4 and keys[-1] == lost
+    assert (out / records.SAMPLES).read_text().endswith("\n")
+    assert result.metrics["samples_per_problem"] == 2
+
+
+def test_changed_temperature_is_refused(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    before = (out / records.SAMPLES).read_bytes()
+    with pytest.raises(UserError) as info:
+        run_eval(_config(tiny_model_dir, out, **{"sampling.temperature": 0.5}), engine=tiny_engine)
+    assert "different sampling" in info.value.problem
+    assert str(out) in info.value.problem
+    assert "--out" in info.value.fix
+    assert (out / records.SAMPLES).read_bytes() == before
+    assert yaml.safe_load((out / records.CONFIG).read_text())["sampling"]["temperature"] == 1.0
+
+
+def test_changed_prompt_is_refused(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    with pytest.raises(UserError, match="different prompt"):
+        run_eval(_config(tiny_model_dir, out, prompt="plain"), engine=tiny_engine)
+
+
+def test_resources_may_change_on_resume(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    result = run_eval(
+        _config(tiny_model_dir, out, **{"engine.batch_size": 1, "engine.device": "cpu"}),
+        engine=tiny_engine,
+    )
+    assert result.new_samples == 0
+    assert yaml.safe_load((out / records.CONFIG).read_text())["engine"]["batch_size"] == 1
+
+
+def test_a_run_that_failed_before_sampling_can_be_corrected(
+    tiny_model_dir, tiny_engine, tmp_path
+) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="unknown model"):
+        run_eval(_config(tmp_path / "typo-model", out))
+    result = run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
+    assert result.new_samples == 4
+    assert yaml.safe_load((out / records.CONFIG).read_text())["model"] == str(tiny_model_dir)
+
+
+def test_prepare_run_folder_defaults_under_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = build_config(EvalConfig, [{"model": "/some/where/My Model/", "benchmark": "aime24"}])
+    out = prepare_run_folder(config)
+    assert out.parent == Path("runs")
+    assert out.name.startswith("eval-aime24-My_Model-")
+    assert (tmp_path / out / records.CONFIG).is_file()
+
+
+# --- compute_metrics on hand-written samples -----------------------------------------------------
+
+
+def _record(item: str, sample: int, answer: str | None, correct: bool, **extra) -> dict:
+    return {
+        "item_id": item,
+        "sample": sample,
+        "answer": answer,
+        "correct": correct,
+        "f1": 1.0 if correct else 0.0,
+        "prompt_tokens": 10,
+        "completion_tokens": 20,
+        "finish_reason": "stop",
+        "seconds": 0.5,
+        **extra,
+    }
+
+
+def test_compute_metrics_from_samples_on_disk(tmp_path) -> None:
+    items = load_benchmark("gsm8k", limit=2).items
+    first, second = items
+    rows = [
+        _record(first.id, 0, first.answer, True, helper_tokens=5),
+        _record(first.id, 1, "0", False),
+        _record(first.id, 2, first.answer, True),
+        _record(second.id, 0, "1", False, finish_reason="length"),
+        _record(second.id, 1, "1", False),
+        _record(second.id, 2, second.answer, True),
+        _record(second.id, 3, second.answer, True),  # beyond n: ignored
+    ]
+    (tmp_path / records.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = load_benchmark("gsm8k", limit=2)
+    metrics = compute_metrics(tmp_path, bench, n=3)
+
+    assert metrics["samples_per_problem"] == 3
+    assert metrics["avg@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert metrics["maj@3"] == pytest.approx(0.5)  # first: gold wins 2-1; second: "1" wins 2-1
+    assert metrics["pass@3"] == 1.0
+    assert metrics["completion_tokens"] == 6 * 20
+    assert metrics["call_ratio"] == pytest.approx(5 / 120)
+    assert metrics["truncated"] == pytest.approx(1 / 6)
+    assert metrics["generation_seconds"] == 3.0
+
+
+def test_compute_metrics_without_samples_is_a_user_error(tmp_path) -> None:
+    with pytest.raises(UserError, match="no finished samples"):
+        compute_metrics(tmp_path, load_benchmark("gsm8k", limit=1), n=1)
+
+
+# --- records -------------------------------------------------------------------------------------
+
+
+def test_read_records_of_a_missing_file_is_empty(tmp_path) -> None:
+    assert records.read_records(tmp_path / "none.jsonl") == []
+
+
+def test_read_records_of_an_empty_file_is_empty(tmp_path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    assert records.read_records(path) == []
+    assert path.read_text() == ""
+
+
+def test_read_records_skips_blank_lines_and_keeps_unicode(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"a": 1}\n\n  \n{"a": "π ≈ 3.14 — 答"}\n')
+    assert records.read_records(path) == [{"a": 1}, {"a": "π ≈ 3.14 — 答"}]
+
+
+def test_read_records_cuts_a_torn_last_line_off_the_file(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": "\xcf')  # cut inside a UTF-8 character
+    assert records.read_records(path) == [{"a": 1}, {"a": 2}]
+    assert path.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+    assert records.read_records(path) == [{"a": 1}, {"a": 2}]
+
+
+def test_read_records_of_only_a_torn_line_empties_the_file(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"item_id": "x", "sam')
+    assert records.read_records(path) == []
+    assert path.read_bytes() == b""
+
+
+def test_read_records_reports_a_corrupt_middle_line(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
+    with pytest.raises(UserError, match=r"r\.jsonl:2 is not valid JSON"):
+        records.read_records(path)
+
+
+def test_record_writer_appends_whole_lines(tmp_path) -> None:
+    path = tmp_path / "w.jsonl"
+    with records.RecordWriter(path) as writer:
+        writer.write({"a": 1})
+        assert path.read_text() == '{"a": 1}\n'  # flushed before returning
+    with records.RecordWriter(path) as writer:
+        writer.write({"b": "ü"})
+    assert records.read_records(path) == [{"a": 1}, {"b": "ü"}]
+
+
+def test_write_json_replaces_atomically(tmp_path) -> None:
+    path = tmp_path / "metrics.json"
+    records.write_json(path, {"x": 1})
+    records.write_json(path, {"x": 2})
+    assert json.loads(path.read_text()) == {"x": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]

