@@ -24,9 +24,7 @@ _BARE_TOKEN_RE = re.compile(r"[^\s$]+")
 _ANSWER_RE = re.compile(r"\banswer\b(?:\s*\*\*)?\s*:(?:\s*\*\*)?", re.IGNORECASE)
 # A number: thousands with commas first (so `1,234` is one number), then plain ints/decimals.
 # The minus sign only counts when it is not a binary minus (`3-5` ends in 5, not -5).
-_NUMBER_RE = re.compile(
-    r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-)
+_NUMBER_RE = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)")
 
 
 def _nonempty(text: str | None) -> str | None:

@@ -10,6 +10,9 @@ every hard answer as wrong. So:
 2. on the main thread math-verify runs in-process, with its own alarms;
 3. off the main thread the job goes to a single spawned worker process, where
    math-verify runs on that process's main thread, alarms and all.
+
+As with any "spawn" process, the worker re-imports the caller's main script, so
+scripts that score answers from threads need the usual `if __name__ == "__main__":`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import concurrent.futures
 import logging
 import math
 import multiprocessing
+import multiprocessing.util
 import os
 import re
 import threading
@@ -167,6 +171,10 @@ def _get_pool() -> concurrent.futures.ProcessPoolExecutor:
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_warm_worker,
             )
+            if _pool_pid != os.getpid():
+                # Inside a multiprocessing child atexit never runs, and the child's exit
+                # joins our (non-daemonic) worker: without this it would wait forever.
+                multiprocessing.util.Finalize(None, shutdown_verifier_pool, exitpriority=100)
             _pool_pid = os.getpid()
         return _pool
 
@@ -191,28 +199,29 @@ def _discard_pool(pool: concurrent.futures.ProcessPoolExecutor, kill: bool) -> N
 
 
 def _verify_in_worker(pred: str, gold: str, timeout_s: int, timeout: float) -> bool:
-    """Run `_math_verify` in the worker process; recreate a broken pool once."""
+    """Run `_math_verify` in the worker process; retry once on a fresh pool if it broke."""
     for attempt in range(2):
         pool = _get_pool()
         try:
             future = pool.submit(_math_verify, pred, gold, timeout_s)
             return future.result(timeout=timeout + _POOL_SLACK_S)
-        except BrokenProcessPool:
+        except (BrokenProcessPool, concurrent.futures.CancelledError):
+            # The worker died, or another thread discarded the pool under our queued job.
             _discard_pool(pool, kill=False)
-            if attempt == 1:
-                log.warning("math-verify worker process died twice; scoring as not equivalent")
         except concurrent.futures.TimeoutError:
             # The worker is stuck past its own alarms: kill it so later jobs are not queued
             # behind it forever.
             _discard_pool(pool, kill=True)
             return False
         except RuntimeError:
-            # No process can be started (interpreter shutting down, or we are a daemonic
-            # multiprocessing.Pool worker): fall back to math-verify here, without alarms.
-            return _math_verify(pred, gold, None)
-        except AssertionError:
-            # multiprocessing's "daemonic processes are not allowed to have children".
-            return _math_verify(pred, gold, None)
+            # "cannot schedule new futures after shutdown": another thread discarded this
+            # pool between our _get_pool and submit, so try the fresh one ...
+            with _pool_lock:
+                discarded = _pool is not pool
+            if not (discarded and attempt == 0):
+                # ... unless the interpreter is exiting and refuses new processes.
+                return _math_verify(pred, gold, None)
+    log.warning("math-verify worker process failed twice; scoring as not equivalent")
     return False
 
 
@@ -233,6 +242,10 @@ def is_equivalent(pred: str | None, gold: str, timeout: float = 5.0) -> bool:
     timeout_s = max(1, math.ceil(timeout))
     if threading.current_thread() is threading.main_thread():
         return _math_verify(pred, gold, timeout_s)
+    if multiprocessing.current_process().daemon:
+        # A daemonic process (a multiprocessing.Pool worker) may not start children, so
+        # the only option left is math-verify in this thread without its alarms.
+        return _math_verify(pred, gold, None)
     return _verify_in_worker(pred, gold, timeout_s, timeout)
 
 

@@ -59,6 +59,7 @@ def test_worker_threads_match_main_thread() -> None:
     expected = [e for _, _, e in CASES]
     assert threaded == expected
     assert threaded == main
+    assert verify_mod._pool is not None  # the hard cases really went to the worker process
 
 
 def test_timeout_in_thread_returns_false() -> None:
@@ -69,6 +70,16 @@ def test_timeout_in_thread_returns_false() -> None:
     # The worker survives (or is replaced) and keeps answering.
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(is_equivalent, r"\sqrt{9}", "3").result() is True
+
+
+def test_stuck_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Make the caller give up almost at once, as if the worker hung past its alarms.
+    monkeypatch.setattr(verify_mod, "_POOL_SLACK_S", -0.99)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(is_equivalent, "10^{10^{10}}", "1", 1.0).result() is False
+    monkeypatch.undo()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(is_equivalent, r"\sqrt{25}", "5").result() is True
 
 
 def test_broken_pool_is_recreated() -> None:
@@ -82,17 +93,42 @@ def test_broken_pool_is_recreated() -> None:
 
 
 def _check_in_child() -> tuple[bool, bool]:
-    """Run in a child process: once on its main thread, once on a thread of its own."""
-    direct = is_equivalent(r"\frac{1}{2}", r"\dfrac{2}{4}")
+    """Run in a child process: once on its main thread, once on a thread of its own.
+
+    No explicit shutdown: the child must still exit (atexit does not run in children).
+    """
+    direct = is_equivalent(r"\sqrt{4}", "2")
     with ThreadPoolExecutor(max_workers=1) as pool:
-        threaded = pool.submit(is_equivalent, r"\sqrt{4}", "2").result()
-    verify_mod.shutdown_verifier_pool()
+        threaded = pool.submit(is_equivalent, r"\sqrt{9}", "3").result()
     return direct, threaded
 
 
+def _report_from_child(queue) -> None:
+    queue.put(_check_in_child())
+
+
+@pytest.mark.timeout(120)
 def test_inside_process_pool_child() -> None:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
         assert pool.submit(_check_in_child).result(timeout=60) == (True, True)
+
+
+@pytest.mark.timeout(120)
+def test_child_process_exits_after_threaded_verify() -> None:
+    ctx = get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_report_from_child, args=(queue,))
+    proc.start()
+    assert queue.get(timeout=60) == (True, True)
+    proc.join(timeout=30)
+    assert proc.exitcode == 0  # None would mean it hung joining the verifier worker
+
+
+@pytest.mark.timeout(120)
+def test_inside_daemonic_pool_worker() -> None:
+    # multiprocessing.Pool workers are daemonic and may not start the verifier process.
+    with get_context("spawn").Pool(1) as pool:
+        assert pool.apply_async(_check_in_child).get(timeout=60) == (True, True)
 
 
 def test_normalize() -> None:
