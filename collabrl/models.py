@@ -133,13 +133,14 @@ def weights_dir(ref: ModelRef) -> Path:
     if ref.kind == "lora":
         assert ref.base is not None
         return weights_dir(ref.base)
-    target = _conversion_dir(ref)
+    target = conversion_dir(ref)
     if not (target / "config.json").is_file():
         _convert_gguf(ref.source, target)
     return target
 
 
-def _conversion_dir(ref: ModelRef) -> Path:
+def conversion_dir(ref: ModelRef) -> Path:
+    """Where the safetensors copy of a GGUF or embedded model is (or will be) cached."""
     if ref.kind == "embedded":
         return cache_home() / "models" / ref.name
     stat = ref.source.stat()

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from collabrl import __version__
 from collabrl.cli import eval as eval_cli
+from collabrl.cli.serve import serve
 from collabrl.errors import UserError
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(eval_cli.app, name="eval")
+app.command("serve")(serve)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -1,0 +1,1 @@
+"""`collab serve`: the vLLM launcher and the embedded OpenAI-compatible server."""

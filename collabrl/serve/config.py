@@ -1,0 +1,46 @@
+"""Configuration of `collab serve`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabrl.config import option
+
+ROLES = ("expert", "teacher", "policy", "judge", "planner")
+
+
+@dataclass
+class ServeConfig:
+    """One model served over the OpenAI-compatible HTTP API."""
+
+    role: str = option("expert", f"What the model is for: {', '.join(ROLES)}.")
+    model: str = option("smollm2-135m", "Model reference: embedded name, folder, .gguf, LoRA.")
+    engine: str = option(
+        "auto", "vllm | transformers | auto (vllm when installed and a GPU is visible)."
+    )
+    served_model_name: str | None = option(
+        None, "Name clients pass as `model` (default: the role, as in EAPO's appendix E)."
+    )
+    host: str = option("127.0.0.1", "Address to bind; 0.0.0.0 or :: exposes the server.")
+    port: int = option(8000, "TCP port.")
+    api_key: str | None = option(
+        None, "Require this key on every endpoint but /health (default: $COLLABRL_API_KEY)."
+    )
+    # embedded (transformers) server
+    max_batch_size: int = option(16, "Most requests generated together (embedded server).")
+    batch_wait_ms: float = option(
+        10.0, "How long the first request of a batch waits for others (embedded server)."
+    )
+    dtype: str = option("float32", "Weights dtype of the embedded server (float32 on CPU).")
+    device: str = option("cpu", "Torch device of the embedded server.")
+    # vLLM (flags of EAPO's appendix E, host and request logging aside)
+    gpu_memory_utilization: float = option(0.8, "vllm serve --gpu-memory-utilization.")
+    max_model_len: int = option(32768, "vllm serve --max-model-len.")
+    tensor_parallel_size: int = option(1, "vllm serve --tensor-parallel-size.")
+    trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")
+    log_requests: bool = option(False, "Log every request (vLLM's request log).")
+    vllm_args: list[str] = option([], "Extra arguments appended to `vllm serve` verbatim.")
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or self.role

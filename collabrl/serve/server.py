@@ -1,0 +1,79 @@
+"""Run a model behind the OpenAI-compatible API: vLLM on a GPU, embedded otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+from collabrl.errors import UserError
+from collabrl.serve.config import ServeConfig
+
+
+def resolve_api_key(config: ServeConfig) -> str | None:
+    """The key clients must send: the option, else $COLLABRL_API_KEY, else none."""
+    return config.api_key or os.environ.get("COLLABRL_API_KEY") or None
+
+
+def choose_engine(config: ServeConfig) -> str:
+    """`auto` means vLLM where it can run (installed and a GPU visible), else embedded."""
+    if config.engine in ("vllm", "transformers"):
+        return config.engine
+    if config.engine != "auto":
+        raise UserError(f"unknown serve engine '{config.engine}'", "use vllm, transformers or auto")
+    from collabrl.serve.vllm_launcher import check_vllm_ready
+
+    try:
+        check_vllm_ready()
+    except UserError:
+        return "transformers"
+    return "vllm"
+
+
+def base_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{port}/v1"
+
+
+def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None:
+    """Load the model, serve it with dynamic batching until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from collabrl.engines.hf import TransformersEngine
+    from collabrl.serve.app import create_app
+    from collabrl.serve.batcher import DynamicBatcher
+
+    if not 1 <= config.port <= 65535:
+        raise UserError(f"port {config.port} is out of range", "use 1-65535")
+    engine = TransformersEngine.from_ref(
+        config.model, batch_size=config.max_batch_size, dtype=config.dtype, device=config.device
+    )
+    batcher = DynamicBatcher(engine, config.max_batch_size, config.batch_wait_ms / 1000)
+    app = create_app(batcher, config.name, resolve_api_key(config), aliases=(config.model,))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                       timeout_graceful_shutdown=10)
+    )
+
+    async def announce_when_started() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.05)
+        on_ready(base_url(config.host, config.port))
+
+    async def main() -> None:
+        announcer = asyncio.create_task(announce_when_started())
+        await server.serve()  # uvicorn handles SIGINT/SIGTERM: drains, then returns
+        announcer.cancel()
+
+    try:
+        asyncio.run(main())
+    except SystemExit:  # uvicorn exits when it cannot bind; its log line says why
+        pass
+    if not server.started:
+        raise UserError(
+            f"could not listen on {config.host}:{config.port}",
+            "is the port in use? pick another with --port",
+        )

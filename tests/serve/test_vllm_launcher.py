@@ -1,0 +1,292 @@
+"""The `vllm serve` launcher: flags, validation, model paths and signal forwarding.
+
+vLLM itself is not installed here, so the command line is checked as data and
+`launch_vllm` runs small Python children standing in for `vllm serve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from collabrl.errors import UserError
+from collabrl.serve import vllm_launcher
+from collabrl.serve.config import ServeConfig
+from collabrl.serve.vllm_launcher import (
+    LoraAdapter,
+    check_vllm_ready,
+    launch_vllm,
+    lora_adapter_for,
+    model_path_for,
+    shell_line,
+    vllm_command,
+)
+
+MODEL = "/models/expert"
+# EAPO appendix E's flags, with our host (127.0.0.1, not ::) and tensor parallel (1, not 8);
+# request logging is off by default in current vLLM, so no flag is needed for it.
+DEFAULT_COMMAND = [
+    "vllm", "serve", MODEL,
+    "--host", "127.0.0.1",
+    "--port", "8000",
+    "--gpu-memory-utilization", "0.8",
+    "--max-model-len", "32768",
+    "--tensor-parallel-size", "1",
+    "--served-model-name", "expert",
+    "--trust-remote-code",
+]  # fmt: skip
+
+
+def _config(**changes) -> ServeConfig:
+    return dataclasses.replace(ServeConfig(), **changes)
+
+
+# -- flags ------------------------------------------------------------------------
+
+
+def test_defaults_follow_eapo_with_safe_host_and_one_gpu() -> None:
+    assert vllm_command(ServeConfig(), MODEL, "0.11.0") == DEFAULT_COMMAND
+
+
+def test_overrides_reach_their_flags() -> None:
+    config = _config(
+        role="teacher",
+        served_model_name="big-teacher",
+        host="::",
+        port=9001,
+        tensor_parallel_size=8,
+        max_model_len=4096,
+        gpu_memory_utilization=0.95,
+        trust_remote_code=False,
+        vllm_args=["--dtype", "bfloat16", "--seed", "3"],
+    )
+    assert vllm_command(config, MODEL, "0.11.0") == [
+        "vllm", "serve", MODEL,
+        "--host", "::",
+        "--port", "9001",
+        "--gpu-memory-utilization", "0.95",
+        "--max-model-len", "4096",
+        "--tensor-parallel-size", "8",
+        "--served-model-name", "big-teacher",
+        "--dtype", "bfloat16", "--seed", "3",
+    ]  # fmt: skip
+
+
+def test_served_name_defaults_to_the_role() -> None:
+    command = vllm_command(_config(role="judge"), MODEL, None)
+    assert command[command.index("--served-model-name") + 1] == "judge"
+
+
+def test_api_key_flag() -> None:
+    command = vllm_command(ServeConfig(), MODEL, "0.11.0", api_key="s3cret")
+    assert command == [*DEFAULT_COMMAND, "--api-key", "s3cret"]
+    assert vllm_command(ServeConfig(), MODEL, "0.11.0", api_key=None) == DEFAULT_COMMAND
+
+
+@pytest.mark.parametrize(
+    ("version", "log_requests", "expected"),
+    [
+        (None, False, []),
+        (None, True, ["--enable-log-requests"]),
+        ("0.9.2", False, ["--disable-log-requests"]),
+        ("0.9.2", True, []),
+        ("0.10.2", False, []),
+        ("0.10.2", True, ["--enable-log-requests"]),
+        ("0.11.0", False, []),
+        ("0.11.0", True, ["--enable-log-requests"]),
+        ("0.10.1.1+cu126", False, ["--disable-log-requests"]),
+        ("0.10.2rc1", True, ["--enable-log-requests"]),
+        ("not-a-version", False, []),
+    ],
+)
+def test_request_logging_flag_depends_on_vllm_version(
+    version: str | None, log_requests: bool, expected: list[str]
+) -> None:
+    command = vllm_command(_config(log_requests=log_requests, vllm_args=["--x"]), MODEL, version)
+    # The logging flag sits between the fixed flags and the user's extra arguments.
+    assert command == [*DEFAULT_COMMAND, *expected, "--x"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"port": 0}, "port 0"),
+        ({"port": 65536}, "port 65536"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size"),
+        ({"max_model_len": 0}, "max_model_len"),
+    ],
+)
+def test_invalid_settings_are_user_errors(changes: dict, problem: str) -> None:
+    with pytest.raises(UserError) as caught:
+        vllm_command(_config(**changes), MODEL, None)
+    assert problem in caught.value.problem
+    assert caught.value.fix
+
+
+def test_edge_values_are_valid() -> None:
+    config = _config(port=65535, gpu_memory_utilization=1.0, max_model_len=1)
+    assert vllm_command(config, MODEL, None)[:2] == ["vllm", "serve"]
+
+
+def test_shell_line_quotes_and_hides_the_api_key() -> None:
+    config = _config(vllm_args=["--chat-template", "{{ 'a b' }}"])
+    command = vllm_command(config, "/models/my model", None, api_key="k3y")
+    line = shell_line(command)
+    assert "k3y" not in line
+    assert shlex.split(line) == [part if part != "k3y" else "***" for part in command]
+    assert "'/models/my model'" in line
+    assert shlex.split(shell_line(command, redact=False)) == command
+
+
+# -- LoRA -------------------------------------------------------------------------
+
+
+def test_lora_is_served_under_the_role_name_and_base_under_name_base() -> None:
+    lora = LoraAdapter(path="/adapters/a", rank=8)
+    command = vllm_command(ServeConfig(), MODEL, None, lora=lora)
+    assert command == [
+        *DEFAULT_COMMAND[:-3], "--served-model-name", "expert-base", "--trust-remote-code",
+        "--enable-lora", "--lora-modules", "expert=/adapters/a",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rank", "flag"), [(16, None), (24, "32"), (64, "64"), (1024, "1024")])
+def test_lora_rank_above_vllms_default_raises_max_lora_rank(rank: int, flag: str | None) -> None:
+    command = vllm_command(ServeConfig(), MODEL, None, lora=LoraAdapter("/a", rank))
+    if flag is None:
+        assert "--max-lora-rank" not in command
+    else:
+        assert command[command.index("--max-lora-rank") + 1] == flag
+
+
+# -- model paths ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    config = LlamaConfig(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        vocab_size=100,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_model_path_of_a_hf_folder_is_the_folder(hf_dir: Path) -> None:
+    assert model_path_for(str(hf_dir), convert=False) == str(hf_dir.resolve())
+    assert model_path_for(str(hf_dir), convert=True) == str(hf_dir.resolve())
+    assert lora_adapter_for(str(hf_dir)) is None
+
+
+def test_embedded_model_dry_run_does_not_convert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path))
+    path = model_path_for("smollm2-135m", convert=False)
+    assert path == str(tmp_path / "models" / "smollm2-135m")
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def test_lora_adapter_resolves_to_its_base(hf_dir: Path, tmp_path: Path) -> None:
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {"base_model_name_or_path": str(hf_dir), "r": 64, "peft_type": "LORA"}
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    assert model_path_for(str(adapter), convert=False) == str(hf_dir.resolve())
+    assert lora_adapter_for(str(adapter)) == LoraAdapter(path=str(adapter.resolve()), rank=64)
+
+
+# -- readiness --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_check_vllm_ready_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: None)
+    with pytest.raises(UserError) as caught:
+        check_vllm_ready()
+    assert caught.value.problem == "vLLM is not installed"
+    assert "collabrl[vllm]" in caught.value.fix
+
+
+def test_check_vllm_ready_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError) as caught:
+        check_vllm_ready()
+    assert caught.value.problem == "no GPU is visible to vLLM"
+
+
+# -- launching --------------------------------------------------------------------
+
+
+def test_launch_returns_the_exit_code_and_restores_handlers() -> None:
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    assert launch_vllm([sys.executable, "-c", "import sys; sys.exit(5)"]) == 5
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_launch_reports_death_by_signal_as_128_plus_n() -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert launch_vllm([sys.executable, "-c", code]) == 128 + signal.SIGKILL
+
+
+def test_launch_of_a_missing_program_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="not found"):
+        launch_vllm(["collabrl-no-such-program-xyz"])
+
+
+# A stand-in for `vllm serve`: announces itself, then exits 7 on SIGTERM or SIGINT.
+CHILD = textwrap.dedent(
+    """
+    import signal, sys, time
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *args: sys.exit(7))
+    print("up", flush=True)
+    time.sleep(30)
+    """
+)
+# launch_vllm installs signal handlers, which only the main thread may do, so the
+# launcher runs in its own Python process and the test signals that process.
+LAUNCHER = textwrap.dedent(
+    f"""
+    import sys
+    from collabrl.serve.vllm_launcher import launch_vllm
+    sys.exit(launch_vllm([sys.executable, "-c", {CHILD!r}]))
+    """
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_launch_forwards_signals_and_waits_for_the_child(signum: int) -> None:
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout is not None
+        assert launcher.stdout.readline().strip() == "up"  # the child shares our stdout
+        started = time.monotonic()
+        launcher.send_signal(signum)
+        assert launcher.wait(timeout=10) == 7
+        assert time.monotonic() - started < 5
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
