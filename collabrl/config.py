@@ -69,6 +69,43 @@ class EngineConfig:
     max_model_len: int | None = option(None, "Context length cap for vLLM (default: model's).")
 
 
+@dataclass
+class EndpointConfig:
+    """One place the expert pool can send calls to."""
+
+    # No default: an endpoint without a reference means nothing, so building one fails loudly.
+    ref: str = field(
+        metadata={"help": "Base URL of an OpenAI-compatible server (http(s)://…/v1) or a "
+                  "local model reference, loaded in-process."}
+    )
+    served_model: str | None = option(
+        None, "Model name at the endpoint (default: the first it serves); ignored for local refs."
+    )
+    api_key: str | None = option(None, "API key of the endpoint (default: $COLLABRL_API_KEY).")
+
+
+@dataclass
+class PoolConfig:
+    """The pool of expert models a policy consults (EAPO: up to K experts in parallel)."""
+
+    endpoints: list[str] = option(
+        [], "Endpoint refs (URL or local model), one per endpoint; repeat --expert to add more."
+    )
+    num_experts: int = option(3, "K: the number of experts; expert ids are 1..K as in EAPO.")
+    assignment: str = option(
+        "round_robin",
+        "round_robin: expert i uses endpoints[(i-1) % len]; per_expert: one endpoint per expert.",
+    )
+    timeout: float = option(60.0, "Seconds one call attempt may take before it is abandoned.")
+    retries: int = option(2, "Extra attempts after a failed call (connection errors, timeouts).")
+    backoff: float = option(0.5, "Seconds before the first retry; doubled for every further one.")
+    api_key: str | None = option(None, "API key sent to every URL endpoint.")
+    served_model: str | None = option(None, "Model name requested at every URL endpoint.")
+    cache_dir: str | None = option(
+        None, "Folder of the on-disk response cache (deterministic calls only); unset: no cache."
+    )
+
+
 # -- building configs from layers --------------------------------------------------
 
 

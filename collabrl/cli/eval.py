@@ -51,6 +51,7 @@ def run(
     set_: list[str] = typer.Option(None, "--set", help="Override any config key: key.sub=value."),
 ) -> None:
     """Sample a model on a benchmark; write config.yaml, samples.jsonl and metrics.json."""
+    from collabrl.cli.options import without_none
     from collabrl.config import build_config, read_yaml
     from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
@@ -63,7 +64,7 @@ def run(
         "engine": {"kind": engine, "batch_size": batch_size},
     }
     layers = [read_yaml(config)] if config else []
-    cfg = build_config(EvalConfig, [*layers, _without_none(cli)], set_ or [])
+    cfg = build_config(EvalConfig, [*layers, without_none(cli)], set_ or [])
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeRemainingColumn(), console=console, transient=True,
@@ -72,18 +73,6 @@ def run(
         result = run_eval(cfg, progress=lambda done, total: bar.update(task, completed=done,
                                                                        total=total))
     _print_summary(result.metrics, result.out_dir, result.new_samples)
-
-
-def _without_none(tree: dict) -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            value = _without_none(value)
-            if value:
-                out[key] = value
-        elif value is not None:
-            out[key] = value
-    return out
 
 
 def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:

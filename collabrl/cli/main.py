@@ -10,6 +10,7 @@ from rich.table import Table
 
 from collabrl import __version__
 from collabrl.cli import eval as eval_cli
+from collabrl.cli.infer import infer
 from collabrl.cli.serve import serve
 from collabrl.errors import UserError
 
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 app.add_typer(eval_cli.app, name="eval")
 app.command("serve")(serve)
+app.command("infer")(infer)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -25,7 +25,7 @@ def serve(
     set_: list[str] = typer.Option(None, "--set", help="Override any config key: key=value."),
 ) -> None:
     """Serve a model: `vllm serve` on a GPU, the embedded batched server on a CPU."""
-    from collabrl.cli.eval import _without_none
+    from collabrl.cli.options import without_none
     from collabrl.config import build_config, read_yaml
     from collabrl.errors import UserError
     from collabrl.serve.config import ROLES, ServeConfig
@@ -39,7 +39,7 @@ def serve(
         "tensor_parallel_size": tensor_parallel_size, "max_batch_size": max_batch_size,
     }
     layers = [read_yaml(config)] if config else []
-    cfg = build_config(ServeConfig, [*layers, _without_none(cli)], set_ or [])
+    cfg = build_config(ServeConfig, [*layers, without_none(cli)], set_ or [])
     kind = choose_engine(cfg)
     if kind == "vllm":
         _serve_vllm(cfg, dry_run)
@@ -52,6 +52,7 @@ def serve(
     console.print(f"loading {cfg.model} …")
     serve_embedded(cfg, on_ready=lambda url: console.print(
         f"ready: {url} (model '{cfg.name}'; Ctrl-C to stop)", highlight=False))
+    console.print("stopped")
 
 
 def _serve_vllm(cfg, dry_run: bool) -> None:

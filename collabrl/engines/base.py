@@ -54,10 +54,14 @@ class Completion:
     finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length"
     stop_reason: str | None = None  # the stop string that ended it, if any
     prompt_tokens: int = 0
+    # The server's count of generated tokens, for answers that carry no token ids (HTTP).
+    reported_tokens: int | None = None
 
     @property
     def completion_tokens(self) -> int:
-        return len(self.token_ids)
+        if self.token_ids or self.reported_tokens is None:
+            return len(self.token_ids)
+        return self.reported_tokens
 
 
 @runtime_checkable

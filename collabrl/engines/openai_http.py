@@ -224,7 +224,12 @@ def parse_response(response: Any, kind: str, params: SamplingParams) -> list[Com
     usage = getattr(response, "usage", None)
     prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
     choices = sorted(response.choices, key=lambda c: getattr(c, "index", 0) or 0)
-    return [parse_choice(c, kind, params, prompt_tokens) for c in choices]
+    completions = [parse_choice(c, kind, params, prompt_tokens) for c in choices]
+    # Usage sums over all choices, so it is one completion's count only when there is one.
+    reported = getattr(usage, "completion_tokens", None) if usage is not None else None
+    if len(completions) == 1 and isinstance(reported, int):
+        completions[0].reported_tokens = reported
+    return completions
 
 
 # ---------------------------------------------------------------------------------------------

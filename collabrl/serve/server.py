@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 
 from collabrl.errors import UserError
 from collabrl.serve.config import ServeConfig
@@ -51,7 +53,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     )
     batcher = DynamicBatcher(engine, config.max_batch_size, config.batch_wait_ms / 1000)
     app = create_app(batcher, config.name, resolve_api_key(config), aliases=(config.model,))
-    server = uvicorn.Server(
+    server = _graceful_server_class()(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                        timeout_graceful_shutdown=10)
     )
@@ -77,3 +79,26 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
             f"could not listen on {config.host}:{config.port}",
             "is the port in use? pick another with --port",
         )
+
+
+def _graceful_server_class():
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """Stops on SIGINT/SIGTERM and returns normally.
+
+        uvicorn re-raises the caught signal after draining, which turns a clean
+        shutdown into a "killed by signal" exit status.
+        """
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            stops = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return GracefulServer
