@@ -45,6 +45,7 @@ def run(
     prompt: str = typer.Option(None, "--prompt", help="Template: relay, eapo-eval, plain."),
     engine: str = typer.Option(None, "--engine", help="auto, transformers, vllm or openai."),
     batch_size: int = typer.Option(None, "--batch-size", help="Sequences generated together."),
+    api_key: str = typer.Option(None, "--api-key", help="Key of an OpenAI-compatible endpoint."),
     out: Path = typer.Option(None, "--out", help="Run folder; an existing one is resumed."),
     judge: str = typer.Option(None, "--judge", help="Base URL of an LLM judge endpoint."),
     config: Path = typer.Option(None, "--config", "-c", help="YAML config file."),
@@ -61,7 +62,7 @@ def run(
         "out": str(out) if out else None, "judge": judge,
         "sampling": {"n": n, "max_tokens": max_tokens, "temperature": temperature,
                      "top_p": top_p, "seed": seed},
-        "engine": {"kind": engine, "batch_size": batch_size},
+        "engine": {"kind": engine, "batch_size": batch_size, "api_key": api_key},
     }
     layers = [read_yaml(config)] if config else []
     cfg = build_config(EvalConfig, [*layers, without_none(cli)], set_ or [])

@@ -460,13 +460,14 @@ class ExpertPool:
         base = self.engine_config
         if is_url(endpoint.ref):
             # max_retries=0: the pool retries itself, with a timeout per attempt; client
-            # retries on top would multiply the time a dead endpoint can hold a call.
+            # retries on top would multiply the time a dead endpoint can hold a call. The
+            # client's timeout is only a backstop: the pool's per-attempt timeout fires first.
             config = dataclasses.replace(
                 base,
                 kind="openai",
                 api_key=endpoint.api_key or base.api_key,
                 served_model=endpoint.served_model or base.served_model,
-                timeout=self.config.timeout,
+                timeout=self.config.timeout + 1.0,
                 max_retries=0,
             )
         else:
