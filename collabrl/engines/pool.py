@@ -291,7 +291,9 @@ class ExpertPool:
             for i, record in done:
                 records[i] = record
                 self._remember(record, params)
-        return [r for r in records if r is not None]
+        answered = [r for r in records if r is not None]
+        assert len(answered) == len(calls), "every call gets exactly one record"
+        return answered
 
     def ask_sync(self, calls: list[Call], params: SamplingParams) -> list[CallRecord]:
         """Blocking `ask`, usable from plain code and from inside a running event loop."""
