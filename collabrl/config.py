@@ -154,11 +154,18 @@ def field_help(cls: type) -> dict[str, str]:
     return out
 
 
+class SetValue(str):
+    """The raw text of a `--set key=value`, read as YAML only once its field's type is known.
+
+    Text fields keep it verbatim (`--set host=::` is an address, not a YAML mapping).
+    """
+
+
 def _parse_set(assignment: str) -> dict[str, Any]:
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--set '{assignment}' is not key=value", "write e.g. --set sampling.n=8")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    value = SetValue(raw)
     nested: dict[str, Any] = {}
     node = nested
     parts = key.strip().split(".")
@@ -205,6 +212,8 @@ def _from_dict(cls: type[T], data: dict[str, Any], prefix: str) -> T:
 
 def _coerce(value: Any, kind: Any, key: str) -> Any:
     """Check `value` against the annotation `kind`, allowing int -> float and str -> Path."""
+    if isinstance(value, SetValue):
+        value = _read_set_value(value, kind, key)
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(kind)
@@ -234,6 +243,20 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
             raise _type_error(key, value, kind)
         return value
     raise _type_error(key, value, kind)
+
+
+def _read_set_value(raw: SetValue, kind: Any, key: str) -> Any:
+    is_union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+    options = typing.get_args(kind) if is_union else (kind,)
+    try:
+        parsed = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        if str in options:
+            return str(raw)
+        raise UserError(f"--set {key}={raw} is not a valid value", "quote it or fix it") from err
+    if str in options and not (parsed is None and type(None) in options):
+        return str(raw)
+    return parsed
 
 
 def _type_error(key: str, value: Any, kind: Any) -> UserError:

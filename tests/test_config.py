@@ -242,3 +242,18 @@ def test_field_help_covers_every_field_of_eval_config() -> None:
 
 def test_resumable_keys_are_real_fields() -> None:
     assert RESUMABLE_KEYS <= {f.name for f in fields(EvalConfig)}
+
+
+def test_set_keeps_text_fields_verbatim_and_parses_the_rest() -> None:
+    from collabrl.serve.config import ServeConfig
+
+    cfg = build_config(
+        ServeConfig, [], ["host=::", "port=9000", "vllm_args=[--a, --b]", "api_key=null"]
+    )
+    assert cfg.host == "::" and cfg.port == 9000
+    assert cfg.vllm_args == ["--a", "--b"] and cfg.api_key is None
+
+
+def test_set_with_invalid_yaml_for_a_number_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="sampling.n"):
+        build_config(EvalConfig, [], ["sampling.n=["])

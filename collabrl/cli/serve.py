@@ -61,15 +61,26 @@ def _serve_vllm(cfg, dry_run: bool) -> None:
         check_vllm_ready,
         installed_vllm_version,
         launch_vllm,
+        lora_adapter_for,
+        lora_note,
         model_path_for,
         shell_line,
         vllm_command,
     )
 
-    path = model_path_for(cfg.model, convert=not dry_run)
-    command = vllm_command(cfg, path, installed_vllm_version(), resolve_api_key(cfg))
+    if not dry_run:
+        check_vllm_ready()  # before converting any weights
+    lora = lora_adapter_for(cfg.model)
+    command = vllm_command(
+        cfg,
+        model_path_for(cfg.model, convert=not dry_run),
+        installed_vllm_version(),
+        api_key=resolve_api_key(cfg),
+        lora=lora,
+    )
+    if lora is not None:
+        console.print(lora_note(cfg.name))
     if dry_run:
         print(shell_line(command))
         return
-    check_vllm_ready()
     raise typer.Exit(launch_vllm(command))

@@ -258,3 +258,50 @@ def test_report_table_through_the_cli(tiny_model_dir, tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert report.stdout.count("tiny-run") == 2
     assert "pass@1" in report.stdout
+
+
+# --- serve and infer -------------------------------------------------------------------------------
+
+
+def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
+    result = collab(
+        "serve", "expert", "--engine", "vllm", "--dry-run", "--tensor-parallel-size", "8",
+        "--set", "host=::", "--set", "vllm_args=[--enable-prefix-caching]", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert words[:2] == ["vllm", "serve"]
+    assert words[3:] == [
+        "--host", "::", "--port", "8000", "--gpu-memory-utilization", "0.8",
+        "--max-model-len", "32768", "--tensor-parallel-size", "8",
+        "--served-model-name", "expert", "--trust-remote-code", "--enable-prefix-caching",
+    ]
+
+
+def test_serve_vllm_without_vllm_keeps_the_install_hint_intact(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return  # vLLM is installed here: the error does not apply
+    result = collab("serve", "expert", "--engine", "vllm", cwd=tmp_path)
+    # The hint contains [vllm], which rich would swallow as markup if not escaped.
+    assert_one_line_error(result, "vLLM is not installed", "collabrl[vllm]")
+
+
+def test_serve_unknown_role(tmp_path: Path) -> None:
+    assert_one_line_error(collab("serve", "oracle", cwd=tmp_path), "unknown role 'oracle'")
+
+
+def test_infer_answers_with_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:
+    result = collab("infer", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "finish:" in result.stdout
+
+
+def test_infer_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
+    from tests.servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    result = collab("infer", "Hello", "--model", url, "--served-model", "m", cwd=tmp_path)
+    assert_one_line_error(result, "cannot reach")
