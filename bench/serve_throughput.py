@@ -24,12 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
-from tests.servers import ServerProcess  # noqa: E402
-
 from collabrl.config import PoolConfig  # noqa: E402
 from collabrl.data.benchmarks import load_benchmark  # noqa: E402
 from collabrl.engines.base import SamplingParams  # noqa: E402
 from collabrl.engines.pool import ExpertPool  # noqa: E402
+from tests.servers import ServerProcess  # noqa: E402
 
 POOL_TARGET = 1.3
 SERVER_TARGET = 3.0

@@ -75,8 +75,10 @@ class EndpointConfig:
 
     # No default: an endpoint without a reference means nothing, so building one fails loudly.
     ref: str = field(
-        metadata={"help": "Base URL of an OpenAI-compatible server (http(s)://…/v1) or a "
-                  "local model reference, loaded in-process."}
+        metadata={
+            "help": "Base URL of an OpenAI-compatible server (http(s)://…/v1) or a "
+            "local model reference, loaded in-process."
+        }
     )
     served_model: str | None = option(
         None, "Model name at the endpoint (default: the first it serves); ignored for local refs."

@@ -19,16 +19,35 @@ def free_port() -> int:
 class ServerProcess:
     """`collab serve ROLE --engine transformers` on 127.0.0.1, killed on exit."""
 
-    def __init__(self, model: str | Path, port: int | None = None, role: str = "expert",
-                 api_key: str | None = None, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        port: int | None = None,
+        role: str = "expert",
+        api_key: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        cmd = [sys.executable, "-m", "collabrl.cli.main", "serve", role, "--model", str(model),
-               "--engine", "transformers", "--port", str(self.port), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "collabrl.cli.main",
+            "serve",
+            role,
+            "--model",
+            str(model),
+            "--engine",
+            "transformers",
+            "--port",
+            str(self.port),
+            *extra,
+        ]
         if api_key:
             cmd += ["--api-key", api_key]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.lines: list[str] = []
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()

@@ -58,29 +58,50 @@ def run(
     from collabrl.eval.runner import run_eval
 
     cli = {
-        "benchmark": benchmark, "model": model, "limit": limit, "prompt": prompt,
-        "out": str(out) if out else None, "judge": judge,
-        "sampling": {"n": n, "max_tokens": max_tokens, "temperature": temperature,
-                     "top_p": top_p, "seed": seed},
+        "benchmark": benchmark,
+        "model": model,
+        "limit": limit,
+        "prompt": prompt,
+        "out": str(out) if out else None,
+        "judge": judge,
+        "sampling": {
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+        },
         "engine": {"kind": engine, "batch_size": batch_size, "api_key": api_key},
     }
     layers = [read_yaml(config)] if config else []
     cfg = build_config(EvalConfig, [*layers, without_none(cli)], set_ or [])
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeRemainingColumn(), console=console, transient=True,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
     ) as bar:
         task = bar.add_task(f"{cfg.benchmark} · {cfg.model}", total=None)
-        result = run_eval(cfg, progress=lambda done, total: bar.update(task, completed=done,
-                                                                       total=total))
+        result = run_eval(
+            cfg, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
     _print_summary(result.metrics, result.out_dir, result.new_samples)
 
 
 def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
     n = int(metrics["samples_per_problem"])
     keys = [k for k in metrics if k.startswith(HEADLINE_PREFIXES) and _shown(k, n)]
-    keys += ["var", "var_f1", "stderr", "call_ratio", "mean_completion_tokens",
-             "tokens_per_second", "generation_seconds"]
+    keys += [
+        "var",
+        "var_f1",
+        "stderr",
+        "call_ratio",
+        "mean_completion_tokens",
+        "tokens_per_second",
+        "generation_seconds",
+    ]
     table = Table("metric", "value", title=f"{int(metrics['problems'])} problems × {n} samples")
     for key in keys:
         value = metrics[key]

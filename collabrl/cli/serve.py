@@ -34,9 +34,15 @@ def serve(
     if role not in ROLES:
         raise UserError(f"unknown role '{role}'", f"use one of {', '.join(ROLES)}")
     cli = {
-        "role": role, "model": model, "engine": engine, "host": host, "port": port,
-        "api_key": api_key, "served_model_name": served_model_name,
-        "tensor_parallel_size": tensor_parallel_size, "max_batch_size": max_batch_size,
+        "role": role,
+        "model": model,
+        "engine": engine,
+        "host": host,
+        "port": port,
+        "api_key": api_key,
+        "served_model_name": served_model_name,
+        "tensor_parallel_size": tensor_parallel_size,
+        "max_batch_size": max_batch_size,
     }
     layers = [read_yaml(config)] if config else []
     cfg = build_config(ServeConfig, [*layers, without_none(cli)], set_ or [])
@@ -45,13 +51,19 @@ def serve(
         _serve_vllm(cfg, dry_run)
         return
     if dry_run:
-        console.print(f"embedded server: {cfg.model} as '{cfg.name}' on {cfg.host}:{cfg.port}, "
-                      f"batches of up to {cfg.max_batch_size}, auth "
-                      f"{'on' if resolve_api_key(cfg) else 'off'}")
+        console.print(
+            f"embedded server: {cfg.model} as '{cfg.name}' on {cfg.host}:{cfg.port}, "
+            f"batches of up to {cfg.max_batch_size}, auth "
+            f"{'on' if resolve_api_key(cfg) else 'off'}"
+        )
         return
     console.print(f"loading {cfg.model} …")
-    serve_embedded(cfg, on_ready=lambda url: console.print(
-        f"ready: {url} (model '{cfg.name}'; Ctrl-C to stop)", highlight=False))
+    serve_embedded(
+        cfg,
+        on_ready=lambda url: console.print(
+            f"ready: {url} (model '{cfg.name}'; Ctrl-C to stop)", highlight=False
+        ),
+    )
     console.print("stopped")
 
 

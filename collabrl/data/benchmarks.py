@@ -76,7 +76,9 @@ def registry() -> dict[str, BenchmarkSpec]:
     }
 
 
-def load_benchmark(name_or_path: str, fields: Fields = Fields(), limit: int | None = None) -> Benchmark:
+def load_benchmark(
+    name_or_path: str, fields: Fields = Fields(), limit: int | None = None
+) -> Benchmark:
     """A registered benchmark by name, or user data from a path."""
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be >= 1, got {limit}", "drop --limit to use every item")

@@ -39,8 +39,10 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
             max_retries=config.max_retries,
         )
     if is_url(model):
-        raise UserError(f"the {kind} engine runs a local model, got URL '{model}'",
-                        "use --engine openai for endpoints")
+        raise UserError(
+            f"the {kind} engine runs a local model, got URL '{model}'",
+            "use --engine openai for endpoints",
+        )
     if kind == "vllm":
         from collabrl.engines.vllm import VLLMEngine
 

@@ -8,10 +8,10 @@ tokenizer. `generate` returns, for every prompt, `params.n` completions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 ChatMessage = dict[str, str]
-Prompt = Union[str, list[ChatMessage], list[int]]
+Prompt = str | list[ChatMessage] | list[int]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,21 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine's resources (processes, connections, GPU memory)."""
         ...
+
+
+def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt for a Hugging Face tokenizer.
+
+    Chat messages get the tokenizer's chat template; text is taken as already
+    formatted (special tokens included), so no BOS is added on top.
+    """
+    if isinstance(prompt, str):
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if prompt and isinstance(prompt[0], dict):
+        return tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    return list(prompt)  # already token ids
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...], include_stop: bool) -> tuple[str, str | None]:

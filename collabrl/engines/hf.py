@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from collabrl.engines.base import Completion, Prompt, SamplingParams, cut_at_stop
+from collabrl.engines.base import (
+    Completion,
+    Prompt,
+    SamplingParams,
+    cut_at_stop,
+    encode_prompt,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -50,18 +56,7 @@ class TransformersEngine:
     # -- prompts -----------------------------------------------------------------
 
     def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt: chat messages get the model's chat template.
-
-        Text prompts are taken as already formatted (special tokens included),
-        so no BOS is added on top.
-        """
-        if isinstance(prompt, str):
-            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if prompt and isinstance(prompt[0], dict):
-            return self.tokenizer.apply_chat_template(
-                prompt, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        return list(prompt)  # already token ids
+        return encode_prompt(self.tokenizer, prompt)
 
     # -- generation --------------------------------------------------------------
 
@@ -102,9 +97,10 @@ class TransformersEngine:
             )
         new_tokens = out.sequences[:, input_ids.shape[1] :].tolist()
         logprobs = _sampled_logprobs(out, input_ids.shape[1], params) if params.logprobs else None
+        rows_logprobs = logprobs or [None] * len(batch)
         return [
-            self._finish_row(new_tokens[i], None if logprobs is None else logprobs[i], params, len(p))
-            for i, p in enumerate(batch)
+            self._finish_row(tokens, row_logprobs, params, len(prompt))
+            for tokens, row_logprobs, prompt in zip(new_tokens, rows_logprobs, batch, strict=True)
         ]
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -323,7 +323,11 @@ class ExpertPool:
         if entry is None:
             return None
         return CallRecord(
-            expert_id, name, prompt, entry["text"], "cached",
+            expert_id,
+            name,
+            prompt,
+            entry["text"],
+            "cached",
             prompt_tokens=int(entry.get("prompt_tokens", 0)),
             completion_tokens=int(entry.get("completion_tokens", 0)),
         )
@@ -370,8 +374,18 @@ class ExpertPool:
 
             outputs, error, attempts = await self._with_retries(attempt, local=True)
         return [
-            (i, _record(expert_id, endpoint, prompt,
-                        outputs[j][0] if outputs else None, error, attempts, started))
+            (
+                i,
+                _record(
+                    expert_id,
+                    endpoint,
+                    prompt,
+                    outputs[j][0] if outputs else None,
+                    error,
+                    attempts,
+                    started,
+                ),
+            )
             for j, (i, (expert_id, prompt)) in enumerate(items)
         ]
 
@@ -410,8 +424,10 @@ class ExpertPool:
 
     def _cache_key(self, endpoint: EndpointConfig, prompt: Prompt, params: SamplingParams) -> str:
         # Both the name and the address: every EAPO expert server is named "expert".
-        model = {"ref": endpoint.ref,
-                 "served_model": endpoint.served_model if is_url(endpoint.ref) else None}
+        model = {
+            "ref": endpoint.ref,
+            "served_model": endpoint.served_model if is_url(endpoint.ref) else None,
+        }
         return ResponseCache.key(model, prompt, params)
 
     def _cached(
@@ -428,8 +444,11 @@ class ExpertPool:
         assert endpoint is not None and record.text is not None
         self.cache.put(
             self._cache_key(endpoint, record.prompt, params),
-            {"text": record.text, "prompt_tokens": record.prompt_tokens,
-             "completion_tokens": record.completion_tokens},
+            {
+                "text": record.text,
+                "prompt_tokens": record.prompt_tokens,
+                "completion_tokens": record.completion_tokens,
+            },
         )
 
     # -- engines ------------------------------------------------------------------------------
@@ -543,11 +562,20 @@ def _record(
     latency = time.perf_counter() - started
     name = endpoint_name(endpoint)
     if completion is None:
-        return CallRecord(expert_id, name, prompt, None, "unavailable", error, latency,
-                          attempts=attempts)
+        return CallRecord(
+            expert_id, name, prompt, None, "unavailable", error, latency, attempts=attempts
+        )
     return CallRecord(
-        expert_id, name, prompt, completion.text, "ok", None, latency,
-        completion.prompt_tokens, completion.completion_tokens, attempts,
+        expert_id,
+        name,
+        prompt,
+        completion.text,
+        "ok",
+        None,
+        latency,
+        completion.prompt_tokens,
+        completion.completion_tokens,
+        attempts,
     )
 
 

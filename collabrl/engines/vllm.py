@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from collabrl.engines.base import Completion, Prompt, SamplingParams, cut_at_stop
+from collabrl.engines.base import (
+    Completion,
+    Prompt,
+    SamplingParams,
+    cut_at_stop,
+    encode_prompt,
+)
 from collabrl.errors import UserError
 
 
@@ -41,13 +47,7 @@ class VLLMEngine:
         self.name = f"vllm:{ref}"
 
     def encode(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if prompt and isinstance(prompt[0], dict):
-            return self.tokenizer.apply_chat_template(
-                prompt, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        return list(prompt)
+        return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         vllm = _import_vllm()
@@ -95,7 +95,8 @@ def to_vllm_params(factory, params: SamplingParams):
 def _to_completion(output, params: SamplingParams, prompt_tokens: int) -> Completion:
     logprobs = None
     if params.logprobs and output.logprobs is not None:
-        logprobs = [step[tok].logprob for tok, step in zip(output.token_ids, output.logprobs)]
+        steps = zip(output.token_ids, output.logprobs, strict=False)
+        logprobs = [step[token].logprob for token, step in steps]
     stop_reason = output.stop_reason if isinstance(output.stop_reason, str) else None
     text = output.text
     if stop_reason is None and params.stop:

@@ -18,11 +18,15 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     """A run's identity (benchmark, model, n, temperature) and its metrics."""
     metrics_path = run_dir / records.METRICS
     if not metrics_path.is_file():
-        raise UserError(f"{run_dir} has no {records.METRICS}", "is it a finished `collab eval` run?")
+        raise UserError(
+            f"{run_dir} has no {records.METRICS}", "is it a finished `collab eval` run?"
+        )
     try:
         metrics = json.loads(metrics_path.read_text())
     except json.JSONDecodeError as err:
-        raise UserError(f"{metrics_path} is not valid JSON", "re-run the eval to rewrite it") from err
+        raise UserError(
+            f"{metrics_path} is not valid JSON", "re-run the eval to rewrite it"
+        ) from err
     config = read_yaml(run_dir / records.CONFIG) if (run_dir / records.CONFIG).exists() else {}
     sampling = config.get("sampling", {})
     return {

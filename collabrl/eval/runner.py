@@ -88,9 +88,7 @@ def prepare_run_folder(config: EvalConfig) -> Path:
     if saved.exists() and records.read_records(out_dir / records.SAMPLES):
         previous = to_dict(build_config(EvalConfig, [read_yaml(saved)]))
         current = to_dict(config)
-        changed = [
-            k for k in current if k not in RESUMABLE_KEYS and current[k] != previous.get(k)
-        ]
+        changed = [k for k in current if k not in RESUMABLE_KEYS and current[k] != previous.get(k)]
         if changed:
             raise UserError(
                 f"{out_dir} holds a run with a different {changed[0]} "
@@ -193,16 +191,28 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
     if not pending:
         return
     defaults = EngineConfig()
-    engine = OpenAIEngine(config.judge, model=config.judge_model, api_key=config.engine.api_key,
-                          max_concurrency=defaults.max_concurrency)
+    engine = OpenAIEngine(
+        config.judge,
+        model=config.judge_model,
+        api_key=config.engine.api_key,
+        max_concurrency=defaults.max_concurrency,
+    )
     try:
         verdicts = judge_answers(engine, [(r["answer"], r["gold"]) for r in pending])
     finally:
         engine.close()
     with records.RecordWriter(path) as writer:
         for r, v in zip(pending, verdicts, strict=True):
-            writer.write({"item_id": r["item_id"], "sample": r["sample"], "answer": r["answer"],
-                          "gold": r["gold"], "judge_correct": v.correct, "judge_reply": v.raw})
+            writer.write(
+                {
+                    "item_id": r["item_id"],
+                    "sample": r["sample"],
+                    "answer": r["answer"],
+                    "gold": r["gold"],
+                    "judge_correct": v.correct,
+                    "judge_reply": v.raw,
+                }
+            )
 
 
 def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:

@@ -142,11 +142,11 @@ def _auth_checker(api_key: str | None):
 
 def _check(req: _SamplingFields, names: set[str]) -> None:
     if req.model not in names:
-        raise APIError(404, f"model '{req.model}' does not exist; served: {sorted(names)}",
-                       "NotFoundError")
+        raise APIError(
+            404, f"model '{req.model}' does not exist; served: {sorted(names)}", "NotFoundError"
+        )
     if req.stream:
-        raise APIError(400, "streaming is not supported by the embedded server",
-                       "BadRequestError")
+        raise APIError(400, "streaming is not supported by the embedded server", "BadRequestError")
 
 
 def _prompts_of(prompt: str | list[str] | list[int]) -> list:
@@ -187,20 +187,35 @@ def _params(req: _SamplingFields, default_max_tokens: int, logprobs: bool) -> Sa
 def _completion_choice(index: int, c: Completion, params: SamplingParams) -> dict[str, Any]:
     logprobs = None
     if params.logprobs and c.logprobs is not None:
-        logprobs = {"tokens": None, "token_logprobs": c.logprobs, "top_logprobs": None,
-                    "text_offset": None}
-    return {"index": index, "text": c.text, "logprobs": logprobs,
-            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+        logprobs = {
+            "tokens": None,
+            "token_logprobs": c.logprobs,
+            "top_logprobs": None,
+            "text_offset": None,
+        }
+    return {
+        "index": index,
+        "text": c.text,
+        "logprobs": logprobs,
+        "finish_reason": c.finish_reason,
+        "stop_reason": c.stop_reason,
+    }
 
 
 def _chat_choice(index: int, c: Completion, params: SamplingParams) -> dict[str, Any]:
     logprobs = None
     if params.logprobs and c.logprobs is not None:
-        content = [{"token": "", "logprob": lp, "bytes": None, "top_logprobs": []}
-                   for lp in c.logprobs]
+        content = [
+            {"token": "", "logprob": lp, "bytes": None, "top_logprobs": []} for lp in c.logprobs
+        ]
         logprobs = {"content": content}
-    return {"index": index, "message": {"role": "assistant", "content": c.text},
-            "logprobs": logprobs, "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": c.text},
+        "logprobs": logprobs,
+        "finish_reason": c.finish_reason,
+        "stop_reason": c.stop_reason,
+    }
 
 
 def _envelope(prefix: str, kind: str, model: str, choices: list, outputs: list) -> dict[str, Any]:
@@ -213,8 +228,11 @@ def _envelope(prefix: str, kind: str, model: str, choices: list, outputs: list) 
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 

@@ -54,8 +54,13 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     batcher = DynamicBatcher(engine, config.max_batch_size, config.batch_wait_ms / 1000)
     app = create_app(batcher, config.name, resolve_api_key(config), aliases=(config.model,))
     server = _graceful_server_class()(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                       timeout_graceful_shutdown=10)
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            timeout_graceful_shutdown=10,
+        )
     )
 
     async def announce_when_started() -> None:

@@ -260,21 +260,42 @@ def test_report_table_through_the_cli(tiny_model_dir, tmp_path: Path) -> None:
     assert "pass@1" in report.stdout
 
 
-# --- serve and infer -------------------------------------------------------------------------------
+# --- serve and infer ---------------------------------------------------------------------------
 
 
 def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
     result = collab(
-        "serve", "expert", "--engine", "vllm", "--dry-run", "--tensor-parallel-size", "8",
-        "--set", "host=::", "--set", "vllm_args=[--enable-prefix-caching]", cwd=tmp_path,
+        "serve",
+        "expert",
+        "--engine",
+        "vllm",
+        "--dry-run",
+        "--tensor-parallel-size",
+        "8",
+        "--set",
+        "host=::",
+        "--set",
+        "vllm_args=[--enable-prefix-caching]",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     words = result.stdout.split()
     assert words[:2] == ["vllm", "serve"]
     assert words[3:] == [
-        "--host", "::", "--port", "8000", "--gpu-memory-utilization", "0.8",
-        "--max-model-len", "32768", "--tensor-parallel-size", "8",
-        "--served-model-name", "expert", "--trust-remote-code", "--enable-prefix-caching",
+        "--host",
+        "::",
+        "--port",
+        "8000",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--max-model-len",
+        "32768",
+        "--tensor-parallel-size",
+        "8",
+        "--served-model-name",
+        "expert",
+        "--trust-remote-code",
+        "--enable-prefix-caching",
     ]
 
 
@@ -293,8 +314,9 @@ def test_serve_unknown_role(tmp_path: Path) -> None:
 
 
 def test_infer_answers_with_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:
-    result = collab("infer", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4",
-                    cwd=tmp_path)
+    result = collab(
+        "infer", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "finish:" in result.stdout
 

@@ -61,15 +61,17 @@ def test_endpoint_index_rejects_ids_outside_one_to_k() -> None:
     ],
 )
 def test_bad_pool_configs_are_user_errors(changes: dict, message: str) -> None:
-    config = dataclasses.replace(PoolConfig(endpoints=["http://a:1/v1", "http://b:2/v1"]),
-                                 **changes)
+    config = dataclasses.replace(
+        PoolConfig(endpoints=["http://a:1/v1", "http://b:2/v1"]), **changes
+    )
     with pytest.raises(UserError, match=message):
         ExpertPool(config)
 
 
 def test_pool_config_builds_from_layers() -> None:
-    config = build_config(PoolConfig, [{"endpoints": ["http://a:1/v1"], "timeout": 5}],
-                          ["num_experts=2"])
+    config = build_config(
+        PoolConfig, [{"endpoints": ["http://a:1/v1"], "timeout": 5}], ["num_experts=2"]
+    )
     assert config.endpoints == ["http://a:1/v1"] and config.timeout == 5.0
     assert config.num_experts == 2 and config.cache_dir is None
 
@@ -84,15 +86,21 @@ def test_transient_errors_are_retried_and_final_ones_are_not() -> None:
 
 def test_stats_summarises_records() -> None:
     records = [
-        CallRecord(1, "e", "p", "a", "ok", latency_s=1.0, prompt_tokens=3, completion_tokens=4,
-                   attempts=1),
+        CallRecord(
+            1, "e", "p", "a", "ok", latency_s=1.0, prompt_tokens=3, completion_tokens=4, attempts=1
+        ),
         CallRecord(2, "e", "p", None, "unavailable", "down", latency_s=3.0, attempts=2),
         CallRecord(3, "e", "p", "a", "cached", prompt_tokens=3, completion_tokens=4),
         CallRecord(9, "", "p", None, "unavailable", UNKNOWN_EXPERT),
     ]
     assert stats(records) == {
-        "calls": 4, "ok": 1, "unavailable": 2, "cached": 1, "mean_latency_s": 2.0,
-        "prompt_tokens": 6, "completion_tokens": 8,
+        "calls": 4,
+        "ok": 1,
+        "unavailable": 2,
+        "cached": 1,
+        "mean_latency_s": 2.0,
+        "prompt_tokens": 6,
+        "completion_tokens": 8,
     }
     assert stats([])["mean_latency_s"] == 0.0
     assert [r.ok for r in records] == [True, False, True, False]
@@ -121,8 +129,9 @@ def test_silent_server_times_out_per_attempt() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
-        config = PoolConfig(endpoints=[url], timeout=0.5, retries=1, backoff=0.1,
-                            served_model="expert")
+        config = PoolConfig(
+            endpoints=[url], timeout=0.5, retries=1, backoff=0.1, served_model="expert"
+        )
         with ExpertPool(config) as pool:
             began = time.monotonic()
             records = pool.ask_sync(THREE, SHORT)
@@ -279,8 +288,14 @@ def test_remote_pool_answers_three_experts(server: ServerProcess) -> None:
 
 def test_killed_server_mid_flight_then_restart(servers) -> None:
     server = servers()
-    config = PoolConfig(endpoints=[server.url], num_experts=3, timeout=5.0, retries=1,
-                        backoff=0.2, served_model="expert")
+    config = PoolConfig(
+        endpoints=[server.url],
+        num_experts=3,
+        timeout=5.0,
+        retries=1,
+        backoff=0.2,
+        served_model="expert",
+    )
     calls = [(1 + i % 3, f"Question {i}: what is 2+2?") for i in range(6)]
     long = SamplingParams(max_tokens=512)  # seconds of work on the server: still in flight
 

@@ -48,7 +48,9 @@ def test_wrong_or_missing_key_is_401(server):
 
 def test_chat_completion_with_usage(client):
     reply = client.chat.completions.create(
-        model="expert", messages=[{"role": "user", "content": "Hello"}], max_tokens=6,
+        model="expert",
+        messages=[{"role": "user", "content": "Hello"}],
+        max_tokens=6,
         temperature=0,
     )
     choice = reply.choices[0]
@@ -69,20 +71,29 @@ def test_completion_n_samples_and_usage(client):
 
 
 def test_stop_strings_are_honoured(client):
-    greedy = client.completions.create(model="expert", prompt="The", max_tokens=12,
-                                       temperature=0).choices[0].text
+    greedy = (
+        client.completions.create(model="expert", prompt="The", max_tokens=12, temperature=0)
+        .choices[0]
+        .text
+    )
     stop = greedy.strip()[2:5]
     assert stop, greedy
-    cut = client.completions.create(model="expert", prompt="The", max_tokens=12,
-                                    temperature=0, stop=[stop]).choices[0]
+    cut = client.completions.create(
+        model="expert", prompt="The", max_tokens=12, temperature=0, stop=[stop]
+    ).choices[0]
     assert stop not in cut.text and greedy.startswith(cut.text)
     assert cut.finish_reason == "stop"
 
 
 def test_same_seed_same_sample(client):
     def sample():
-        return client.completions.create(model="expert", prompt="A", max_tokens=8,
-                                         temperature=1.0, seed=7).choices[0].text
+        return (
+            client.completions.create(
+                model="expert", prompt="A", max_tokens=8, temperature=1.0, seed=7
+            )
+            .choices[0]
+            .text
+        )
 
     assert sample() == sample()
 
@@ -100,8 +111,13 @@ def test_concurrent_requests_are_answered(client):
     from concurrent.futures import ThreadPoolExecutor
 
     def ask(i: int) -> str:
-        return client.completions.create(model="expert", prompt=f"Item {i}", max_tokens=4,
-                                         temperature=0).choices[0].text
+        return (
+            client.completions.create(
+                model="expert", prompt=f"Item {i}", max_tokens=4, temperature=0
+            )
+            .choices[0]
+            .text
+        )
 
     with ThreadPoolExecutor(8) as pool:
         texts = list(pool.map(ask, range(8)))
@@ -121,9 +137,22 @@ def test_port_in_use_is_a_one_line_error(tiny_model_dir, server):
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "collabrl.cli.main", "serve", "expert", "--model",
-         str(tiny_model_dir), "--engine", "transformers", "--port", str(server.port)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "collabrl.cli.main",
+            "serve",
+            "expert",
+            "--model",
+            str(tiny_model_dir),
+            "--engine",
+            "transformers",
+            "--port",
+            str(server.port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
