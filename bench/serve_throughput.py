@@ -85,11 +85,12 @@ def main() -> None:
         print(f"server: {server.url} ({args.model}, embedded, batch <= 16)")
         pool = ExpertPool(PoolConfig(endpoints=[server.url], num_experts=3, timeout=600))
         time_pool(pool, panel[:1], params)  # warm-up: connections, first-call costs
-        one, three, seq, par = [], [], [], []
+        one, three, three_seq, seq, par = [], [], [], [], []
         seq_tokens = par_tokens = 0
         for _ in range(args.repeats):
             one.append(time_pool(pool, panel[:1], params))
             three.append(time_pool(pool, panel, params))
+            three_seq.append(sum(time_pool(pool, [p], params) for p in panel))
             s, seq_tokens = time_requests(server.url, batch, args.max_tokens, concurrent=False)
             p, par_tokens = time_requests(server.url, batch, args.max_tokens, concurrent=True)
             seq.append(s)
@@ -103,6 +104,7 @@ def main() -> None:
     print(f"\n(a) expert pool, greedy, max_tokens={args.max_tokens}, medians of {args.repeats}")
     print(f"    1 call          {m_one:7.2f} s")
     print(f"    3 parallel      {m_three:7.2f} s")
+    print(f"    3 one by one    {statistics.median(three_seq):7.2f} s  (for reference)")
     verdict = "meets" if pool_ratio <= POOL_TARGET else "misses"
     print(f"    ratio 3/1       {pool_ratio:7.2f}x  ({verdict} target <= {POOL_TARGET}x)")
     print(f"\n(b) embedded server, {args.clients} requests, medians of {args.repeats}")
