@@ -297,7 +297,9 @@ def test_killed_server_mid_flight_then_restart(servers) -> None:
         served_model="expert",
     )
     calls = [(1 + i % 3, f"Question {i}: what is 2+2?") for i in range(6)]
-    long = SamplingParams(max_tokens=512)  # seconds of work on the server: still in flight
+    # Seconds of work on the server, whatever the machine's speed: EOS is banned, so every
+    # reply runs to max_tokens and the calls are surely in flight when the server dies.
+    long = SamplingParams(max_tokens=1500, banned=("<|im_end|>",))
 
     async def kill_mid_flight(pool: ExpertPool) -> tuple[list[CallRecord], float, float]:
         began = time.monotonic()

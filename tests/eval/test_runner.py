@@ -347,3 +347,32 @@ def test_write_json_replaces_atomically(tmp_path) -> None:
     records.write_json(path, {"x": 2})
     assert json.loads(path.read_text()) == {"x": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+# --- the LLM judge, over a real server -----------------------------------------------------------
+
+
+def test_judge_verdicts_are_logged_apart(tiny_model_dir, tiny_engine, tmp_path) -> None:
+    from tests.servers import ServerProcess
+
+    out = tmp_path / "judged"
+    run_eval(_config(tiny_model_dir, out, limit=1, **{"sampling.n": 1}), engine=tiny_engine)
+    # Make the one sample a rule-rejected answer, as a wrong extraction would be.
+    [sample] = _samples(out)
+    sample.update(answer="eighteen", correct=False)
+    (out / records.SAMPLES).write_text(json.dumps(sample) + "\n")
+
+    with ServerProcess(tiny_model_dir, role="judge") as judge:
+        config = _config(
+            tiny_model_dir, out, limit=1, judge=judge.url, judge_model="judge", **{"sampling.n": 1}
+        )
+        result = run_eval(config, engine=tiny_engine)
+
+    assert result.new_samples == 0
+    [verdict] = [json.loads(line) for line in (out / "judge.jsonl").read_text().splitlines()]
+    assert verdict["answer"] == "eighteen" and isinstance(verdict["judge_correct"], bool)
+    block = result.metrics["judge"]
+    assert block["judged"] == 1 and block["accuracy_rules_only"] == 0.0
+    assert block["accuracy_with_judge"] == float(verdict["judge_correct"])
+    assert result.metrics["avg@1"] == 0.0  # the headline metric stays rule-based
+    assert not _samples(out)[0]["correct"]
