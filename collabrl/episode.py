@@ -1,0 +1,154 @@
+"""The Episode: one trajectory, as an ordered record of who wrote which tokens.
+
+Every method in the toolkit is a conversation between several producers of
+text — the policy, a teacher, experts, a planner's guidance, tools, the
+environment — that ends in an answer. An `Episode` holds the prompt and the
+`Segment`s in order; each segment says who wrote it and carries its token ids
+*in the policy's tokenizer*, exactly the ids the policy was conditioned on, so
+training never re-tokenizes text (which can split differently and shift the
+loss mask). Everything else — loss masks, call ratios, transcripts, metrics —
+is a view computed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Author(StrEnum):
+    POLICY = "policy"
+    TEACHER = "teacher"
+    EXPERT = "expert"
+    GUIDANCE = "guidance"  # a planner's injected strategy text
+    TOOL = "tool"
+    ENVIRONMENT = "environment"  # protocol text: tags, "unavailable" notices, …
+
+
+# Authors whose tokens count as help in a call ratio.
+HELPERS = frozenset({Author.TEACHER, Author.EXPERT})
+
+
+@dataclass
+class Segment:
+    """A run of tokens written by one author."""
+
+    author: Author
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None  # the policy's sampling log-probs (policy segments)
+    # Call details (expert id, requested_tokens, accepted, latency_s, error, …).
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.author = Author(self.author)
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"{len(self.logprobs)} log-probs for {len(self.token_ids)} tokens in a "
+                f"{self.author} segment"
+            )
+
+    @property
+    def is_helper(self) -> bool:
+        return self.author in HELPERS
+
+
+@dataclass
+class Episode:
+    """A problem, the prompt the policy saw, and the segments that followed."""
+
+    problem_id: str
+    prompt_ids: list[int]
+    segments: list[Segment] = field(default_factory=list)
+    answer: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, segment: Segment) -> Segment:
+        self.segments.append(segment)
+        return segment
+
+    # -- token views -------------------------------------------------------------
+
+    @property
+    def response_ids(self) -> list[int]:
+        """Every token after the prompt, in order, whoever wrote it."""
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def visible_ids(self) -> list[int]:
+        """What the policy is conditioned on when it writes next: prompt + all segments."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def response_text(self) -> str:
+        return "".join(s.text for s in self.segments)
+
+    def loss_mask(self) -> list[int]:
+        """1 on tokens the policy sampled, 0 on everything it was given (TRL's env_mask)."""
+        return [int(s.author is Author.POLICY) for s in self.segments for _ in s.token_ids]
+
+    def policy_logprobs(self) -> list[float] | None:
+        """Sampling log-probs of the policy's tokens, in order (None if any are missing)."""
+        values: list[float] = []
+        for s in self.segments:
+            if s.author is Author.POLICY:
+                if s.logprobs is None:
+                    return None
+                values.extend(s.logprobs)
+        return values
+
+    # -- counts and ratios -------------------------------------------------------
+
+    def tokens_by(self, *authors: Author) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.author in authors)
+
+    @property
+    def calls(self) -> list[Segment]:
+        """One helper segment per call, failed calls included (empty text, `meta.error`)."""
+        return [s for s in self.segments if s.is_helper]
+
+    @property
+    def turns(self) -> int:
+        """Policy segments: how many times the policy took the pen."""
+        return sum(s.author is Author.POLICY for s in self.segments)
+
+    def call_ratio_realised(self) -> float:
+        """Helper tokens that came back ÷ all response tokens (RelayLLM's call ratio)."""
+        total = len(self.response_ids)
+        return self.tokens_by(*HELPERS) / total if total else 0.0
+
+    def call_ratio_requested(self) -> float:
+        """The ratio had every call returned what the policy asked for.
+
+        A call's request is `meta["requested_tokens"]` (RelayLLM's n); calls that
+        state none (an expert query) count what came back.
+        """
+        requested = sum(_requested(s) for s in self.calls)
+        own = len(self.response_ids) - self.tokens_by(*HELPERS)
+        total = own + requested
+        return requested / total if total else 0.0
+
+    # -- storage -----------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for segment in data["segments"]:
+            segment["author"] = str(segment["author"])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        segments = [Segment(**s) for s in data.get("segments", [])]
+        return cls(
+            problem_id=data["problem_id"],
+            prompt_ids=list(data["prompt_ids"]),
+            segments=segments,
+            answer=data.get("answer"),
+            meta=dict(data.get("meta", {})),
+        )
+
+
+def _requested(segment: Segment) -> int:
+    value = segment.meta.get("requested_tokens")
+    return int(value) if value is not None else len(segment.token_ids)

@@ -1,0 +1,94 @@
+"""The Episode record and its views, on constructed transcripts with hand-computed values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collabrl.episode import Author, Episode, Segment
+
+
+def relay_episode() -> Episode:
+    """Policy 4 tokens + `<call>5</call>` (3 tokens), teacher returns 2 of the 5, policy 3 more."""
+    ep = Episode("p1", prompt_ids=[1, 2, 3])
+    ep.add(Segment(Author.POLICY, "Let x be", [10, 11, 12, 13], [-0.1, -0.2, -0.3, -0.4]))
+    ep.add(Segment(Author.POLICY, "<call>5</call>", [20, 21, 22], [-1.0, -1.1, -1.2]))
+    ep.add(Segment(Author.TEACHER, " 42", [30, 31], meta={"requested_tokens": 5}))
+    ep.add(Segment(Author.POLICY, " so 42", [40, 41, 42], [-0.5, -0.6, -0.7]))
+    return ep
+
+
+def test_token_views_concatenate_in_order() -> None:
+    ep = relay_episode()
+    assert ep.response_ids == [10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42]
+    assert ep.visible_ids == [1, 2, 3, *ep.response_ids]
+    assert ep.response_text == "Let x be<call>5</call> 42 so 42"
+
+
+def test_loss_mask_is_one_on_policy_tokens_only() -> None:
+    assert relay_episode().loss_mask() == [1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1]
+
+
+def test_policy_logprobs_skip_helper_tokens() -> None:
+    assert relay_episode().policy_logprobs() == [
+        -0.1,
+        -0.2,
+        -0.3,
+        -0.4,
+        -1.0,
+        -1.1,
+        -1.2,
+        -0.5,
+        -0.6,
+        -0.7,
+    ]
+    ep = Episode("p", [1], [Segment(Author.POLICY, "a", [5])])
+    assert ep.policy_logprobs() is None  # missing for a policy segment
+
+
+def test_call_ratios_realised_and_requested() -> None:
+    ep = relay_episode()
+    # realised: 2 teacher tokens of 12 response tokens
+    assert ep.call_ratio_realised() == pytest.approx(2 / 12)
+    # requested: 5 asked for; own tokens 10 -> 5 / (10 + 5)
+    assert ep.call_ratio_requested() == pytest.approx(5 / 15)
+    assert len(ep.calls) == 1 and ep.turns == 3
+
+
+def test_expert_calls_without_a_request_count_what_came_back() -> None:
+    ep = Episode("p", [1])
+    ep.add(Segment(Author.POLICY, "q", [5, 6]))
+    ep.add(Segment(Author.EXPERT, "a", [7, 8, 9], meta={"expert_id": 1}))
+    ep.add(Segment(Author.EXPERT, "", [], meta={"expert_id": 2, "error": "unavailable"}))
+    ep.add(Segment(Author.ENVIRONMENT, "</agent_returns>", [10]))
+    assert ep.call_ratio_realised() == pytest.approx(3 / 6)
+    assert ep.call_ratio_requested() == pytest.approx(3 / 6)
+    assert len(ep.calls) == 2  # the failed call is still a call
+
+
+def test_empty_episode_has_zero_ratios() -> None:
+    ep = Episode("p", [1])
+    assert ep.call_ratio_realised() == 0.0 and ep.call_ratio_requested() == 0.0
+    assert ep.loss_mask() == [] and ep.turns == 0
+
+
+def test_json_round_trip() -> None:
+    ep = relay_episode()
+    ep.answer = "42"
+    ep.meta["format_errors"] = 0
+    data = json.loads(json.dumps(ep.to_dict()))
+    assert data["segments"][2]["author"] == "teacher"
+    back = Episode.from_dict(data)
+    assert back == ep
+    assert back.segments[2].author is Author.TEACHER
+
+
+def test_logprobs_must_match_tokens() -> None:
+    with pytest.raises(ValueError, match="log-probs"):
+        Segment(Author.POLICY, "ab", [1, 2], [-0.1])
+
+
+def test_unknown_author_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        Segment("oracle", "x", [1])
