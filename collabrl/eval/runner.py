@@ -17,8 +17,8 @@ from typing import Any
 
 from collabrl.config import build_config, read_yaml, save_config, to_dict
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
-from collabrl.data.prompts import get_prompt
-from collabrl.engines import Engine, SamplingParams, create_engine
+from collabrl.data.prompts import PromptTemplate, get_prompt
+from collabrl.engines import Engine, SamplingParams, create_engine, is_url
 from collabrl.engines.base import Completion
 from collabrl.errors import UserError
 from collabrl.eval import records
@@ -112,7 +112,7 @@ def _sample(
     todo: list[Unit],
     config: EvalConfig,
     bench: Benchmark,
-    template,
+    template: PromptTemplate,
     samples_path: Path,
     progress: ProgressFn | None,
 ) -> None:
@@ -134,7 +134,7 @@ def _sample(
 
 def _chunk_size(config: EvalConfig) -> int:
     kind = config.engine.kind
-    if kind == "openai" or (kind == "auto" and config.model.startswith(("http://", "https://"))):
+    if kind == "openai" or (kind == "auto" and is_url(config.model)):
         return config.engine.max_concurrency
     if kind == "vllm":
         return 256  # vLLM schedules internally; chunks only bound what a kill loses
@@ -178,7 +178,6 @@ def _score(
 
 def _judge(config: EvalConfig, out_dir: Path) -> None:
     """Send rule-rejected answers to the judge; verdicts go to judge.jsonl only."""
-    from collabrl.config import EngineConfig
     from collabrl.engines.openai_http import OpenAIEngine
 
     path = out_dir / "judge.jsonl"
@@ -190,13 +189,7 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
     ]
     if not pending:
         return
-    defaults = EngineConfig()
-    engine = OpenAIEngine(
-        config.judge,
-        model=config.judge_model,
-        api_key=config.engine.api_key,
-        max_concurrency=defaults.max_concurrency,
-    )
+    engine = OpenAIEngine(config.judge, model=config.judge_model, api_key=config.engine.api_key)
     try:
         verdicts = judge_answers(engine, [(r["answer"], r["gold"]) for r in pending])
     finally:
