@@ -376,3 +376,17 @@ def test_judge_verdicts_are_logged_apart(tiny_model_dir, tiny_engine, tmp_path) 
     assert block["accuracy_with_judge"] == float(verdict["judge_correct"])
     assert result.metrics["avg@1"] == 0.0  # the headline metric stays rule-based
     assert not _samples(out)[0]["correct"]
+
+
+def test_eval_over_http_against_the_embedded_server(tiny_model_dir, tmp_path) -> None:
+    from tests.servers import ServerProcess
+
+    out = tmp_path / "http"
+    with ServerProcess(tiny_model_dir, role="policy") as server:
+        result = run_eval(_config(server.url, out, **{"sampling.n": 2}))
+    samples = _samples(out)
+    assert result.new_samples == 4 and len(samples) == 4
+    assert all(s["completion_tokens"] >= 1 for s in samples)  # from the server's usage
+    saved = yaml.safe_load((out / records.CONFIG).read_text())
+    assert saved["model"] == server.url
+    assert "avg@2" in result.metrics
