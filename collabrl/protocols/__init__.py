@@ -1,0 +1,1 @@
+"""Protocols: the rule of each method for who writes next, producing Episodes."""
