@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import openai
 
 from collabrl.engines.base import Completion, Prompt, SamplingParams, cut_at_stop
+from collabrl.engines.loop import LoopThread
 from collabrl.errors import UserError
 
 EndpointKind = Literal["chat", "completions"]
@@ -287,27 +287,6 @@ def map_error(exc: Exception, base_url: str, model: str) -> UserError:
 # ---------------------------------------------------------------------------------------------
 
 
-class _LoopThread:
-    """An asyncio event loop running forever in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        # Daemon: a forgotten `close()` must not keep the interpreter alive at exit.
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="collabrl-openai-http", daemon=True
-        )
-        self.thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the loop and block this thread until it finishes."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
-
-
 class OpenAIEngine:
     """Engine over an OpenAI-compatible `/v1/completions` + `/v1/chat/completions` server."""
 
@@ -334,7 +313,7 @@ class OpenAIEngine:
             timeout=timeout,
             max_retries=max_retries,
         )
-        self._runner: _LoopThread | None = None
+        self._runner: LoopThread | None = None
         self._runner_lock = threading.Lock()
         # Created on the private loop by the first request (asyncio primitives bind there).
         self._semaphore: asyncio.Semaphore | None = None
@@ -346,12 +325,12 @@ class OpenAIEngine:
 
     # -- event loop plumbing ------------------------------------------------------------------
 
-    def _get_runner(self) -> _LoopThread:
+    def _get_runner(self) -> LoopThread:
         if self._closed:
             raise RuntimeError(f"{self.name} is closed")
         with self._runner_lock:
             if self._runner is None:
-                self._runner = _LoopThread()
+                self._runner = LoopThread("collabrl-openai-http")
             return self._runner
 
     # -- generation ---------------------------------------------------------------------------

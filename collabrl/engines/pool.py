@@ -38,7 +38,8 @@ import openai
 from collabrl.config import EndpointConfig, EngineConfig, PoolConfig
 from collabrl.engines import create_engine, is_url
 from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
-from collabrl.engines.openai_http import OpenAIEngine, _LoopThread, prompt_kind
+from collabrl.engines.loop import LoopThread
+from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
 from collabrl.errors import UserError
 
 Outcome = Literal["ok", "unavailable", "cached"]
@@ -252,7 +253,7 @@ class ExpertPool:
         # Our own threads rather than the loop's default executor: `asyncio.run` joins the
         # default executor on exit, so a still-running timed-out generate would block it.
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collabrl-pool")
-        self._runner: _LoopThread | None = None
+        self._runner: LoopThread | None = None
         self._closed = False
 
     # -- routing ------------------------------------------------------------------------------
@@ -514,11 +515,11 @@ class ExpertPool:
         if self._closed:
             raise RuntimeError("the expert pool is closed")
 
-    def _get_runner(self) -> _LoopThread:
+    def _get_runner(self) -> LoopThread:
         with self._lock:
             self._check_open_locked()
             if self._runner is None:
-                self._runner = _LoopThread()
+                self._runner = LoopThread("collabrl-pool")
             return self._runner
 
     def close(self) -> None:

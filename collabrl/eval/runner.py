@@ -213,11 +213,12 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     by_item: dict[str, list[dict[str, Any]]] = {}
     for r in records.read_records(out_dir / records.SAMPLES):
         by_item.setdefault(r["item_id"], []).append(r)
-    problems = []
+    problems, kept = [], []
     for item in bench.items:
         samples = sorted(by_item.get(item.id, []), key=lambda r: r["sample"])[:n]
         if not samples:
             continue
+        kept.extend(samples)
         answers = [r["answer"] for r in samples]
         problems.append(
             ProblemSamples(
@@ -230,7 +231,6 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
         )
     if not problems:
         raise UserError(f"{out_dir} has no finished samples", "run the evaluation first")
-    kept = [r for p in problems for r in sorted(by_item[p.item_id], key=lambda r: r["sample"])[:n]]
     metrics: dict[str, Any] = summarize(problems)
     metrics.update(_usage(kept))
     judge_path = out_dir / "judge.jsonl"
