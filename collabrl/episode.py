@@ -118,13 +118,17 @@ class Episode:
         total = len(self.response_ids)
         return self.tokens_by(*HELPERS) / total if total else 0.0
 
+    def requested_helper_tokens(self) -> int:
+        """Helper tokens the policy asked for (what came back, for calls that name none)."""
+        return sum(_requested(s) for s in self.calls)
+
     def call_ratio_requested(self) -> float:
         """The ratio had every call returned what the policy asked for.
 
         A call's request is `meta["requested_tokens"]` (RelayLLM's n); calls that
         state none (an expert query) count what came back.
         """
-        requested = sum(_requested(s) for s in self.calls)
+        requested = self.requested_helper_tokens()
         own = len(self.response_ids) - self.tokens_by(*HELPERS)
         total = own + requested
         return requested / total if total else 0.0

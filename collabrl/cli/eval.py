@@ -11,6 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
+from collabrl.cli import options as opt
+
 console = Console()
 
 
@@ -30,6 +32,14 @@ app = typer.Typer(
 )
 
 HEADLINE_PREFIXES = ("pass@", "avg@", "maj@", "f1@")
+COLLAB_KEYS = (
+    "call_ratio_requested",
+    "calls_per_sample",
+    "call_failures",
+    "format_errors",
+    "strategies_per_sample",
+    "strategies_injected_per_sample",
+)
 
 
 @app.command("run")
@@ -42,6 +52,13 @@ def run(
     top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling cut-off."),
     seed: int = typer.Option(None, "--seed", help="Random seed."),
     limit: int = typer.Option(None, "--limit", help="Only the first N problems."),
+    protocol: str = opt.PROTOCOL,
+    teacher: str = opt.TEACHER,
+    expert: list[str] = opt.EXPERT,
+    self_collab: bool = opt.SELF_COLLAB,
+    planner: str = opt.PLANNER,
+    planner_kind: str = opt.PLANNER_KIND,
+    tokenizer: str = opt.TOKENIZER,
     prompt: str = typer.Option(None, "--prompt", help="Template: relay, eapo-eval, plain."),
     engine: str = typer.Option(None, "--engine", help="auto, transformers, vllm or openai."),
     batch_size: int = typer.Option(None, "--batch-size", help="Sequences generated together."),
@@ -52,7 +69,6 @@ def run(
     set_: list[str] = typer.Option(None, "--set", help="Override any config key: key.sub=value."),
 ) -> None:
     """Sample a model on a benchmark; write config.yaml, samples.jsonl and metrics.json."""
-    from collabrl.cli.options import without_none
     from collabrl.config import build_config, read_yaml
     from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
@@ -64,6 +80,9 @@ def run(
         "prompt": prompt,
         "out": str(out) if out else None,
         "judge": judge,
+        "protocol": opt.protocol_layer(
+            protocol, teacher, expert, self_collab, planner, planner_kind, tokenizer
+        ),
         "sampling": {
             "n": n,
             "max_tokens": max_tokens,
@@ -74,7 +93,7 @@ def run(
         "engine": {"kind": engine, "batch_size": batch_size, "api_key": api_key},
     }
     layers = [read_yaml(config)] if config else []
-    cfg = build_config(EvalConfig, [*layers, without_none(cli)], set_ or [])
+    cfg = build_config(EvalConfig, [*layers, opt.without_none(cli)], set_ or [])
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -98,6 +117,7 @@ def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
         "var_f1",
         "stderr",
         "call_ratio",
+        *(k for k in COLLAB_KEYS if metrics.get(k)),  # shown when a protocol used them
         "mean_completion_tokens",
         "tokens_per_second",
         "generation_seconds",
@@ -122,20 +142,35 @@ def _shown(key: str, n: int) -> bool:
 def report(
     runs: list[Path] = typer.Argument(..., help="Run folders to compare."),
     format: str = typer.Option("table", "--format", help="table, markdown or json."),
+    student: Path = typer.Option(
+        None, "--student", help="Run of the small model alone: adds RelayLLM's router baselines."
+    ),
+    teacher: Path = typer.Option(None, "--teacher", help="Run of the large model alone."),
 ) -> None:
-    """Compare finished runs side by side."""
+    """Compare finished runs side by side (and against random/perfect routers)."""
     from collabrl.errors import UserError
-    from collabrl.eval.report import load_run, report_rows, to_markdown
+    from collabrl.eval.report import load_run, report_rows, router_rows
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{format}'", "use table, markdown or json")
+    if (student is None) != (teacher is None):
+        raise UserError("router baselines need both runs", "pass --student RUN and --teacher RUN")
     loaded = [load_run(r) for r in runs]
+    tables = [report_rows(loaded)]
+    if student is not None:
+        tables.append(router_rows(student, teacher, loaded))
     if format == "json":
-        print(json.dumps(loaded, indent=2))
+        print(json.dumps({"runs": loaded, "tables": tables}, indent=2))
         return
-    header, rows = report_rows(loaded)
+    for header, rows in tables:
+        _print_table(header, rows, format)
+
+
+def _print_table(header: list[str], rows: list[list[str]], format: str) -> None:
+    from collabrl.eval.report import to_markdown
+
     if format == "markdown":
-        print(to_markdown(header, rows))
+        print(to_markdown(header, rows) + "\n")
         return
     table = Table(*header)
     for row in rows:

@@ -2,7 +2,11 @@
 
 A prompt is either raw text (already formatted), a list of chat messages (the
 engine applies its own chat template), or a list of token ids in the engine's
-tokenizer. `generate` returns, for every prompt, `params.n` completions.
+tokenizer. Chat messages that end with an assistant message ask for that message
+to be *continued* (vLLM's `continue_final_message`): this is how a teacher is
+handed a partial answer in its own chat template.
+
+`generate` returns, for every prompt, `params.n` completions.
 """
 
 from __future__ import annotations
@@ -88,10 +92,20 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if prompt and isinstance(prompt[0], dict):
+        continuing = continues_assistant(prompt)
         return tokenizer.apply_chat_template(
-            prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+            prompt,
+            add_generation_prompt=not continuing,
+            continue_final_message=continuing,
+            tokenize=True,
+            return_dict=False,
         )
     return list(prompt)  # already token ids
+
+
+def continues_assistant(messages: list[ChatMessage]) -> bool:
+    """True when the last message is a partial assistant reply to be continued."""
+    return bool(messages) and messages[-1].get("role") == "assistant"
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...], include_stop: bool) -> tuple[str, str | None]:

@@ -23,7 +23,13 @@ from urllib.parse import urlsplit
 
 import openai
 
-from collabrl.engines.base import Completion, Prompt, SamplingParams, cut_at_stop
+from collabrl.engines.base import (
+    Completion,
+    Prompt,
+    SamplingParams,
+    continues_assistant,
+    cut_at_stop,
+)
 from collabrl.engines.loop import LoopThread
 from collabrl.errors import UserError
 
@@ -133,6 +139,9 @@ def build_request(prompt: Prompt, params: SamplingParams, model: str) -> tuple[s
             # logprobs returns the sampled token's log-prob in token_logprobs with 1.
             kwargs["logprobs"] = 1
     extra = _extra_body(params)
+    if kind == "chat" and continues_assistant(prompt):
+        # vLLM's chat extensions for continuing a partial assistant reply.
+        extra.update(continue_final_message=True, add_generation_prompt=False)
     if extra:
         kwargs["extra_body"] = extra
     return kind, kwargs

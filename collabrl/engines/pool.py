@@ -27,7 +27,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,14 +298,36 @@ class ExpertPool:
 
     def ask_sync(self, calls: list[Call], params: SamplingParams) -> list[CallRecord]:
         """Blocking `ask`, usable from plain code and from inside a running event loop."""
-        runner = self._get_runner()
+        return self._run_sync(self.ask(calls, params))
+
+    def ask_groups_sync(
+        self, groups: list[tuple[list[Call], SamplingParams]]
+    ) -> list[list[CallRecord]]:
+        """Several `ask`s, each with its own sampling params, all in flight at once.
+
+        A relay round asks the teacher for different token counts; grouping calls by
+        their params keeps them concurrent instead of one round trip per count.
+        """
+
+        async def ask_all() -> list[list[CallRecord]]:
+            return list(await asyncio.gather(*(self.ask(c, p) for c, p in groups)))
+
+        return self._run_sync(ask_all())
+
+    def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            runner = self._get_runner()
+        except BaseException:
+            coro.close()  # never awaited: close it rather than leak a warning
+            raise
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:  # no loop in this thread: the usual case
             running = None
         if running is runner.loop:
+            coro.close()
             raise RuntimeError("ask_sync would deadlock on the pool's own loop; await ask")
-        return runner.submit(self.ask(calls, params))
+        return runner.submit(coro)
 
     def _settle_early(
         self, expert_id: int, prompt: Prompt, params: SamplingParams

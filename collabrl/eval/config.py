@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.protocols.config import ProtocolConfig
 
 
 @dataclass
@@ -13,7 +14,8 @@ class EvalConfig:
 
     benchmark: str = option("gsm8k", "Registered benchmark name or a .jsonl/.parquet/folder path.")
     model: str = option(
-        "smollm2-135m", "Model reference (embedded name, folder, .gguf, LoRA) or endpoint URL."
+        "smollm2-135m",
+        "The policy (reasoner): model reference (embedded name, folder, .gguf, LoRA) or URL.",
     )
     prompt: str | None = option(
         None, "Prompt template: relay, eapo-eval, plain (default: the benchmark's)."
@@ -27,7 +29,12 @@ class EvalConfig:
         None, "Base URL of an OpenAI-compatible LLM judge for answers the rules reject."
     )
     judge_model: str | None = option(None, "Model name at the judge endpoint.")
-    sampling: SamplingConfig = option(SamplingConfig(), "How completions are sampled.")
+    protocol: ProtocolConfig = option(
+        ProtocolConfig(), "Who writes next: the protocol and its teacher, experts or planner."
+    )
+    sampling: SamplingConfig = option(
+        SamplingConfig(), "How completions are sampled (max_tokens bounds a whole episode)."
+    )
     engine: EngineConfig = option(EngineConfig(), "Which engine generates text.")
 
 

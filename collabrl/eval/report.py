@@ -74,3 +74,20 @@ def to_markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def router_rows(
+    student: Path, teacher: Path, runs: list[dict[str, Any]]
+) -> tuple[list[str], list[list[str]]]:
+    """RelayLLM's router baselines from two solo runs, against the collaborative runs."""
+    from collabrl.eval.routers import paired_outcomes, router_table
+
+    pairs = paired_outcomes(student, teacher)
+    collab = [
+        (Path(r["run"]).name, r["metrics"][f"avg@{r['n']}"], r["metrics"]["call_ratio"])
+        for r in runs
+        if r["metrics"].get("call_ratio") and f"avg@{r['n']}" in r["metrics"]
+    ]
+    points = router_table(pairs, collab)
+    rows = [[p.name, _fmt(p.accuracy), _fmt(p.call_ratio), _fmt(p.routed)] for p in points]
+    return ["router", "accuracy", "call_ratio", "routed"], rows

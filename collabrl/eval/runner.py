@@ -18,14 +18,16 @@ from typing import Any
 from collabrl.config import build_config, read_yaml, save_config, to_dict
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
-from collabrl.engines import Engine, SamplingParams, create_engine, is_url
-from collabrl.engines.base import Completion
+from collabrl.engines import Engine, SamplingParams, is_url
+from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
 from collabrl.eval.judge import judge_answers
 from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
-from collabrl.rewards.extract import extract_answer
+from collabrl.eval.usage import episode_usage, usage_metrics
+from collabrl.protocols.base import CollabProtocol, Task
+from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import is_equivalent
 
@@ -46,15 +48,22 @@ class Unit:
 
 
 def run_eval(
-    config: EvalConfig, engine: Engine | None = None, progress: ProgressFn | None = None
+    config: EvalConfig,
+    engine: Engine | None = None,
+    progress: ProgressFn | None = None,
 ) -> EvalResult:
-    """Run (or resume) an evaluation and write its run folder."""
+    """Run (or resume) an evaluation and write its run folder.
+
+    `engine`, when given, is the policy's engine (left open for the caller);
+    otherwise the policy is loaded from `config.model`.
+    """
     bench = load_benchmark(
         config.benchmark,
         Fields(config.problem_field, config.answer_field, config.id_field),
         config.limit,
     )
-    template = get_prompt(config.prompt or bench.prompt)
+    template = _template(config, bench)
+    check_protocol(config.protocol, template if config.prompt else None)
     out_dir = prepare_run_folder(config)
     samples_path = out_dir / records.SAMPLES
     done = {(r["item_id"], r["sample"]) for r in records.read_records(samples_path)}
@@ -65,18 +74,32 @@ def run_eval(
         if (item.id, s) not in done
     ]
     if todo:
-        owns_engine = engine is None
-        engine = engine or create_engine(config.model, config.engine)
+        protocol = build_protocol(
+            config.protocol,
+            config.model,
+            config.engine,
+            template,
+            bench.extract_fallback,
+            policy_engine=engine,
+        )
         try:
-            _sample(engine, todo, config, bench, template, samples_path, progress)
+            _sample(protocol, todo, config, samples_path, progress)
         finally:
-            if owns_engine:
-                engine.close()
+            protocol.close()
     if config.judge:
         _judge(config, out_dir)
     metrics = compute_metrics(out_dir, bench, config.sampling.n)
     records.write_json(out_dir / records.METRICS, metrics)
     return EvalResult(out_dir, metrics, len(todo))
+
+
+def _template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
+    """The policy prompt of solo and relay; consult and strategy bring their own."""
+    if config.prompt:
+        return get_prompt(config.prompt)
+    if config.protocol.name == "solo":
+        return get_prompt(bench.prompt)
+    return None
 
 
 def prepare_run_folder(config: EvalConfig) -> Path:
@@ -108,26 +131,23 @@ def _default_out(config: EvalConfig) -> Path:
 
 
 def _sample(
-    engine: Engine,
+    protocol: CollabProtocol,
     todo: list[Unit],
     config: EvalConfig,
-    bench: Benchmark,
-    template: PromptTemplate,
     samples_path: Path,
     progress: ProgressFn | None,
 ) -> None:
-    extractors = (*template.extract, *bench.extract_fallback)
     chunk = _chunk_size(config)
     with records.RecordWriter(samples_path) as writer:
         for start in range(0, len(todo), chunk):
             units = todo[start : start + chunk]
             params = _params(config, seed_offset=start)
             began = time.perf_counter()
-            prompts = [template.messages(u.item.problem) for u in units]
-            outputs = engine.generate(prompts, params)
+            tasks = [Task(u.item.id, u.item.problem, u.sample) for u in units]
+            episodes = protocol.run(tasks, params)
             seconds = (time.perf_counter() - began) / len(units)
-            for unit, prompt, (completion,) in zip(units, prompts, outputs, strict=True):
-                writer.write(_score(unit, prompt, completion, extractors, seconds))
+            for unit, episode in zip(units, episodes, strict=True):
+                writer.write(sample_record(unit, episode, seconds, params.max_tokens))
             if progress:
                 progress(start + len(units), len(todo))
 
@@ -152,28 +172,32 @@ def _params(config: EvalConfig, seed_offset: int) -> SamplingParams:
     )
 
 
-def _score(
-    unit: Unit,
-    prompt: list[dict[str, str]],
-    completion: Completion,
-    extractors: tuple[str, ...],
-    seconds: float,
-) -> dict[str, Any]:
-    answer = extract_answer(completion.text, extractors)
+def sample_record(unit: Unit, episode: Episode, seconds: float, max_tokens: int) -> dict[str, Any]:
+    """One line of samples.jsonl: the score, the usage counts and the whole episode."""
+    answer = episode.answer
     return {
         "item_id": unit.item.id,
         "sample": unit.sample,
-        "prompt": prompt,
-        "completion": completion.text,
+        "prompt": episode.meta.get("prompt"),
+        "completion": episode.response_text,
         "answer": answer,
         "gold": unit.item.answer,
         "correct": is_equivalent(answer, unit.item.answer),
         "f1": token_f1(answer, unit.item.answer),
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "finish_reason": completion.finish_reason,
+        "prompt_tokens": len(episode.prompt_ids),
+        "finish_reason": _finish_reason(episode, max_tokens),
         "seconds": round(seconds, 4),
+        **episode_usage(episode),
+        "episode": episode.to_dict(),
     }
+
+
+def _finish_reason(episode: Episode, max_tokens: int) -> str:
+    """ "length" when the token budget ended the episode, else "stop"."""
+    if len(episode.response_ids) >= max_tokens:
+        return "length"
+    policy = [s for s in episode.segments if s.author is Author.POLICY]
+    return "length" if policy and policy[-1].meta.get("finish_reason") == "length" else "stop"
 
 
 def _judge(config: EvalConfig, out_dir: Path) -> None:
@@ -232,26 +256,11 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     if not problems:
         raise UserError(f"{out_dir} has no finished samples", "run the evaluation first")
     metrics: dict[str, Any] = summarize(problems)
-    metrics.update(_usage(kept))
+    metrics.update(usage_metrics(kept))
     judge_path = out_dir / "judge.jsonl"
     if judge_path.exists():
         metrics["judge"] = _judge_metrics(kept, records.read_records(judge_path))
     return metrics
-
-
-def _usage(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    completion = sum(r["completion_tokens"] for r in samples)
-    seconds = sum(r["seconds"] for r in samples)
-    helper = sum(r.get("helper_tokens", 0) for r in samples)
-    return {
-        "call_ratio": helper / completion if completion else 0.0,
-        "prompt_tokens": sum(r["prompt_tokens"] for r in samples),
-        "completion_tokens": completion,
-        "mean_completion_tokens": completion / len(samples),
-        "truncated": sum(r["finish_reason"] == "length" for r in samples) / len(samples),
-        "generation_seconds": round(seconds, 2),
-        "tokens_per_second": completion / seconds if seconds else 0.0,
-    }
 
 
 def _judge_metrics(samples: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict:

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from collabrl.engines.base import Completion, SamplingParams
+from collabrl.engines.base import Completion, SamplingParams, continues_assistant
 from collabrl.serve.batcher import DynamicBatcher
 
 DEFAULT_MAX_TOKENS = 1024  # when a chat request names none (OpenAI's default is "until the end")
@@ -58,6 +58,9 @@ class ChatRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = None
+    # vLLM's extensions for continuing a partial assistant reply (a relay teacher).
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
 
 
 class APIError(Exception):
@@ -120,6 +123,7 @@ def create_app(
     async def chat(req: ChatRequest) -> dict[str, Any]:
         _check(req, names)
         messages = [{"role": m.role, "content": _text_of(m.content)} for m in req.messages]
+        _check_continuation(req, messages)
         params = _params(req, default_max_tokens=DEFAULT_MAX_TOKENS, logprobs=req.logprobs)
         outputs = await batcher.submit([messages], params)
         choices = [_chat_choice(j, c, params) for j, c in enumerate(outputs[0])]
@@ -147,6 +151,17 @@ def _check(req: _SamplingFields, names: set[str]) -> None:
         )
     if req.stream:
         raise APIError(400, "streaming is not supported by the embedded server", "BadRequestError")
+
+
+def _check_continuation(req: ChatRequest, messages: list[dict[str, str]]) -> None:
+    """The engines continue a final assistant message; say so rather than guess."""
+    if req.continue_final_message != continues_assistant(messages):
+        raise APIError(
+            400,
+            "continue_final_message=true needs a final assistant message, and a final "
+            "assistant message needs continue_final_message=true",
+            "BadRequestError",
+        )
 
 
 def _prompts_of(prompt: str | list[str] | list[int]) -> list:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from collabrl import __version__
@@ -226,7 +227,7 @@ def test_eval_end_to_end_with_smollm2(tmp_path: Path) -> None:
     assert len(lines) == 3
 
     as_json = collab("eval", "report", str(out), "--format", "json", cwd=tmp_path)
-    assert json.loads(as_json.stdout)[0]["metrics"] == metrics
+    assert json.loads(as_json.stdout)["runs"][0]["metrics"] == metrics
 
     again = collab(*command, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
@@ -315,15 +316,40 @@ def test_serve_unknown_role(tmp_path: Path) -> None:
 
 def test_infer_answers_with_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:
     result = collab(
-        "infer", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4", cwd=tmp_path
+        "infer", "solo", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
-    assert "finish:" in result.stdout
+    assert "answer" in result.stdout and "call ratio" in result.stdout
+
+
+def test_infer_relay_on_a_benchmark_item_as_json(tmp_path: Path, tiny_model_dir: Path) -> None:
+    tiny = str(tiny_model_dir)
+    args = ("--bench", "gsm8k", "--item", "1", "--model", tiny, "--teacher", tiny)
+    result = collab("infer", "relay", *args, "--max-tokens", "6", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    episode = json.loads(result.stdout)
+    assert episode["meta"]["protocol"] == "relay"
+    assert episode["problem_id"] == load_benchmark("gsm8k").items[1].id
+    assert 1 <= len(episode["segments"]) and episode["segments"][0]["author"] == "policy"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("oracle", "Hi"), "unknown protocol 'oracle'"),
+        (("relay", "Hi"), "needs a teacher"),
+        (("consult", "Hi"), "needs experts"),
+        (("solo",), "no problem given"),
+        (("solo", "--bench", "gsm8k", "--item", "nope"), "no item 'nope'"),
+    ],
+)
+def test_infer_bad_setups_are_one_line(tmp_path: Path, args: tuple, message: str) -> None:
+    assert_one_line_error(collab("infer", *args, cwd=tmp_path), message)
 
 
 def test_infer_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
     from tests.servers import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"
-    result = collab("infer", "Hello", "--model", url, "--served-model", "m", cwd=tmp_path)
+    result = collab("infer", "solo", "Hello", "--model", url, "--served-model", "m", cwd=tmp_path)
     assert_one_line_error(result, "cannot reach")

@@ -75,6 +75,13 @@ def test_batch_size_must_be_positive(tiny_engine: TransformersEngine) -> None:
 # --- prompts -------------------------------------------------------------------------------------
 
 
+def test_a_final_assistant_message_is_continued_not_closed(tiny_engine: TransformersEngine) -> None:
+    tok = tiny_engine.tokenizer
+    messages = [{"role": "user", "content": SHORT}, {"role": "assistant", "content": "Step 1:"}]
+    rendered = tok.decode(tiny_engine.encode(messages))
+    assert rendered.endswith("<|im_start|>assistant\nStep 1:")
+
+
 def test_chat_messages_use_the_chat_template(tiny_engine: TransformersEngine) -> None:
     tok = tiny_engine.tokenizer
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SHORT}]

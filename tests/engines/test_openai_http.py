@@ -66,6 +66,14 @@ def test_chat_prompt_goes_to_chat_with_messages() -> None:
     assert kw["n"] == 3 and kw["temperature"] == 0.7
 
 
+def test_a_final_assistant_message_is_continued() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "He"}]
+    _, kw = build_request(messages, SamplingParams(), "m")
+    assert kw["extra_body"] == {"continue_final_message": True, "add_generation_prompt": False}
+    _, plain = build_request(messages[:1], SamplingParams(), "m")
+    assert "extra_body" not in plain
+
+
 def test_optional_fields_are_omitted_when_unset() -> None:
     _, kw = build_request("x", SamplingParams(seed=None, top_k=-1, stop=()), "m")
     assert "seed" not in kw and "stop" not in kw and "logprobs" not in kw

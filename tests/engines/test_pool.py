@@ -200,6 +200,16 @@ def test_concurrent_asks_from_a_running_loop(local_pool: ExpertPool) -> None:
     assert local_pool.generate_calls == before + 3
 
 
+def test_groups_with_different_params_each_get_their_own(local_pool: ExpertPool) -> None:
+    two, five = dataclasses.replace(SHORT, max_tokens=2), dataclasses.replace(SHORT, max_tokens=5)
+    before = local_pool.generate_calls
+    short, long = local_pool.ask_groups_sync([(THREE[:2], two), (THREE[2:], five)])
+    assert [r.expert_id for r in short] == [1, 2] and [r.expert_id for r in long] == [3]
+    assert all(r.ok and r.completion_tokens <= 2 for r in short)
+    assert long[0].ok and long[0].text == local_pool.ask_sync(THREE[2:], five)[0].text
+    assert local_pool.generate_calls == before + 3  # one batch per group, then the check
+
+
 def test_closed_pool_refuses_work(tiny_model_dir: Path) -> None:
     pool = ExpertPool(PoolConfig(endpoints=[str(tiny_model_dir)]))
     pool.close()

@@ -157,3 +157,41 @@ def test_port_in_use_is_a_one_line_error(tiny_model_dir, server):
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert "--port" in done.stderr
+
+
+def test_continuing_a_final_assistant_message(client, tiny_model_dir):
+    """vLLM's continue_final_message: the reply continues the partial assistant text."""
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.hf import TransformersEngine
+
+    messages = [
+        {"role": "user", "content": "Count."},
+        {"role": "assistant", "content": "One, two,"},
+    ]
+    reply = client.chat.completions.create(
+        model="expert",
+        messages=messages,
+        max_tokens=5,
+        temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+    )
+    # The same continuation as the engine gives for the same messages, in process.
+    local = TransformersEngine.from_ref(str(tiny_model_dir))
+    [[expected]] = local.generate([messages], SamplingParams(max_tokens=5))
+    assert reply.choices[0].message.content == expected.text
+    assert reply.usage.prompt_tokens == len(local.encode(messages))
+
+
+def test_continuation_flag_must_match_the_last_message(client):
+    for messages, flag in (
+        ([{"role": "user", "content": "Hi"}], True),
+        ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "He"}], False),
+    ):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(
+                model="expert",
+                messages=messages,
+                max_tokens=2,
+                extra_body={"continue_final_message": flag},
+            )
+        assert "continue_final_message" in str(err.value)

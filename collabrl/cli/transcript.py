@@ -1,0 +1,74 @@
+"""Print an Episode as a transcript, each segment coloured by its author."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from collabrl.episode import HELPERS, Author, Episode
+
+STYLES = {
+    Author.POLICY: "default",
+    Author.TEACHER: "bold green",
+    Author.EXPERT: "bold cyan",
+    Author.GUIDANCE: "bold magenta",
+    Author.TOOL: "yellow",
+    Author.ENVIRONMENT: "dim",
+}
+
+
+def transcript(episode: Episode) -> Text:
+    text = Text()
+    for segment in episode.segments:
+        shown = segment.text
+        if segment.is_helper and not shown:
+            error = segment.meta.get("error") or "no answer"
+            shown = f"[{segment.author} unavailable: {error}]"
+        text.append(shown, style=STYLES[segment.author])
+    return text
+
+
+def legend() -> Text:
+    text = Text("authors: ")
+    for author, style in STYLES.items():
+        text.append(f"{author} ", style=style)
+    return text
+
+
+def print_episode(console: Console, episode: Episode, seconds: float) -> None:
+    console.print(legend())
+    console.rule(f"{episode.meta.get('protocol', '')} · {episode.problem_id}")
+    console.print(transcript(episode), highlight=False)
+    console.rule()
+    summary = Table.grid(padding=(0, 2))
+    rows = [
+        ("answer", str(episode.answer)),
+        ("tokens", _tokens(episode)),
+        ("calls", f"{len(episode.calls)} ({_failures(episode)} unavailable)"),
+        (
+            "call ratio",
+            f"{episode.call_ratio_realised():.3f} realised · "
+            f"{episode.call_ratio_requested():.3f} requested",
+        ),
+        ("turns", str(episode.turns)),
+        ("time", f"{seconds:.2f} s"),
+    ]
+    if "strategies" in episode.meta:
+        rows.append(("strategies", ", ".join(episode.meta["strategies"])))
+    for key, value in rows:
+        summary.add_row(Text(key, style="bold"), Text(value))
+    console.print(summary)
+
+
+def _tokens(episode: Episode) -> str:
+    parts = [f"{len(episode.response_ids)} response"]
+    for author in (Author.POLICY, *sorted(HELPERS), Author.GUIDANCE, Author.ENVIRONMENT):
+        count = episode.tokens_by(author)
+        if count:
+            parts.append(f"{count} {author}")
+    return " · ".join(parts)
+
+
+def _failures(episode: Episode) -> int:
+    return sum(s.meta.get("outcome") == "unavailable" for s in episode.calls)

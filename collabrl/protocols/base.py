@@ -1,0 +1,186 @@
+"""What every protocol shares: tasks, the policy, and the Protocol interface.
+
+A protocol is the rule of one method — who writes next — driven over a *batch* of
+episodes at once: every round, all episodes still running ask the policy to continue
+in one batched `generate` (token-id prompts: exactly the ids recorded in the
+Episode), then the protocol hands the pauses to teachers, experts or a planner. The
+same object serves `collab infer`, `collab eval` and the trainers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from collabrl.config import EngineConfig
+from collabrl.engines import create_engine
+from collabrl.engines.base import ChatMessage, Completion, Engine, Prompt, SamplingParams
+from collabrl.episode import Author, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.rewards.extract import extract_answer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem to solve, and which of its samples this episode is."""
+
+    problem_id: str
+    question: str
+    sample: int = 0
+
+
+class CollabProtocol(Protocol):
+    """The interface of every protocol (solo, relay, consult, strategy)."""
+
+    name: str
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        """One finished Episode per task, in order.
+
+        `params.max_tokens` bounds each episode's whole response (every author's
+        tokens); `params.seed`, when set, makes the run reproducible.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the engines the protocol created."""
+        ...
+
+
+class Policy:
+    """The model being evaluated or trained: an engine and the tokenizer of its ids.
+
+    A local engine (transformers, vLLM) returns the ids it sampled, and those are
+    what the Episode records. An endpoint returns text only: its ids are the text
+    encoded with the policy tokenizer (`--tokenizer`), as close as an OpenAI-style
+    API allows. Without a tokenizer only `solo` can run (chat prompts, text only).
+    """
+
+    def __init__(
+        self, engine: Engine, tokenizer: PreTrainedTokenizerBase | None, owns_engine: bool = True
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.owns_engine = owns_engine  # False: the caller's engine outlives the protocol
+
+    @classmethod
+    def load(cls, ref: str, engine: EngineConfig, tokenizer: str | None = None) -> Policy:
+        """Build the policy engine for a model reference or URL, with its tokenizer."""
+        from collabrl.models import load_tokenizer
+
+        built = create_engine(ref, engine)
+        if tokenizer is not None:
+            return cls(built, load_tokenizer(tokenizer))
+        return cls(built, getattr(built, "tokenizer", None))  # local engines carry theirs
+
+    def require_tokenizer(self, protocol: str) -> PreTrainedTokenizerBase:
+        if self.tokenizer is None:
+            raise UserError(
+                f"the {protocol} protocol needs the policy's token ids, and the endpoint "
+                f"{self.engine.name} does not say which tokenizer it uses",
+                "pass --tokenizer with a local reference of the same model",
+            )
+        return self.tokenizer
+
+    def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
+        """The prompt in policy ids; empty in text-only mode."""
+        if self.tokenizer is None:
+            return []
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of text written by someone else, to append to the policy's context."""
+        if not text or self.tokenizer is None:
+            return []
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def continue_(
+        self, contexts: list[Prompt], budgets: list[int], params: SamplingParams
+    ) -> list[Segment]:
+        """One policy segment continuing every context, each within its token budget.
+
+        A context is the episode's visible ids (or, text-only, its chat prompt). The
+        batch is sampled once with the largest budget (one `generate` call), then
+        every row is cut to its own budget, so episodes of a batch need not agree.
+        """
+        if not contexts:
+            return []
+        batch = dataclasses.replace(params, n=1, max_tokens=max(budgets))
+        groups = self.engine.generate(contexts, batch)
+        return [self._segment(g[0], b) for g, b in zip(groups, budgets, strict=True)]
+
+    def _segment(self, completion: Completion, budget: int) -> Segment:
+        meta = {"finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}
+        if self.tokenizer is None:  # text-only: keep the server's own token count
+            meta["reported_tokens"] = completion.completion_tokens
+            return Segment(Author.POLICY, completion.text, [], None, meta)
+        ids = list(completion.token_ids) or self.encode(completion.text)
+        logprobs = completion.logprobs
+        if logprobs is not None and len(logprobs) != len(ids):
+            logprobs = None  # re-encoded text: the server's log-probs no longer line up
+        if len(ids) > budget:
+            ids = ids[:budget]
+            logprobs = logprobs[:budget] if logprobs is not None else None
+            meta.update(finish_reason="length", stop_reason=None)
+        # The text is what the ids decode to: a stop string may end inside the last
+        # token, and an endpoint's text was encoded to get the ids in the first place.
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Segment(Author.POLICY, text, ids, logprobs, meta)
+
+    def close(self) -> None:
+        if self.owns_engine:
+            self.engine.close()
+
+
+def environment(policy: Policy, text: str, **meta: object) -> Segment:
+    """Protocol text (tags, notices) the policy is given, encoded in its tokenizer."""
+    return Segment(Author.ENVIRONMENT, text, policy.encode(text), None, dict(meta))
+
+
+def remaining(episode: Episode, params: SamplingParams) -> int:
+    """Response tokens still allowed in this episode."""
+    return params.max_tokens - len(episode.response_ids)
+
+
+def policy_turn(
+    policy: Policy,
+    episodes: list[Episode],
+    params: SamplingParams,
+    round_no: int,
+    limit: int | None = None,
+    **changes: object,
+) -> list[Segment]:
+    """The policy's next segment in every episode: one batched call, each within its
+    remaining budget (and `limit`). Nothing is appended: the protocol reads them first."""
+    budgets = [remaining(e, params) for e in episodes]
+    if limit is not None:
+        budgets = [min(limit, b) for b in budgets]
+    return policy.continue_(
+        [e.visible_ids for e in episodes], budgets, round_params(params, round_no, **changes)
+    )
+
+
+def round_params(params: SamplingParams, round_no: int, **changes: object) -> SamplingParams:
+    """The sampling params of one round: a fresh seed per round keeps runs reproducible."""
+    seed = None if params.seed is None else params.seed + 7919 * round_no
+    return dataclasses.replace(params, n=1, seed=seed, **changes)
+
+
+def set_answer(episode: Episode, text: str, extractors: tuple[str, ...]) -> None:
+    episode.answer = extract_answer(text, extractors)
+
+
+def new_episode(
+    task: Task, prompt_ids: list[int], protocol: str, messages: list[ChatMessage] | None = None
+) -> Episode:
+    """An empty episode; `messages` is the policy's prompt before tokenization."""
+    meta = {"protocol": protocol, "sample": task.sample, "question": task.question}
+    if messages is not None:
+        meta["prompt"] = messages
+    return Episode(problem_id=task.problem_id, prompt_ids=prompt_ids, meta=meta)

@@ -1,0 +1,114 @@
+"""Build a protocol, with its policy and collaborators, from a `ProtocolConfig`."""
+
+from __future__ import annotations
+
+from collabrl.config import EngineConfig, PoolConfig
+from collabrl.data.prompts import PromptTemplate, get_prompt
+from collabrl.engines.base import Engine
+from collabrl.engines.pool import ExpertPool
+from collabrl.errors import UserError
+from collabrl.models import load_tokenizer
+from collabrl.protocols.base import CollabProtocol, Policy
+from collabrl.protocols.config import PROTOCOLS, ProtocolConfig
+
+# The prompt a protocol uses when neither the user nor the benchmark names one.
+DEFAULT_PROMPT = "relay"
+
+
+def build_protocol(
+    config: ProtocolConfig,
+    model: str,
+    engine: EngineConfig,
+    template: PromptTemplate | None = None,
+    extract_fallback: tuple[str, ...] = (),
+    policy_engine: Engine | None = None,
+) -> CollabProtocol:
+    """The protocol `config.name` over the policy `model`.
+
+    `template` is the policy's prompt for solo and relay (consult and strategy use
+    their papers' own prompts); `extract_fallback` adds a benchmark's answer rules.
+    A `policy_engine` already built by the caller is used as is and left open.
+    """
+    check_protocol(config, template)
+    if policy_engine is not None:
+        tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
+        tokenizer = tokenizer or getattr(policy_engine, "tokenizer", None)
+        policy = Policy(policy_engine, tokenizer, owns_engine=False)
+    else:
+        policy = Policy.load(model, engine, config.tokenizer)
+    try:
+        return _build(config, policy, model, engine, template, extract_fallback)
+    except BaseException:
+        policy.close()
+        raise
+
+
+def check_protocol(config: ProtocolConfig, template: PromptTemplate | None) -> None:
+    """Refuse a protocol setup that cannot run, before any model is loaded."""
+    name = config.name
+    if name not in PROTOCOLS:
+        raise UserError(f"unknown protocol '{name}'", f"use one of {', '.join(PROTOCOLS)}")
+    if name == "relay" and not config.teacher and not config.relay.teacher_free:
+        raise UserError("the relay protocol needs a teacher", "pass --teacher MODEL_OR_URL")
+    has_experts = bool(config.experts) or config.consult.self_collab
+    if name == "consult" and config.consult.mode == "open" and not has_experts:
+        raise UserError(
+            "the consult protocol needs experts",
+            "pass --expert MODEL_OR_URL, --self-collab, or --set protocol.consult.mode=locked",
+        )
+    if name == "strategy" and config.strategy.planner_kind != "ps+" and not config.planner:
+        raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+    if template is not None and name in ("consult", "strategy"):
+        raise UserError(
+            f"the {name} protocol uses its paper's prompts", "drop --prompt for this protocol"
+        )
+
+
+def _expert_refs(config: ProtocolConfig, model: str) -> list[str]:
+    return [model] if config.consult.self_collab else list(config.experts)
+
+
+def _build(
+    config: ProtocolConfig,
+    policy: Policy,
+    model: str,
+    engine: EngineConfig,
+    template: PromptTemplate | None,
+    extract_fallback: tuple[str, ...],
+) -> CollabProtocol:
+    template = template or get_prompt(DEFAULT_PROMPT)
+    extract = (*template.extract, *extract_fallback)
+    if config.name == "solo":
+        from collabrl.protocols.solo import SoloProtocol
+
+        return SoloProtocol(policy, template, extract)
+    if config.name == "relay":
+        from collabrl.protocols.relay import RelayProtocol
+
+        teacher = None
+        if config.teacher:
+            teacher = RelayProtocol.teacher_pool(
+                config.teacher, config.relay, api_key=engine.api_key
+            )
+        return RelayProtocol(policy, teacher, template, config.relay, extract)
+    if config.name == "consult":
+        from collabrl.protocols.consult import ConsultProtocol
+
+        pool = None
+        if config.consult.mode == "open":
+            pool = ExpertPool(
+                PoolConfig(
+                    endpoints=_expert_refs(config, model),
+                    num_experts=config.consult.num_experts,
+                    timeout=config.consult.expert_timeout,
+                    api_key=engine.api_key,
+                )
+            )
+        return ConsultProtocol(policy, pool, config.consult, extract_fallback)
+    from collabrl.protocols.planner import load_planner
+    from collabrl.protocols.strategy import StrategyProtocol
+
+    planner = None
+    if config.strategy.planner_kind != "ps+":
+        planner = load_planner(config.planner, config.strategy, engine)
+    return StrategyProtocol(policy, planner, config.strategy, extract_fallback)

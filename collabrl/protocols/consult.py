@@ -1,0 +1,537 @@
+"""`consult` (EAPO): the policy may ask a panel of K experts, in parallel, mid-answer.
+
+Open mode (training, and the paper's offline Expert-Assisted Workflow baseline): the
+policy gets the training prompt of EAPO appendix D and writes until `</agent_calls>`.
+The calls of that block go to the expert pool — the valid queries of every episode of
+a round in one `ask`, so local experts are batched — and the answers come back as one
+`<agent_returns>` block whose text is exactly `format_agent_returns(...)`. Each answer
+that returned is written into the history only with probability ρ (`accept_prob`,
+which the trainer anneals as ρ_s = 1/s); a call that failed, was rejected by ρ or came
+after the query budget reads "unavailable". The policy then resumes on a fresh line,
+until EOS, the token budget or the turn budget.
+
+Locked mode (evaluation): the paper's evaluation prompt, one policy turn, no experts.
+
+In the Episode the returns block is split by author: the JSON scaffolding is
+environment text and each call's result is one expert segment, so expert tokens count
+as help in `Episode.call_ratio_*` and carry no loss.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from collabrl.config import option
+from collabrl.data.prompts import PromptTemplate, get_prompt
+from collabrl.engines.base import ChatMessage, SamplingParams
+from collabrl.engines.pool import CallRecord, ExpertPool
+from collabrl.episode import Author, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.protocols.base import (
+    Policy,
+    Task,
+    environment,
+    new_episode,
+    policy_turn,
+    remaining,
+    round_params,
+    set_answer,
+)
+from collabrl.protocols.parsing import (
+    AGENT_CALLS_CLOSE,
+    AGENT_CALLS_OPEN,
+    ExpertQuery,
+    format_agent_returns,
+    parse_agent_calls,
+)
+
+MODES = ("open", "locked")
+QUERY_BUDGET_SPENT = "query budget spent"
+
+
+@dataclass
+class ConsultConfig:
+    """How the policy may consult the expert panel (EAPO)."""
+
+    mode: str = option(
+        "open",
+        "open: the training prompt of EAPO appendix D with the expert channel (training, and "
+        "the paper's Expert-Assisted Workflow baseline); "
+        "locked: the evaluation prompt, no experts.",
+    )
+    num_experts: int = option(
+        3, "K: experts on the panel, ids 1..K; the expert pool must have the same K."
+    )
+    query_budget: int = option(
+        10,
+        "Expert queries per episode (the prompt's 'ask experts 10 times totally'); "
+        "calls past it read unavailable.",
+    )
+    turn_budget: int = option(
+        6, "Policy turns per episode; a call made on the last turn ends the episode unanswered."
+    )
+    accept_prob: float = option(
+        1.0,
+        "rho: a returned expert answer is written into the history iff u <= rho, u ~ U(0,1]; "
+        "otherwise it reads unavailable. The trainer anneals it (rho_s = 1/s).",
+    )
+    expert_max_tokens: int = option(512, "Tokens an expert may write per answer.")
+    expert_temperature: float = option(0.0, "Expert sampling temperature; 0 is greedy.")
+    expert_timeout: float = option(
+        600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."
+    )
+    expert_timeout: float = option(
+        600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."
+    )
+    self_collab: bool = option(
+        False,
+        "Experts are copies of the policy model (the paper's Self Collaboration baseline); "
+        "the expert pool is then built from the policy's model reference.",
+    )
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise UserError(f"unknown consult mode '{self.mode}'", f"use {' or '.join(MODES)}")
+        if self.num_experts < 1:
+            raise UserError(f"consult.num_experts must be >= 1, got {self.num_experts}")
+        if self.query_budget < 0:
+            raise UserError(f"consult.query_budget must be >= 0, got {self.query_budget}")
+        if self.turn_budget < 1:
+            raise UserError(f"consult.turn_budget must be >= 1, got {self.turn_budget}")
+        if not 0.0 <= self.accept_prob <= 1.0:
+            raise UserError(f"consult.accept_prob must be in [0, 1], got {self.accept_prob}")
+        if self.expert_max_tokens < 1:
+            raise UserError(f"consult.expert_max_tokens must be >= 1, got {self.expert_max_tokens}")
+        if self.expert_temperature < 0:
+            raise UserError(
+                f"consult.expert_temperature must be >= 0, got {self.expert_temperature}"
+            )
+        if self.expert_timeout <= 0:
+            raise UserError(f"consult.expert_timeout must be > 0, got {self.expert_timeout}")
+        if self.self_collab and self.mode != "open":
+            raise UserError(
+                "consult.self_collab needs mode open: the locked mode consults no experts",
+                "drop self_collab, or --set consult.mode=open",
+            )
+
+
+# ----------------------------------------------------------------------------- the prompt
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+# EAPO appendix D, "Prompts during Training", verbatim but for the three places that
+# depend on K and the query budget. The PDF's code formatting (backticks, a stray `>`
+# after <agent_returns>) is dropped: it is typesetting, not prompt text.
+_TRAINING_SYSTEM = """\
+You are a helpful assistant that can solve a given question step by step. \
+To do so, you can consult with a panel of {k_word} experts. \
+Each question you can ask experts {budget} times totally.
+You can ask one or more experts for their opinion. You can ask them the same question or \
+different questions simultaneously. The experts will provide their answers, which you can use \
+to form your final response. The agent call query and results are enclosed within \
+<agent_calls> </agent_calls> and <agent_returns> </agent_returns> tags respectively.
+Agent calls query should be formatted as a list of dictionaries.
+For each agent call (an item in the list), you need to provide these keys:
+(1) expert_id (int): Required. The ID of the expert you want to consult. Can be {ids_or}.
+(2) input_parameters (dict): Required. All input parameters for the expert, in dictionary format.
+Here are the experts you can use:
+Description:
+This is a panel of {k_word} auxiliary intelligent agents (ID {ids_list}) that you can consult \
+when you are unsure about the answer to a question. The agents' responses may not always be \
+correct, but they can offer you alternative perspectives to help you think further.
+Parameters:
+(1) query (str): Required. The query string describing the question you want to ask or discuss.
+(2) The answer from the agent, including thinking process.
+The reasoning process is wrapped by <think></think>.
+The final answer begins with "Answer: ".
+For example:
+User: What is the capital city of NomanLand and what is its main export?
+Assistant:
+<think>
+This question has two parts. I will ask two different experts to answer each part. \
+I'll ask expert 1 about the capital and expert 2 about the main export.
+</think>
+<agent_calls>
+[{"expert_id": 1, "input_parameters": {"query": "capital city of NomanLand"}}, \
+{"expert_id": 2, "input_parameters": {"query": "main export of NomanLand"}}]
+</agent_calls>
+<agent_returns>
+[{"expert_id": 1, "result": "The capital city of NomanLand is NomanCity."}, \
+{"expert_id": 2, "result": "The main export of NomanLand is widgets."}]
+</agent_returns>
+<think>
+I see. Expert 1 says the capital is NomanCity, and Expert 2 says the main export is widgets.
+</think>
+Answer: The capital of NomanLand is NomanCity and its main export is widgets."""
+
+
+def _either(items: list[str]) -> str:
+    """'1', '1 or 2', '1, 2, or 3' — the paper's "Can be 1, 2, or 3" for any K."""
+    if len(items) <= 2:
+        return " or ".join(items)
+    return ", ".join(items[:-1]) + ", or " + items[-1]
+
+
+def training_prompt(num_experts: int, query_budget: int) -> PromptTemplate:
+    """The appendix-D training prompt for a panel of `num_experts` and a query budget."""
+    ids = [str(i) for i in range(1, num_experts + 1)]
+    k_word = _NUMBER_WORDS[num_experts] if num_experts < len(_NUMBER_WORDS) else str(num_experts)
+    system = (
+        _TRAINING_SYSTEM.replace("{k_word}", k_word)
+        .replace("{budget}", str(query_budget))
+        .replace("{ids_or}", _either(ids))
+        .replace("{ids_list}", ", ".join(ids))
+    )
+    return PromptTemplate(
+        name="eapo-train",
+        system=system,
+        user="{problem}",
+        extract=("answer_line", "boxed"),
+        source="EAPO appendix D (prompt during training), rendered for K and the query budget",
+    )
+
+
+def expert_messages(query: str) -> list[ChatMessage]:
+    """An expert's prompt: the paper's evaluation system prompt, the query as the user turn.
+
+    The paper does not print its expert prompt; this one asks for the same "Answer:" line
+    the training prompt tells the policy to expect from the experts.
+    """
+    return get_prompt("eapo-eval").messages(query)
+
+
+# ----------------------------------------------------------------------------- one turn
+
+
+@dataclass(frozen=True)
+class ConsultTurn:
+    """What follows one policy segment: the calls to answer, and what was wrong."""
+
+    called: bool  # the segment ended at `</agent_calls>`: the policy waits for returns
+    queries: tuple[ExpertQuery, ...] = ()  # valid calls within the query budget: to send
+    over_budget: tuple[ExpertQuery, ...] = ()  # valid calls past it: answered "unavailable"
+    errors: tuple[str, ...] = ()  # format errors, recorded on the policy segment
+
+
+def consult_turn(
+    text: str, stop_reason: str | None, num_experts: int, queries_left: int
+) -> ConsultTurn:
+    """Decide what a policy segment asks for. Pure, and total over any text.
+
+    Generation stops at `</agent_calls>`, so a call is made exactly when that stop
+    string ended the segment. A segment that ended otherwise (EOS, length) sends
+    nothing, but a dangling `<agent_calls>` in it is still a format error.
+    """
+    called = stop_reason == AGENT_CALLS_CLOSE
+    calls = parse_agent_calls(text, num_experts, max_calls=num_experts)
+    if calls is None:
+        missing_open = called or AGENT_CALLS_CLOSE in text
+        errors = (f"{AGENT_CALLS_CLOSE} without {AGENT_CALLS_OPEN}",) if missing_open else ()
+        return ConsultTurn(called, errors=errors)
+    if not called:
+        # Only an engine that ignores the stop string gets here with a complete block.
+        return ConsultTurn(False, errors=calls.errors or ("calls not answered: no stop",))
+    left = max(queries_left, 0)
+    return ConsultTurn(True, calls.queries[:left], calls.queries[left:], calls.errors)
+
+
+# ----------------------------------------------------------------------------- the returns
+
+
+def _escaped(text: str) -> str:
+    """`text` as it appears inside a JSON string written by `format_agent_returns`."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
+    """`format_agent_returns(results)` cut into scaffolding and one piece per result.
+
+    Returns 2n+1 pieces — scaffolding, result 1, scaffolding, …, result n, scaffolding —
+    that join to exactly the block. A result piece is the JSON-escaped text (without
+    its quotes); an unavailable result's piece is empty and its "unavailable" belongs
+    to the scaffolding, since no expert wrote it. The cuts are found by rendering the
+    block with a unique marker per result, so the pieces follow `format_agent_returns`
+    whatever separators it uses.
+    """
+    markers = [f"\x00{i}\x00" for i in range(len(results))]  # NUL never survives JSON unescaped
+    block = format_agent_returns([(eid, m) for (eid, _), m in zip(results, markers, strict=True)])
+    pieces: list[str] = []
+    carry, pos = "", 0
+    for marker, (_, result) in zip(markers, results, strict=True):
+        at = block.index(_escaped(marker), pos)
+        pieces.append(carry + block[pos:at])
+        pieces.append("" if result is None else _escaped(result))
+        carry = _escaped("unavailable") if result is None else ""
+        pos = at + len(_escaped(marker))
+    pieces.append(carry + block[pos:])
+    return pieces
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One call's fate: what the history shows, and the record for metrics."""
+
+    expert_id: int
+    result: str | None  # written into the history; None reads "unavailable"
+    meta: dict[str, Any]
+
+
+def returns_segments(policy: Policy, replies: list[Reply]) -> list[Segment]:
+    """The `<agent_returns>` block as segments: environment scaffolding, one expert each.
+
+    The block sits on its own line: a newline before it (after `</agent_calls>`, as in
+    the paper's example) and one after it, so the policy resumes on a fresh line.
+    """
+    pieces = returns_pieces([(r.expert_id, r.result) for r in replies])
+    pieces[0] = "\n" + pieces[0]
+    pieces[-1] = pieces[-1] + "\n"
+    segments = [environment(policy, pieces[0])]
+    for reply, answer, scaffold in zip(replies, pieces[1::2], pieces[2::2], strict=True):
+        segments.append(Segment(Author.EXPERT, answer, policy.encode(answer), None, reply.meta))
+        segments.append(environment(policy, scaffold))
+    return segments
+
+
+def _call_meta(
+    query: ExpertQuery,
+    outcome: str,
+    accepted: bool,
+    error: str | None = None,
+    latency_s: float = 0.0,
+    endpoint: str = "",
+) -> dict[str, Any]:
+    """An expert segment's meta: the call, its outcome, and whether ρ let it in."""
+    return {
+        "expert_id": query.expert_id,
+        "query": query.query,
+        "outcome": outcome,
+        "accepted": accepted,
+        "error": error,
+        "latency_s": latency_s,
+        "endpoint": endpoint,
+    }
+
+
+def accepts(rng: random.Random, accept_prob: float) -> bool:
+    """u ~ U(0, 1], accepted iff u <= ρ: ρ = 1 keeps every answer, ρ = 0 none."""
+    return 1.0 - rng.random() <= accept_prob
+
+
+def reply_from(
+    query: ExpertQuery, record: CallRecord, rng: random.Random, accept_prob: float
+) -> Reply:
+    """The reply to a sent query; only an answer that came back draws u."""
+    accepted = record.ok and accepts(rng, accept_prob)
+    meta = _call_meta(
+        query,
+        record.outcome,
+        accepted,
+        error=record.error,
+        latency_s=round(record.latency_s, 4),
+        endpoint=record.endpoint,
+    )
+    return Reply(query.expert_id, record.text if accepted else None, meta)
+
+
+def over_budget_reply(query: ExpertQuery) -> Reply:
+    meta = _call_meta(query, "unavailable", False, error=QUERY_BUDGET_SPENT)
+    return Reply(query.expert_id, None, meta)
+
+
+# ----------------------------------------------------------------------------- episode views
+
+
+def policy_text(episode: Episode) -> str:
+    """What the policy wrote, one segment per line: experts' "Answer:" lines must not count."""
+    return "\n".join(s.text for s in episode.segments if s.author is Author.POLICY)
+
+
+def summary(episode: Episode) -> dict[str, int]:
+    """The per-episode counts the metrics read, derived from the segments."""
+    calls = [c.meta for c in episode.calls]
+    return {
+        "expert_calls": len(calls),
+        "expert_failures": sum(c["outcome"] == "unavailable" for c in calls),
+        "over_budget": sum(c["error"] == QUERY_BUDGET_SPENT for c in calls),
+        "rejected": sum(c["outcome"] != "unavailable" and not c["accepted"] for c in calls),
+        "format_errors": sum(len(s.meta.get("call_errors", ())) for s in episode.segments),
+    }
+
+
+def episode_rng(task: Task, params: SamplingParams) -> random.Random:
+    """The ρ draws of one episode: seeded from the run seed and the task, so runs repeat."""
+    if params.seed is None:
+        return random.Random()
+    # A string seed is hashed with SHA-512, the same in every process (unlike hash()).
+    return random.Random(f"{params.seed}/{task.problem_id}/{task.sample}")
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+
+class ConsultProtocol:
+    name = "consult"
+
+    def __init__(
+        self,
+        policy: Policy,
+        pool: ExpertPool | None,
+        config: ConsultConfig,
+        extract_fallback: tuple[str, ...] = (),
+    ) -> None:
+        config.check()
+        policy.require_tokenizer(self.name)
+        if config.mode == "open":
+            if pool is None:
+                raise UserError(
+                    "the consult protocol in open mode needs an expert pool",
+                    "pass --expert, or --set protocol.consult.mode=locked",
+                )
+            if pool.config.num_experts != config.num_experts:
+                raise UserError(
+                    f"the prompt offers {config.num_experts} experts but the pool has "
+                    f"{pool.config.num_experts}",
+                    "give consult.num_experts and the pool's num_experts the same K",
+                )
+            self.template = training_prompt(config.num_experts, config.query_budget)
+        else:
+            self.template = get_prompt("eapo-eval")
+        self.policy = policy
+        self.pool = pool
+        self.config = config
+        extra = tuple(e for e in extract_fallback if e not in self.template.extract)
+        self.extract = self.template.extract + extra
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        prompts = [self.template.messages(t.question) for t in tasks]
+        episodes = [
+            new_episode(t, self.policy.prompt_ids(m), self.name, m)
+            for t, m in zip(tasks, prompts, strict=True)
+        ]
+        for episode in episodes:
+            episode.meta.update(mode=self.config.mode, queries_sent=0)
+            if self.config.mode == "open":
+                episode.meta["accept_prob"] = self.config.accept_prob
+        if self.config.mode == "open":
+            self._run_open(episodes, [episode_rng(t, params) for t in tasks], params)
+        else:
+            self._run_locked(episodes, params)
+        for episode in episodes:
+            set_answer(episode, policy_text(episode), self.extract)
+            episode.meta.update(summary(episode))
+        return episodes
+
+    def _run_locked(self, episodes: list[Episode], params: SamplingParams) -> None:
+        segments = policy_turn(self.policy, episodes, params, 0)
+        for episode, segment in zip(episodes, segments, strict=True):
+            episode.add(segment)
+            episode.meta["end"] = _finish(segment)
+            # Whether the evaluation prompt still draws out the trained calling habit.
+            episode.meta["attempted_calls"] = AGENT_CALLS_OPEN in segment.text
+
+    def _run_open(
+        self, episodes: list[Episode], rngs: list[random.Random], params: SamplingParams
+    ) -> None:
+        active = list(range(len(episodes)))
+        round_no = 0
+        while active:
+            segments = policy_turn(
+                self.policy,
+                [episodes[i] for i in active],
+                params,
+                round_no,
+                stop=(AGENT_CALLS_CLOSE,),
+                include_stop=True,
+            )
+            waiting: list[tuple[int, ConsultTurn]] = []
+            for i, segment in zip(active, segments, strict=True):
+                turn = self._after_policy(episodes[i], segment, params)
+                if turn is not None:
+                    waiting.append((i, turn))
+            answers = self._ask([turn for _, turn in waiting], params, round_no)
+            active = [
+                i
+                for (i, turn), records in zip(waiting, answers, strict=True)
+                if self._answer(episodes[i], turn, records, rngs[i], params)
+            ]
+            round_no += 1
+
+    def _after_policy(
+        self, episode: Episode, segment: Segment, params: SamplingParams
+    ) -> ConsultTurn | None:
+        """Record the segment; the turn to answer, or None when the episode is over."""
+        episode.add(segment)
+        left = self.config.query_budget - episode.meta["queries_sent"]
+        turn = consult_turn(
+            segment.text, segment.meta.get("stop_reason"), self.config.num_experts, left
+        )
+        if turn.errors:
+            segment.meta["call_errors"] = list(turn.errors)
+        if not turn.called:
+            episode.meta["end"] = _finish(segment)
+            return None
+        if remaining(episode, params) <= 0:
+            end = "length"
+        elif episode.turns >= self.config.turn_budget:
+            end = "turn_budget"  # no turn left to read the answers: they are not asked for
+        else:
+            return turn
+        segment.meta["unanswered"] = episode.meta["end"] = end
+        return None
+
+    def _ask(
+        self, turns: list[ConsultTurn], params: SamplingParams, round_no: int
+    ) -> list[list[CallRecord]]:
+        """Every query of the round in one pool call; the records split back per turn."""
+        calls = [(q.expert_id, expert_messages(q.query)) for t in turns for q in t.queries]
+        if not calls:
+            return [[] for _ in turns]
+        assert self.pool is not None  # open mode always has one
+        expert = SamplingParams(
+            max_tokens=self.config.expert_max_tokens,
+            temperature=self.config.expert_temperature,
+            seed=round_params(params, round_no).seed,
+        )
+        records = self.pool.ask_sync(calls, expert)
+        out: list[list[CallRecord]] = []
+        for turn in turns:
+            out.append(records[: len(turn.queries)])
+            records = records[len(turn.queries) :]
+        return out
+
+    def _answer(
+        self,
+        episode: Episode,
+        turn: ConsultTurn,
+        records: list[CallRecord],
+        rng: random.Random,
+        params: SamplingParams,
+    ) -> bool:
+        """Append the returns block; False when the episode ends instead."""
+        episode.meta["queries_sent"] += len(turn.queries)
+        replies = [
+            reply_from(q, r, rng, self.config.accept_prob)
+            for q, r in zip(turn.queries, records, strict=True)
+        ]
+        replies += [over_budget_reply(q) for q in turn.over_budget]
+        segments = returns_segments(self.policy, replies)
+        # The budget bounds every author's tokens, and the policy needs one to go on.
+        if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
+            episode.segments[-1].meta["unanswered"] = episode.meta["end"] = "length"
+            return False
+        for segment in segments:
+            episode.add(segment)
+        return True
+
+    def close(self) -> None:
+        self.policy.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _finish(segment: Segment) -> str:
+    """How a segment that made no call ended: at EOS, or out of tokens."""
+    return "eos" if segment.meta.get("finish_reason") == "stop" else "length"

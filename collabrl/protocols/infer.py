@@ -1,0 +1,81 @@
+"""One problem through one protocol: what `collab infer` runs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.data.benchmarks import Fields, Item, load_benchmark
+from collabrl.data.prompts import get_prompt
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Episode
+from collabrl.errors import UserError
+from collabrl.protocols.base import Task
+from collabrl.protocols.build import build_protocol
+from collabrl.protocols.config import ProtocolConfig
+
+
+@dataclass
+class InferConfig:
+    """One problem, from the command line or a benchmark item, through one protocol."""
+
+    model: str = option("smollm2-135m", "The policy (reasoner): model reference or base URL.")
+    question: str | None = option(None, "The problem text (or use benchmark and item).")
+    benchmark: str | None = option(None, "Take the problem from this benchmark.")
+    item: str | None = option(None, "Benchmark item id, or its 0-based position (default 0).")
+    prompt: str | None = option(None, "Policy prompt template for solo and relay.")
+    protocol: ProtocolConfig = option(ProtocolConfig(), "The protocol and its collaborators.")
+    sampling: SamplingConfig = option(
+        SamplingConfig(max_tokens=256), "Sampling; max_tokens bounds the whole episode."
+    )
+    engine: EngineConfig = option(EngineConfig(), "The policy's engine.")
+
+
+def infer_one(config: InferConfig) -> tuple[Episode, float]:
+    """Run the problem once; return the episode and the seconds it took."""
+    task, fallback, bench_prompt = _task(config)
+    name = config.prompt or (bench_prompt if config.protocol.name == "solo" else None)
+    protocol = build_protocol(
+        config.protocol,
+        config.model,
+        config.engine,
+        get_prompt(name) if name else None,
+        fallback,
+    )
+    s = config.sampling
+    params = SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=s.seed,
+    )
+    try:
+        began = time.perf_counter()
+        [episode] = protocol.run([task], params)
+        return episode, time.perf_counter() - began
+    finally:
+        protocol.close()
+
+
+def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
+    """The task, the benchmark's answer fallbacks and its prompt name."""
+    if config.question is not None and config.benchmark is not None:
+        raise UserError("give a question or a benchmark item, not both")
+    if config.benchmark is None:
+        if not config.question:
+            raise UserError("no problem given", "pass a QUESTION, or --bench NAME [--item ID]")
+        return Task("cli", config.question), (), None
+    bench = load_benchmark(config.benchmark, Fields())
+    item = _pick(bench.items, config.item or "0")
+    return Task(item.id, item.problem), bench.extract_fallback, bench.prompt
+
+
+def _pick(items: list[Item], key: str) -> Item:
+    for item in items:
+        if item.id == key:
+            return item
+    if key.isdigit() and int(key) < len(items):
+        return items[int(key)]
+    raise UserError(f"no item '{key}' in the benchmark ({len(items)} items)", "pass an id or 0..")

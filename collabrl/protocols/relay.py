@@ -1,0 +1,247 @@
+"""`relay` (RelayLLM): the policy hands the pen to a teacher for n tokens at a time.
+
+The policy generates until the stop string `</call>`. A well-formed `<call>n</call>`
+pauses it: the teacher receives the problem and everything written so far *with
+every call command stripped*, as a partial assistant reply in the teacher's own
+chat template (its tokenizer may differ), and writes up to n tokens (fewer at its
+EOS). Those tokens are appended as a teacher segment and the policy resumes from
+its full history, *its own commands included*.
+
+The released RelayLLM code drops the command and the student's last segment before
+appending the teacher text; here nothing the policy wrote is ever dropped, so the
+trajectory a trainer sees is exactly the one the policy was conditioned on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabrl.config import PoolConfig, option
+from collabrl.data.prompts import PromptTemplate
+from collabrl.engines.base import ChatMessage, SamplingParams
+from collabrl.engines.pool import CallRecord, ExpertPool
+from collabrl.episode import Author, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.protocols.base import (
+    Policy,
+    Task,
+    new_episode,
+    policy_turn,
+    remaining,
+    round_params,
+    set_answer,
+)
+from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
+
+
+@dataclass
+class RelayConfig:
+    """How the policy may call the teacher."""
+
+    max_calls: int = option(8, "Calls answered per episode; later calls are format errors.")
+    max_call_tokens: int = option(
+        1000, "Largest n a call may request; a larger request is clipped to it."
+    )
+    fixed_k: int | None = option(
+        None, "Fixed-k mode: every call gets k teacher tokens whatever its n (paper Table 5)."
+    )
+    teacher_free: bool = option(
+        False,
+        "Ban `<call>` and `</call>` as bad words: the paper's teacher-free evaluation (Table 4).",
+    )
+    teacher_timeout: float = option(
+        600.0, "Seconds one teacher call may take (a local CPU teacher writes ~15 tokens/s)."
+    )
+
+    def check(self) -> None:
+        if self.max_calls < 0:
+            raise UserError(f"relay.max_calls must be >= 0, got {self.max_calls}")
+        if self.max_call_tokens < 1:
+            raise UserError(f"relay.max_call_tokens must be >= 1, got {self.max_call_tokens}")
+        if self.fixed_k is not None and self.fixed_k < 1:
+            raise UserError(f"relay.fixed_k must be >= 1, got {self.fixed_k}")
+
+
+@dataclass(frozen=True)
+class RelayStep:
+    """What a policy segment asks for: a teacher call of n tokens, or nothing."""
+
+    n: int | None = None  # tokens granted to the teacher; None: no call this time
+    error: str | None = None  # a malformed or refused command, recorded on the segment
+    done: bool = False  # the episode is over (EOS, length, or no budget left)
+
+
+def relay_step(
+    text: str, stop_reason: str | None, calls_made: int, budget: int, config: RelayConfig
+) -> RelayStep:
+    """Decide what follows a policy segment. Pure, and total over any text."""
+    if stop_reason != CALL_CLOSE:
+        # EOS or length: the episode ends; a dangling `<call>` is still a format error.
+        call = parse_relay_call(text, config.max_call_tokens)
+        return RelayStep(error=call.error if call else None, done=True)
+    if budget <= 0:
+        return RelayStep(done=True)
+    call = parse_relay_call(text, config.max_call_tokens)
+    if call is None:
+        return RelayStep(error=f"{CALL_CLOSE} without {CALL_OPEN}")
+    if not call.ok:
+        return RelayStep(error=call.error)
+    if calls_made >= config.max_calls:
+        return RelayStep(error=f"call limit ({config.max_calls}) reached")
+    n = config.fixed_k or call.n
+    return RelayStep(n=min(n, budget), error="clipped" if call.clipped else None)
+
+
+def teacher_messages(template: PromptTemplate, question: str, written: str) -> list[ChatMessage]:
+    """The teacher's prompt: the problem, and the reply so far with calls stripped."""
+    messages = template.messages(question)
+    partial = strip_call_commands(written)
+    # An empty partial reply cannot be "continued"; the teacher then starts the reply.
+    if partial.strip():
+        messages.append({"role": "assistant", "content": partial})
+    return messages
+
+
+class RelayProtocol:
+    name = "relay"
+
+    def __init__(
+        self,
+        policy: Policy,
+        teacher: ExpertPool | None,
+        template: PromptTemplate,
+        config: RelayConfig,
+        extract: tuple[str, ...],
+    ) -> None:
+        config.check()
+        policy.require_tokenizer(self.name)
+        if teacher is None and not config.teacher_free:
+            raise UserError(
+                "the relay protocol needs a teacher",
+                "pass --teacher, or --set relay.teacher_free=true",
+            )
+        self.policy = policy
+        self.teacher = teacher
+        self.template = template
+        self.config = config
+        self.extract = extract
+
+    @classmethod
+    def teacher_pool(cls, ref: str, config: RelayConfig, **endpoint: str | None) -> ExpertPool:
+        """The teacher as a one-expert pool: timeouts, retries, failures as records."""
+        pool = PoolConfig(
+            endpoints=[ref], num_experts=1, timeout=config.teacher_timeout, **endpoint
+        )
+        return ExpertPool(pool)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        prompts = [self.template.messages(t.question) for t in tasks]
+        episodes = [
+            new_episode(t, self.policy.prompt_ids(m), self.name, m)
+            for t, m in zip(tasks, prompts, strict=True)
+        ]
+        banned = (CALL_OPEN, CALL_CLOSE) if self.config.teacher_free else ()
+        active = list(range(len(episodes)))
+        round_no = 0
+        while active:
+            segments = policy_turn(
+                self.policy,
+                [episodes[i] for i in active],
+                params,
+                round_no,
+                stop=(CALL_CLOSE,),
+                include_stop=True,
+                banned=banned,
+            )
+            calls: list[tuple[int, int]] = []  # (episode index, tokens granted)
+            going: list[int] = []  # episodes that continue next round
+            for i, segment in zip(active, segments, strict=True):
+                step = self._after_policy(episodes[i], segment, params)
+                if step.n is not None:
+                    calls.append((i, step.n))
+                if not step.done:
+                    going.append(i)
+            self._ask_teacher(episodes, tasks, calls, params, round_no)
+            active = [i for i in going if remaining(episodes[i], params) > 0]
+            round_no += 1
+        for episode in episodes:
+            set_answer(episode, strip_call_commands(episode.response_text), self.extract)
+        return episodes
+
+    def _after_policy(
+        self, episode: Episode, segment: Segment, params: SamplingParams
+    ) -> RelayStep:
+        episode.add(segment)
+        step = relay_step(
+            segment.text,
+            segment.meta.get("stop_reason"),
+            len(episode.calls),
+            remaining(episode, params),
+            self.config,
+        )
+        if step.error:
+            segment.meta["call_error"] = step.error
+            episode.meta["format_errors"] = episode.meta.get("format_errors", 0) + 1
+        return step
+
+    def _ask_teacher(
+        self,
+        episodes: list[Episode],
+        tasks: list[Task],
+        calls: list[tuple[int, int]],
+        params: SamplingParams,
+        round_no: int,
+    ) -> None:
+        """Send this round's calls, grouped by token count, all at once."""
+        if not calls:
+            return
+        assert self.teacher is not None  # teacher-free episodes never call
+        by_n: dict[int, list[int]] = {}
+        for i, n in calls:
+            by_n.setdefault(n, []).append(i)
+        groups = [
+            (
+                [
+                    (
+                        1,
+                        teacher_messages(
+                            self.template, tasks[i].question, episodes[i].response_text
+                        ),
+                    )
+                    for i in members
+                ],
+                round_params(params, round_no, max_tokens=n, stop=(), include_stop=False),
+            )
+            for n, members in by_n.items()
+        ]
+        answers = self.teacher.ask_groups_sync(groups)
+        for (n, members), records in zip(by_n.items(), answers, strict=True):
+            for i, record in zip(members, records, strict=True):
+                budget = remaining(episodes[i], params)
+                episodes[i].add(self._teacher_segment(record, n, budget))
+
+    def _teacher_segment(self, record: CallRecord, n: int, budget: int) -> Segment:
+        text = record.text or ""
+        ids = self.policy.encode(text)
+        if len(ids) > budget:
+            # n counts teacher tokens; in the policy tokenizer the text may run past the
+            # episode's budget, which bounds every author's tokens.
+            ids = ids[:budget]
+            text = self.policy.tokenizer.decode(ids, skip_special_tokens=True)
+        meta = {
+            "requested_tokens": n,
+            "teacher_tokens": record.completion_tokens,
+            "outcome": record.outcome,
+            "endpoint": record.endpoint,
+            "latency_s": round(record.latency_s, 4),
+        }
+        if record.error:
+            meta["error"] = record.error
+        return Segment(Author.TEACHER, text, ids, None, meta)
+
+    def close(self) -> None:
+        self.policy.close()
+        if self.teacher is not None:
+            self.teacher.close()

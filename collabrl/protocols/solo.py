@@ -1,0 +1,42 @@
+"""`solo`: the single-model baseline — the policy writes the whole response.
+
+It runs through the same machinery as the collaborative protocols (token-id
+prompts, Episodes, budgets), so a solo number and a relay number differ only in
+the collaboration.
+"""
+
+from __future__ import annotations
+
+from collabrl.data.prompts import PromptTemplate
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Episode
+from collabrl.protocols.base import Policy, Task, new_episode, round_params, set_answer
+
+
+class SoloProtocol:
+    name = "solo"
+
+    def __init__(self, policy: Policy, template: PromptTemplate, extract: tuple[str, ...]) -> None:
+        self.policy = policy
+        self.template = template
+        self.extract = extract
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        prompts = [self.template.messages(t.question) for t in tasks]
+        episodes = [
+            new_episode(t, self.policy.prompt_ids(m), self.name, m)
+            for t, m in zip(tasks, prompts, strict=True)
+        ]
+        segments = self.policy.continue_(
+            # Text-only policies (an endpoint without --tokenizer) get the chat prompt.
+            [e.visible_ids or m for e, m in zip(episodes, prompts, strict=True)],
+            [params.max_tokens] * len(episodes),
+            round_params(params, 0),
+        )
+        for episode, segment in zip(episodes, segments, strict=True):
+            episode.add(segment)
+            set_answer(episode, segment.text, self.extract)
+        return episodes
+
+    def close(self) -> None:
+        self.policy.close()

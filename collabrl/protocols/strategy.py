@@ -1,0 +1,484 @@
+"""`strategy` (rSIM): before every reasoning step a planner picks one of nine strategies.
+
+The reasoner (the policy) writes its answer as steps separated by a blank line. Each
+round, the planner sees the question and a short observation of every finished step
+(`PlannerContext`; never the partial current step) and picks a strategy for every
+running episode in one batched call; the strategy's guidance text is appended as a
+guidance segment, and the reasoner continues all running episodes in one batched
+generate until it writes "\\n\\n". Choosing `terminal` injects its guidance ("So the
+final answer is") and the reasoner writes one last step, to its EOS. An episode also
+ends at the reasoner's EOS, after `max_steps` strategies, or at the token budget;
+`episode.meta["end"]` says which.
+
+Unlike the paper's masked reasoner context C_n^r, which drops past guidance, the
+reasoner here keeps every guidance segment it was given: the trajectory is then one
+token sequence, exactly what the reasoner was conditioned on, which GRPO can train on
+with the guidance masked out of the loss. See docs/protocols/strategy.md for every
+deviation from the paper and why.
+
+The strategy set, its guidance texts and the keyword counting of appendix A.2
+(`count_strategies`) live here; the planners live in `planner.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from collabrl.config import option
+from collabrl.data.prompts import PromptTemplate
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Author, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.protocols.base import (
+    Policy,
+    Task,
+    new_episode,
+    policy_turn,
+    remaining,
+    set_answer,
+)
+
+if TYPE_CHECKING:
+    from collabrl.protocols.planner import Planner, PlannerChoice
+
+STEP_DELIMITER = "\n\n"  # the end of one reasoning step (rSIM appendix A.1)
+
+# -- the strategies ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One action of the planner.
+
+    The paper's Figure 2 texts are not in its text, so both strings are ours. The
+    guidance is an unfinished lead-in that the reasoner completes as its own step: after
+    a finished sentence ("Let me verify the result so far.") SmolLM2-135M ends the step
+    at once with a blank line (31 of 32 tries), after a clause ("To verify the result so
+    far,") it never does (0 of 32). The description is what a prompted planner reads.
+    """
+
+    name: str
+    guidance: str
+    description: str
+
+
+# The paper's order (section 3.2); the position is the index of the planner's action head.
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy(
+        "self-reflection",
+        "Looking back at the previous steps to check them for mistakes,",
+        "look back at the previous steps and check them for mistakes",
+    ),
+    Strategy(
+        "decomposition",
+        "Breaking the problem into smaller parts,",
+        "break the problem into smaller parts",
+    ),
+    Strategy(
+        "deep thinking",
+        "Thinking carefully about what the problem requires,",
+        "think carefully about what the problem requires",
+    ),
+    Strategy("validation", "To verify the result so far,", "verify the result so far"),
+    Strategy(
+        "summarization", "To summarize what we know so far,", "summarize what is known so far"
+    ),
+    Strategy(
+        "prioritization",
+        "Focusing on the most important part first,",
+        "focus on the most important part first",
+    ),
+    Strategy("continuation", "Next,", "carry on with the next step"),
+    Strategy("sub-planning", "To plan the next few steps,", "plan the next few steps"),
+    Strategy(
+        "terminal", "So the final answer is", "the solution is complete: give the final answer"
+    ),
+)
+STRATEGY_NAMES: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
+TERMINAL = STRATEGY_NAMES.index("terminal")
+CONTINUATION = STRATEGY_NAMES.index("continuation")
+
+# -- counting strategies (appendix A.2) ------------------------------------------------
+
+# Verbatim from rSIM appendix A.2; continuation and terminal have no list.
+KEYWORDS: dict[str, tuple[str, ...]] = {
+    "self-reflection": (
+        "review", "revisit", "reflect", "reevaluate", "rethink", "reexamine", "reassess",
+        "reconsider", "analyze", "assess", "validate", "critique", "inspect", "examine",
+        "audit", "diagnose", "cross-check",
+    ),
+    "decomposition": (
+        "decompose", "break down", "divide", "split", "separate", "segment", "partition",
+        "dissect", "analyze", "unfold", "unwrap", "reduce", "map out", "organize", "structure",
+    ),
+    "deep thinking": (
+        "contemplate", "deliberate", "reflect", "ponder", "mull over", "reason", "deduce",
+        "infer", "evaluate", "scrutinize", "meditate", "analyze", "consider", "investigate",
+        "explore",
+    ),
+    "validation": (
+        "validate", "verify", "confirm", "check", "test", "justify", "prove", "cross-check",
+        "ensure", "affirm", "support", "substantiate", "corroborate", "authenticate", "evaluate",
+    ),
+    "summarization": (
+        "summarize", "recap", "restate", "paraphrase", "condense", "outline", "highlight",
+        "abstract", "generalize", "simplify", "extract", "distill", "encapsulate", "conclude",
+        "report",
+    ),
+    "prioritization": (
+        "prioritize", "rank", "order", "select", "choose", "emphasize", "highlight", "focus on",
+        "weigh", "assess", "sort", "filter", "arrange", "allocate", "favor",
+    ),
+    "sub-planning": (
+        "plan", "outline", "design", "strategize", "organize", "arrange", "map out",
+        "formulate", "structure", "prepare", "coordinate", "blueprint", "set up",
+    ),
+}  # fmt: skip
+
+# Irregular verb forms the suffix rule below cannot build.
+_IRREGULAR: dict[str, tuple[str, ...]] = {
+    "break": ("broke", "broken"),
+    "choose": ("chose", "chosen"),
+    "prove": ("proven",),
+    "rethink": ("rethought",),
+}
+# Endings after a stem; the -ion/-ation/-ment forms are those of the strategy names
+# themselves (validation, decomposition, summarization, prioritization).
+_E_ENDINGS = ("e", "es", "ed", "ing", "ion", "ions", "ation", "ations", "ition", "itions",
+              "tion", "tions", "ement", "ements")  # fmt: skip
+_Y_ENDINGS = ("y", "ies", "ied", "ying", "ication", "ications")
+_PLAIN_ENDINGS = ("", "s", "es", "ed", "ing", "ion", "ions", "ation", "ations", "ment", "ments")
+
+
+def _word_forms(word: str) -> str:
+    """A regex for a verb and its regular inflections (see `count_strategies`)."""
+    if word.endswith("e"):
+        stem, endings = word[:-1], _E_ENDINGS
+    elif len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
+        stem, endings = word[:-1], _Y_ENDINGS
+    else:  # plan -> planned, split -> splitting: the final consonant may double
+        stem, endings = word, (*_PLAIN_ENDINGS, f"{word[-1]}ed", f"{word[-1]}ing")
+    pattern = re.escape(stem).replace(r"\-", r"[-\s]?")  # cross-check, cross check
+    if stem.endswith(("iz", "yz")):  # British -ise/-yse spellings
+        pattern = pattern[:-1] + "[sz]"
+    forms = f"{pattern}(?:{'|'.join(endings)})"
+    irregular = _IRREGULAR.get(word, ())
+    return f"(?:{'|'.join((forms, *irregular))})" if irregular else forms
+
+
+def _keyword_pattern(keyword: str) -> str:
+    """A phrase inflects its verb, its first word: 'breaking down', 'mapped out'."""
+    first, *rest = keyword.split()
+    return _word_forms(first) + "".join(rf"\s+{re.escape(w)}" for w in rest)
+
+
+_KEYWORD_RES: dict[str, re.Pattern[str]] = {
+    name: re.compile(rf"\b(?:{'|'.join(map(_keyword_pattern, words))})\b", re.IGNORECASE)
+    for name, words in KEYWORDS.items()
+}
+
+
+def count_strategies(text: str) -> dict[str, int]:
+    """Steps of `text` that use each of the seven counted strategies (rSIM appendix A.2).
+
+    The text is split into steps on "\\n\\n"; a step counts once for a strategy when any
+    of its keywords appears in it. A keyword matches case-insensitively, as a whole word,
+    in its regular inflections: a final -e dropped before an ending (validate ->
+    validated, validating, validation), a final consonant+y turned into -i- (verify ->
+    verified, verification), a final consonant doubled (plan -> planned, planning), the
+    endings -s -es -ed -ing -ion -ation -ment, British -ise for -ize, and a few irregular
+    forms (chose, broke down, rethought, proven). A phrase inflects its first word
+    (breaking down, focused on). Derived words of another shape (analysis, proof,
+    summary) do not match.
+    """
+    counts = dict.fromkeys(KEYWORDS, 0)
+    for step in text.split(STEP_DELIMITER):
+        for name, pattern in _KEYWORD_RES.items():
+            if pattern.search(step):
+                counts[name] += 1
+    return counts
+
+
+# -- what the planner sees -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannerContext:
+    """The planner's masked view (rSIM appendix A.7): the question and f_obs of each step.
+
+    It never holds the reasoner's partial current step, nor past guidance.
+    """
+
+    question: str
+    steps: tuple[str, ...] = ()
+
+
+def observe_step(text: str, summary_chars: int) -> str:
+    """f_obs: a finished step collapsed to one line, cut to `summary_chars` (0: whole).
+
+    A long step keeps its head and its tail, joined by " … ": the head says what the
+    step set out to do, the tail what it found.
+    """
+    line = " ".join(text.split())
+    if summary_chars <= 0 or len(line) <= summary_chars:
+        return line
+    keep = summary_chars - 3
+    head, tail = keep - keep // 2, keep // 2
+    return f"{line[:head].rstrip()} … {line[len(line) - tail :].lstrip()}"
+
+
+def reasoner_steps(episode: Episode) -> list[str]:
+    """The reasoner's own text of every step: one policy segment per step."""
+    return [s.text for s in episode.segments if s.author is Author.POLICY]
+
+
+def planner_contexts(episode: Episode, summary_chars: int) -> list[PlannerContext]:
+    """The context the planner saw before each of its choices, in order (for training)."""
+    contexts: list[PlannerContext] = []
+    steps: list[str] = []
+    for segment in episode.segments:
+        if segment.author is Author.GUIDANCE:
+            contexts.append(PlannerContext(episode.meta["question"], tuple(steps)))
+        elif segment.author is Author.POLICY:
+            steps.append(observe_step(segment.text, summary_chars))
+    return contexts
+
+
+# -- prompts ---------------------------------------------------------------------------
+
+STEP_PROMPT = PromptTemplate(
+    name="strategy",
+    system=(
+        "Solve the problem step by step. Write each step as one short paragraph and "
+        "separate the steps with a blank line. Put your final answer within \\boxed{}."
+    ),
+    user="{problem}",
+    extract=("boxed", "answer_line"),
+    source="collabrl: rSIM's '\\n\\n'-separated steps (appendix A.1) asked for by prompt",
+)
+
+# Plan-and-Solve+ (Wang et al., ACL 2023), trigger sentence of the authors' repository
+# (AGI-Edgerunners/Plan-and-Solve-Prompting, prompt 302), after the problem in the user
+# turn; the \boxed{} instruction replaces PS's second, answer-extraction prompt.
+PS_PLUS_TRIGGER = (
+    "Let's first understand the problem, extract relevant variables and their corresponding "
+    "numerals, and devise a complete plan. Then, let's carry out the plan, calculate "
+    "intermediate variables (pay attention to correct numerical calculation and commonsense), "
+    "solve the problem step by step, and show the answer."
+)
+PS_PLUS_PROMPT = PromptTemplate(
+    name="ps+",
+    system="Put your final answer within \\boxed{}.",
+    user="{problem}\n\n" + PS_PLUS_TRIGGER,
+    extract=("boxed", "answer_line"),
+    source="Plan-and-Solve+ prompting (Wang et al., 2023), the rSIM PS+ baseline",
+)
+
+# -- the protocol ----------------------------------------------------------------------
+
+PLANNER_KINDS = ("rsim", "prompting", "ps+")
+
+
+@dataclass
+class StrategyConfig:
+    """How the planner and the reasoner take turns (rSIM)."""
+
+    planner_kind: str = option(
+        "rsim",
+        "rsim: a causal LM with a 9-way action head picks each strategy; prompting: an LLM is "
+        "asked to name it (the paper's Planner Prompting baseline); ps+: no planner, the "
+        "Plan-and-Solve+ prompt and one response (the PS+ baseline).",
+    )
+    max_steps: int = option(
+        12, "Strategies per episode (terminal included); the episode ends after the last step."
+    )
+    step_max_tokens: int = option(256, "Tokens the reasoner may write in one step.")
+    planner_temperature: float = option(
+        1.0,
+        "Planner sampling temperature (softmax(logits / T), or the prompted LLM's); "
+        "1 samples as in RL rollouts, 0 takes the argmax (the paper's evaluation).",
+    )
+    summary_chars: int = option(
+        200,
+        "f_obs: the planner sees each finished step on one line, cut to this many characters "
+        "(head … tail); 0 shows whole steps.",
+    )
+    head_seed: int = option(
+        0, "Seed of the rsim action head's random initialisation (a backbone without a head)."
+    )
+
+    def check(self) -> None:
+        if self.planner_kind not in PLANNER_KINDS:
+            raise UserError(
+                f"unknown planner kind '{self.planner_kind}'", f"use {', '.join(PLANNER_KINDS)}"
+            )
+        if self.max_steps < 1:
+            raise UserError(f"strategy.max_steps must be >= 1, got {self.max_steps}")
+        if self.step_max_tokens < 1:
+            raise UserError(f"strategy.step_max_tokens must be >= 1, got {self.step_max_tokens}")
+        if self.planner_temperature < 0:
+            raise UserError(
+                f"strategy.planner_temperature must be >= 0, got {self.planner_temperature}"
+            )
+        if self.summary_chars != 0 and self.summary_chars < 8:
+            raise UserError(f"strategy.summary_chars must be 0 or >= 8, got {self.summary_chars}")
+
+
+class StrategyProtocol:
+    name = "strategy"
+
+    def __init__(
+        self,
+        policy: Policy,
+        planner: Planner | None,
+        config: StrategyConfig,
+        extract_fallback: tuple[str, ...] = (),
+    ) -> None:
+        config.check()
+        if (planner is None) != (config.planner_kind == "ps+"):
+            raise UserError(
+                f"planner kind {config.planner_kind} "
+                + ("takes no planner" if planner is not None else "needs a planner"),
+                "pass --planner MODEL_OR_URL, or --planner-kind ps+ without one",
+            )
+        self.template = PS_PLUS_PROMPT if planner is None else STEP_PROMPT
+        if planner is not None:
+            policy.require_tokenizer(self.name)  # guidance is appended in policy ids
+        self.policy = policy
+        self.planner = planner
+        self.config = config
+        self.extract = (*self.template.extract, *extract_fallback)
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        if self.planner is None:
+            episodes = self._run_ps_plus(tasks, params)
+        else:
+            episodes = self._run_planned(tasks, params, self.planner)
+        for episode in episodes:
+            steps = reasoner_steps(episode)  # guidance is not the reasoner's
+            set_answer(episode, "".join(steps), self.extract)
+            # Joined by the delimiter: a step cut by its token limit is still a step.
+            episode.meta["strategy_counts"] = count_strategies(STEP_DELIMITER.join(steps))
+        return episodes
+
+    def _run_ps_plus(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        """The PS+ baseline: one response to the PS+ prompt, exactly like `solo`."""
+        from collabrl.protocols.solo import SoloProtocol
+
+        episodes = SoloProtocol(self.policy, self.template, self.extract).run(tasks, params)
+        for episode in episodes:
+            [segment] = episode.segments
+            eos = segment.meta.get("finish_reason") == "stop"
+            episode.meta.update(
+                protocol=self.name, planner="ps+", strategies=[], end="eos" if eos else "tokens"
+            )
+        return episodes
+
+    def _run_planned(
+        self, tasks: list[Task], params: SamplingParams, planner: Planner
+    ) -> list[Episode]:
+        prompts = [self.template.messages(t.question) for t in tasks]
+        episodes = [
+            new_episode(t, self.policy.prompt_ids(m), self.name, m)
+            for t, m in zip(tasks, prompts, strict=True)
+        ]
+        for episode in episodes:
+            episode.meta.update(planner=self.config.planner_kind, strategies=[], end=None)
+        final: list[Episode] = []  # chose terminal: their last step is written after the loop
+        for round_no in range(self.config.max_steps):
+            running = [e for e in episodes if e.meta["end"] is None]
+            if not running:
+                break
+            contexts = [PlannerContext(e.meta["question"], self._observations(e)) for e in running]
+            choices = planner.choose(contexts, seed=_planner_seed(params, round_no))
+            stepping = []
+            for episode, choice in zip(running, choices, strict=True):
+                if not self._inject(episode, choice, params):
+                    continue
+                if choice.index == TERMINAL:
+                    episode.meta["end"] = "terminal"
+                    final.append(episode)
+                else:
+                    stepping.append(episode)
+            self._write(stepping, params, round_no, stop=(STEP_DELIMITER,))
+        for episode in episodes:
+            if episode.meta["end"] is None:
+                episode.meta["end"] = "steps"
+        # One batched call for every terminal step, without the step stop: the reasoner
+        # concludes (to its EOS or the step limit) whatever the episode's end says.
+        self._write(final, params, self.config.max_steps, stop=())
+        return episodes
+
+    def _observations(self, episode: Episode) -> tuple[str, ...]:
+        return tuple(observe_step(s, self.config.summary_chars) for s in reasoner_steps(episode))
+
+    def _inject(self, episode: Episode, choice: PlannerChoice, params: SamplingParams) -> bool:
+        """Append the chosen strategy's guidance; False (and the episode ends) if no room."""
+        strategy = STRATEGIES[choice.index]
+        # A step cut by its token limit did not end in a blank line: start a new one.
+        written = episode.response_text
+        newlines = len(written) - len(written.rstrip("\n"))
+        separator = "" if not written else "\n" * max(0, 2 - newlines)
+        text = separator + strategy.guidance
+        ids = self.policy.encode(text)
+        if len(ids) >= remaining(episode, params):  # the reasoner must get a token too
+            episode.meta["end"] = "tokens"
+            return False
+        meta: dict[str, object] = {"strategy": strategy.name, "index": choice.index}
+        if choice.probs is not None:
+            meta["probs"] = list(choice.probs)
+        if choice.reply is not None:
+            meta["reply"] = choice.reply
+        if choice.error is not None:
+            meta["error"] = choice.error
+        episode.add(Segment(Author.GUIDANCE, text, ids, None, meta))
+        episode.meta["strategies"].append(strategy.name)
+        return True
+
+    def _write(
+        self, episodes: list[Episode], params: SamplingParams, round_no: int, stop: tuple[str, ...]
+    ) -> None:
+        """One reasoner step for every episode, in one batched call."""
+        limit = self.config.step_max_tokens
+        segments = policy_turn(
+            self.policy, episodes, params, round_no, limit, stop=stop, include_stop=bool(stop)
+        )
+        for episode, segment in zip(episodes, segments, strict=True):
+            episode.add(segment)
+            if episode.meta["end"] is not None:
+                continue  # a terminal step: the episode already ended by the planner's choice
+            if segment.meta["finish_reason"] == "stop" and segment.meta["stop_reason"] is None:
+                episode.meta["end"] = "eos"
+            elif remaining(episode, params) <= 0:
+                episode.meta["end"] = "tokens"
+
+    def close(self) -> None:
+        self.policy.close()
+        if self.planner is not None:
+            self.planner.close()
+
+
+def _planner_seed(params: SamplingParams, round_no: int) -> int | None:
+    """The planner's seed of a round, apart from the reasoner's (`round_params`)."""
+    return None if params.seed is None else params.seed + 7919 * round_no + 104729
+
+
+__all__ = [
+    "CONTINUATION",
+    "KEYWORDS",
+    "PS_PLUS_PROMPT",
+    "STEP_PROMPT",
+    "STRATEGIES",
+    "STRATEGY_NAMES",
+    "TERMINAL",
+    "PlannerContext",
+    "Strategy",
+    "StrategyConfig",
+    "StrategyProtocol",
+    "count_strategies",
+    "observe_step",
+    "planner_contexts",
+    "reasoner_steps",
+]

@@ -1,0 +1,91 @@
+"""`collab eval` with collaborative protocols: metrics, and an expert server killed mid-run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from collabrl.config import build_config
+from collabrl.episode import Episode
+from collabrl.eval import records
+from collabrl.eval.config import EvalConfig
+from collabrl.eval.runner import run_eval
+from tests.protocols.scripted import ScriptedEngine
+from tests.servers import ServerProcess
+
+CALL = (
+    '<think>ask</think><agent_calls>[{"expert_id": 1, "input_parameters": {"query": "2+2?"}}]'
+    "</agent_calls>"
+)
+
+
+def _config(model: str, out: Path, protocol: dict, limit: int = 2, batch: int = 2) -> EvalConfig:
+    layer = {
+        "benchmark": "gsm8k",
+        "model": model,
+        "limit": limit,
+        "out": str(out),
+        "protocol": protocol,
+        "sampling": {"n": 1, "max_tokens": 120, "seed": 0},
+        "engine": {"batch_size": batch},
+    }
+    return build_config(EvalConfig, [layer])
+
+
+def _episodes(out: Path) -> list[Episode]:
+    lines = (out / records.SAMPLES).read_text().splitlines()
+    return [Episode.from_dict(json.loads(line)["episode"]) for line in lines]
+
+
+def test_relay_eval_counts_calls_and_both_call_ratios(smol_tokenizer, tiny_model_dir, tmp_path):
+    def student(prompt) -> str:
+        return (
+            "Let me see. <call>6</call>" if "<call>" not in smol_tokenizer.decode(prompt) else " 18"
+        )
+
+    out = tmp_path / "relay"
+    tiny = str(tiny_model_dir)
+    config = _config(tiny, out, {"name": "relay", "teacher": tiny})
+    result = run_eval(config, engine=ScriptedEngine(smol_tokenizer, student))
+
+    m = result.metrics
+    assert m["calls_per_sample"] == 1.0 and m["call_failures"] == 0
+    episodes = _episodes(out)
+    helper = sum(len(e.calls[0].token_ids) for e in episodes)
+    total = sum(len(e.response_ids) for e in episodes)
+    assert m["call_ratio"] == helper / total
+    assert 0 < m["call_ratio"] <= m["call_ratio_requested"]  # a tiny teacher may stop early
+    assert all(e.calls[0].meta["requested_tokens"] == 6 for e in episodes)
+
+
+def test_expert_server_killed_during_a_consult_eval(smol_tokenizer, tiny_model_dir, tmp_path):
+    """The eval finishes; calls after the kill are failures in metrics.json."""
+
+    def policy(prompt) -> str:
+        reply = smol_tokenizer.decode(prompt).split("<|im_start|>assistant")[-1]
+        return CALL if "<agent_returns>" not in reply else "Answer: 4"
+
+    out = tmp_path / "consult"
+    with ServerProcess(tiny_model_dir) as server:
+        server.wait_ready()
+        protocol = {
+            "name": "consult",
+            "experts": [server.url],
+            "consult": {"expert_max_tokens": 8},
+        }
+        config = _config(str(tiny_model_dir), out, protocol, limit=6, batch=2)
+
+        def progress(done: int, total: int) -> None:
+            if done == 2:  # the first chunk of two episodes is finished: kill the expert
+                server.kill()
+
+        result = run_eval(config, engine=ScriptedEngine(smol_tokenizer, policy), progress=progress)
+
+    saved = json.loads((out / records.METRICS).read_text())
+    assert saved == result.metrics and saved["problems"] == 6
+    assert saved["calls_per_sample"] == 1.0
+    assert saved["call_failures"] == 4  # the four episodes after the kill
+    episodes = _episodes(out)
+    outcomes = [e.calls[0].meta["outcome"] for e in episodes]
+    assert outcomes == ["ok", "ok"] + ["unavailable"] * 4
+    assert all(e.answer == "4" for e in episodes)  # every episode still finished

@@ -1,0 +1,254 @@
+"""The relay protocol (RelayLLM): calls, the teacher's view, continuity, malformed commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collabrl.data.prompts import get_prompt
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Author
+from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.parsing import CALL_CLOSE
+from collabrl.protocols.relay import RelayConfig, RelayProtocol, relay_step, teacher_messages
+from tests.protocols.scripted import RecordingEngine, ScriptedEngine
+from tests.servers import ServerProcess, free_port
+
+TEMPLATE = get_prompt("relay")
+QUESTION = "What is 2+3?"
+
+
+def _relay(policy_engine, teacher_ref: str | None, tokenizer, **config) -> RelayProtocol:
+    cfg = RelayConfig(**config)
+    teacher = RelayProtocol.teacher_pool(teacher_ref, cfg) if teacher_ref else None
+    return RelayProtocol(Policy(policy_engine, tokenizer), teacher, TEMPLATE, cfg, TEMPLATE.extract)
+
+
+# ----------------------------------------------------------------------------- relay_step
+
+
+def test_well_formed_call_is_granted() -> None:
+    step = relay_step("think <call>40</call>", CALL_CLOSE, 0, 100, RelayConfig())
+    assert step.n == 40 and step.error is None and not step.done
+
+
+def test_call_is_cut_to_the_remaining_budget_and_fixed_k_overrides_n() -> None:
+    assert relay_step("<call>40</call>", CALL_CLOSE, 0, 10, RelayConfig()).n == 10
+    assert relay_step("<call>40</call>", CALL_CLOSE, 0, 99, RelayConfig(fixed_k=20)).n == 20
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("<call>abc</call>", "not a number"),
+        ("<call></call>", "empty"),
+        ("<call>-3</call>", "not positive"),
+        ("so </call>", "</call> without <call>"),
+    ],
+)
+def test_malformed_commands_are_errors_and_the_policy_goes_on(text: str, error: str) -> None:
+    step = relay_step(text, CALL_CLOSE, 0, 100, RelayConfig())
+    assert step.n is None and step.error == error and not step.done
+
+
+def test_call_limit() -> None:
+    step = relay_step("<call>5</call>", CALL_CLOSE, 2, 100, RelayConfig(max_calls=2))
+    assert step.n is None and "limit" in step.error
+
+
+def test_huge_request_is_clipped_and_recorded() -> None:
+    step = relay_step("<call>" + "9" * 500 + "</call>", CALL_CLOSE, 0, 10**6, RelayConfig())
+    assert step.n == RelayConfig().max_call_tokens and step.error == "clipped"
+
+
+def test_eos_ends_the_episode_and_a_dangling_call_is_recorded() -> None:
+    assert relay_step("done.", None, 0, 100, RelayConfig()) == relay_step(
+        "done.", None, 0, 100, RelayConfig()
+    )
+    step = relay_step("then <call>12", None, 0, 100, RelayConfig())
+    assert step.done and step.error == "unclosed"
+
+
+_NOISE = st.text(
+    alphabet=st.sampled_from(list("<>/call0123456789+- \n{}[]\"'é中🙂")) | st.characters(),
+    max_size=80,
+)
+_PIECES = st.sampled_from(
+    ["<call>", "</call>", "<call>7</call>", "<call>" + "9" * 60, "<call><call>3</call>", "\x00"]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(_NOISE | _PIECES, max_size=8).map("".join), st.integers(0, 10), st.integers(-5, 10**6)
+)
+def test_any_policy_output_is_handled_and_every_stop_is_accounted_for(
+    text: str, calls_made: int, budget: int
+) -> None:
+    """Malformed output never raises; a `</call>` stop is always a call, an error or the end."""
+    step = relay_step(text + CALL_CLOSE, CALL_CLOSE, calls_made, budget, RelayConfig(max_calls=5))
+    assert (step.n is not None) or (step.error is not None) or step.done
+    if step.n is not None:
+        assert 1 <= step.n <= max(budget, 0) and step.n <= RelayConfig().max_call_tokens
+    relay_step(text, None, calls_made, budget, RelayConfig())  # the end of an episode
+
+
+# ----------------------------------------------------------------------------- teacher's view
+
+
+def test_teacher_sees_the_text_without_commands_as_a_partial_reply() -> None:
+    messages = teacher_messages(TEMPLATE, QUESTION, "First <call>5</call>, 2+3. <call>9</call>")
+    assert messages[:-1] == TEMPLATE.messages(QUESTION)
+    assert messages[-1] == {"role": "assistant", "content": "First , 2+3. "}
+
+
+def test_a_call_at_the_start_lets_the_teacher_start_the_reply() -> None:
+    assert teacher_messages(TEMPLATE, QUESTION, "<call>5</call>") == TEMPLATE.messages(QUESTION)
+
+
+def test_teacher_prompt_uses_the_teachers_chat_template(smol_tokenizer) -> None:
+    from collabrl.engines.base import encode_prompt
+
+    messages = teacher_messages(TEMPLATE, QUESTION, "Step 1: add.<call>4</call>\n\n")
+    rendered = smol_tokenizer.decode(encode_prompt(smol_tokenizer, messages))
+    assert rendered.endswith("<|im_start|>assistant\nStep 1: add.\n\n")
+    assert "<call>" not in rendered
+
+
+# ----------------------------------------------------------------------------- episodes
+
+
+def test_relay_episode_authors_continuity_mask_and_ratios(smol_tokenizer, tiny_model_dir) -> None:
+    script = ScriptedEngine(smol_tokenizer, ["First, 2+3. <call>12</call>", " so \\boxed{5}."])
+    recorder = RecordingEngine(script)
+    relay = _relay(recorder, str(tiny_model_dir), smol_tokenizer)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=200, seed=1))
+    relay.close()
+
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    policy, teacher, resumed = episode.segments
+    assert policy.text.endswith("<call>12</call>")  # the policy keeps its command
+    assert teacher.meta["requested_tokens"] == 12 and teacher.meta["outcome"] == "ok"
+    assert 1 <= teacher.meta["teacher_tokens"] <= 12
+    # Token-id continuity: the policy resumed from exactly the recorded ids.
+    assert recorder.prompts[0] == episode.prompt_ids
+    assert recorder.prompts[1] == episode.prompt_ids + policy.token_ids + teacher.token_ids
+    assert episode.loss_mask() == [1] * len(policy.token_ids) + [0] * len(teacher.token_ids) + [
+        1
+    ] * len(resumed.token_ids)
+    own = len(policy.token_ids) + len(resumed.token_ids)
+    assert episode.call_ratio_realised() == len(teacher.token_ids) / (own + len(teacher.token_ids))
+    assert episode.call_ratio_requested() == 12 / (own + 12)
+    assert episode.answer == "5"
+
+
+def test_malformed_command_is_recorded_and_the_policy_resumes(smol_tokenizer) -> None:
+    script = ScriptedEngine(smol_tokenizer, ["Hmm <call>abc</call>", " \\boxed{5}"])
+    relay = _relay(script, None, smol_tokenizer, teacher_free=True)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.POLICY]
+    assert episode.segments[0].meta["call_error"] == "not a number"
+    assert episode.meta["format_errors"] == 1 and episode.answer == "5"
+
+
+def test_fixed_k_and_call_limit(smol_tokenizer, tiny_model_dir) -> None:
+    script = ScriptedEngine(smol_tokenizer, ["a <call>90</call>", "b <call>3</call>", "c."])
+    relay = _relay(script, str(tiny_model_dir), smol_tokenizer, fixed_k=4, max_calls=1)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=300))
+    relay.close()
+    [call] = episode.calls
+    assert call.meta["requested_tokens"] == 4
+    assert "limit" in episode.segments[2].meta["call_error"]
+
+
+def test_teacher_free_bans_the_call_tags(smol_tokenizer, tiny_model_dir) -> None:
+    from collabrl.engines.hf import TransformersEngine
+
+    engine = TransformersEngine.from_ref(str(tiny_model_dir))
+    seen: list[SamplingParams] = []
+
+    class Spy(RecordingEngine):
+        def generate(self, prompts, params):
+            seen.append(params)
+            return super().generate(prompts, params)
+
+    relay = _relay(Spy(engine), None, smol_tokenizer, teacher_free=True)
+    episodes = relay.run([Task("p", QUESTION), Task("q", "1+1?")], SamplingParams(max_tokens=24))
+    assert seen[0].banned == ("<call>", "</call>")
+    assert all(not e.calls for e in episodes)
+
+
+def test_budget_bounds_every_author(smol_tokenizer, tiny_model_dir) -> None:
+    script = ScriptedEngine(smol_tokenizer, lambda prompt: "x <call>500</call>")
+    relay = _relay(script, str(tiny_model_dir), smol_tokenizer, max_calls=50)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=60))
+    relay.close()
+    assert len(episode.response_ids) <= 60
+
+
+def test_unreachable_teacher_is_a_failed_call_and_the_episode_goes_on(smol_tokenizer) -> None:
+    script = ScriptedEngine(smol_tokenizer, ["a <call>5</call>", " \\boxed{5}"])
+    relay = _relay(
+        script, f"http://127.0.0.1:{free_port()}/v1", smol_tokenizer, teacher_timeout=5.0
+    )
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay.close()
+    [call] = episode.calls
+    assert call.meta["outcome"] == "unavailable" and call.meta["error"]
+    assert call.token_ids == [] and episode.answer == "5"
+
+
+def test_batched_episodes_each_keep_their_own_history(smol_tokenizer, tiny_model_dir) -> None:
+    replies = {"A": ["A1 <call>3</call>", "A2."], "B": ["B1."]}
+
+    def reply(prompt) -> str:
+        text = smol_tokenizer.decode(prompt)
+        key = "A" if "question A" in text else "B"
+        return replies[key].pop(0)
+
+    relay = _relay(ScriptedEngine(smol_tokenizer, reply), str(tiny_model_dir), smol_tokenizer)
+    a, b = relay.run(
+        [Task("a", "question A"), Task("b", "question B")], SamplingParams(max_tokens=80)
+    )
+    relay.close()
+    assert [s.author for s in a.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    assert [s.author for s in b.segments] == [Author.POLICY]
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def _first_then_model(tokenizer, engine, first: str):
+    """The real model, except that its first turn is a given call command."""
+    turns = {"n": 0}
+
+    class FirstThenModel(RecordingEngine):
+        def generate(self, prompts, params):
+            turns["n"] += 1
+            if turns["n"] == 1:
+                return ScriptedEngine(tokenizer, [first] * len(prompts)).generate(prompts, params)
+            return super().generate(prompts, params)
+
+    return FirstThenModel(engine)
+
+
+def test_smollm2_policy_with_smollm2_teacher_over_the_embedded_server(tmp_path: Path) -> None:
+    from collabrl.engines.hf import TransformersEngine
+
+    engine = TransformersEngine.from_ref("smollm2-135m")
+    policy_engine = _first_then_model(engine.tokenizer, engine, "Let me add. <call>8</call>")
+    with ServerProcess("smollm2-135m", role="teacher") as server:
+        server.wait_ready()
+        relay = _relay(policy_engine, server.url, engine.tokenizer)
+        [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=40, seed=0))
+        relay.close()
+    authors = [s.author for s in episode.segments]
+    assert authors[:3] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    teacher = episode.segments[1]
+    assert teacher.meta["outcome"] == "ok" and teacher.text
+    assert policy_engine.prompts[-1] == episode.prompt_ids + [
+        t for s in episode.segments[:-1] for t in s.token_ids
+    ]
