@@ -30,10 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from collabrl.config import EngineConfig, PoolConfig  # noqa: E402
 from collabrl.data.benchmarks import load_benchmark  # noqa: E402
 from collabrl.data.prompts import get_prompt  # noqa: E402
 from collabrl.engines.base import Completion, SamplingParams  # noqa: E402
 from collabrl.engines.hf import TransformersEngine  # noqa: E402
+from collabrl.engines.pool import ExpertPool  # noqa: E402
 from collabrl.episode import Author, Episode  # noqa: E402
 from collabrl.protocols.base import Policy, Task  # noqa: E402
 from collabrl.protocols.relay import RelayConfig, RelayProtocol  # noqa: E402
@@ -76,7 +78,8 @@ def relay_run(
     calling = CallingStudent(student, args.every, args.n)
     template = get_prompt("relay")
     config = RelayConfig(max_calls=1000)
-    teacher = RelayProtocol.teacher_pool(teacher_ref, config)
+    pool = PoolConfig(endpoints=[teacher_ref], num_experts=1, timeout=config.teacher_timeout)
+    teacher = ExpertPool(pool, EngineConfig(prefix_cache=not args.no_prefix_cache))
     teacher.ask_sync([(1, "warm up")], SamplingParams(max_tokens=1))  # load outside the timing
     relay = RelayProtocol(
         Policy(calling, student.tokenizer, owns_engine=False),
@@ -111,12 +114,16 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=40, help="student tokens between calls")
     parser.add_argument("--n", type=int, default=24, help="teacher tokens per call")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="re-read the whole context every turn"
+    )
     args = parser.parse_args()
 
-    student = TransformersEngine.from_ref(args.model)
-    teacher_engine = TransformersEngine.from_ref(
-        args.model
-    )  # the teacher's own copy, for its baseline
+    # The relay student and teacher reuse their KV caches across turns (as `collab`
+    # engines do by default); the baselines decode from the prompt on their own copies.
+    student = TransformersEngine.from_ref(args.model, prefix_cache=not args.no_prefix_cache)
+    student_alone = TransformersEngine.from_ref(args.model)
+    teacher_engine = TransformersEngine.from_ref(args.model)
     template = get_prompt("relay")
     problems = load_benchmark("gsm8k").items
     print(
@@ -132,7 +139,7 @@ def main() -> None:
             student_rows = decoded / batch  # real student tokens per episode (mean)
             teacher_rows = sum(e.tokens_by(Author.TEACHER) for e in episodes) / batch
             calls = sum(len(e.calls) for e in episodes)
-            per_tok_s = own_decode(student, prompts, round(student_rows))
+            per_tok_s = own_decode(student_alone, prompts, round(student_rows))
             per_tok_t = own_decode(teacher_engine, prompts, round(teacher_rows))
             own = student_rows * per_tok_s + teacher_rows * per_tok_t
             ratios.append(wall / own)

@@ -53,6 +53,11 @@ class EngineConfig:
         "transformers | vllm | openai | auto (openai for http(s) URLs, otherwise transformers).",
     )
     batch_size: int = option(16, "Sequences generated together (transformers engine).")
+    prefix_cache: bool = option(
+        True,
+        "transformers engine: a one-sequence call whose prompt extends the previous call's "
+        "sequence reuses its KV cache instead of re-reading the prefix (multi-turn protocols).",
+    )
     dtype: str = option("float32", "Weights dtype: float32 (fastest on CPU), bfloat16, float16.")
     device: str = option("cpu", "Torch device for the transformers engine (cpu, cuda, cuda:1).")
     api_key: str | None = option(

@@ -56,5 +56,9 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
     from collabrl.engines.hf import TransformersEngine
 
     return TransformersEngine.from_ref(
-        model, batch_size=config.batch_size, dtype=config.dtype, device=config.device
+        model,
+        batch_size=config.batch_size,
+        dtype=config.dtype,
+        device=config.device,
+        prefix_cache=config.prefix_cache,
     )

@@ -9,7 +9,7 @@ that completed a stop string.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collabrl.engines.base import (
     Completion,
@@ -33,6 +33,7 @@ class TransformersEngine:
         tokenizer: PreTrainedTokenizerBase,
         batch_size: int = 16,
         name: str = "transformers",
+        prefix_cache: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -41,17 +42,29 @@ class TransformersEngine:
         self.batch_size = batch_size
         self.name = name
         self._eos_ids = _eos_token_ids(model, tokenizer)
+        # The last one-row sequence and its KV cache: a protocol that resumes one episode
+        # (relay, consult) sends that sequence plus a few new tokens, and re-reading the
+        # whole prefix would cost more than decoding on a CPU (measured in bench/).
+        self.prefix_cache = prefix_cache
+        self._cached: tuple[list[int], Any] | None = None
+        self.cached_tokens = 0  # prompt tokens served from the cache, for tests and benches
 
     @classmethod
     def from_ref(
-        cls, ref: str, batch_size: int = 16, dtype: str = "float32", device: str = "cpu"
+        cls,
+        ref: str,
+        batch_size: int = 16,
+        dtype: str = "float32",
+        device: str = "cpu",
+        prefix_cache: bool = False,
     ) -> TransformersEngine:
         """Load a model reference (see `collabrl.models`) into an engine."""
         from collabrl.models import load_model, load_tokenizer, resolve_model
 
         model_ref = resolve_model(ref)
         model = load_model(model_ref, dtype=dtype, device=device)
-        return cls(model, load_tokenizer(model_ref), batch_size=batch_size, name=ref)
+        tokenizer = load_tokenizer(model_ref)
+        return cls(model, tokenizer, batch_size, name=ref, prefix_cache=prefix_cache)
 
     # -- prompts -----------------------------------------------------------------
 
@@ -86,6 +99,7 @@ class TransformersEngine:
         input_ids, attention_mask = self._left_pad(batch)
         if seed is not None:
             torch.manual_seed(seed)
+        reuse = self._reusable_cache(batch)
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids,
@@ -93,8 +107,11 @@ class TransformersEngine:
                 tokenizer=self.tokenizer,  # needed by stop_strings
                 return_dict_in_generate=True,
                 output_logits=params.logprobs,
+                **reuse,
                 **self._generation_kwargs(params),
             )
+        if self.prefix_cache and len(batch) == 1:
+            self._cached = (out.sequences[0].tolist(), out.past_key_values)
         new_tokens = out.sequences[:, input_ids.shape[1] :].tolist()
         logprobs = _sampled_logprobs(out, input_ids.shape[1], params) if params.logprobs else None
         rows_logprobs = logprobs or [None] * len(batch)
@@ -102,6 +119,28 @@ class TransformersEngine:
             self._finish_row(tokens, row_logprobs, params, len(prompt))
             for tokens, row_logprobs, prompt in zip(new_tokens, rows_logprobs, batch, strict=True)
         ]
+
+    def _reusable_cache(self, batch: list[list[int]]) -> dict[str, Any]:
+        """`past_key_values` covering the longest prefix this one-row prompt shares with
+        the previous one-row sequence; empty when there is nothing to reuse."""
+        cached, self._cached = self._cached, None  # generate extends the cache in place
+        if not self.prefix_cache or len(batch) != 1 or cached is None:
+            return {}
+        previous, cache = cached
+        prompt = batch[0]
+        # At least one prompt token must be left to feed the model; the cache holds every
+        # token of the previous sequence but its last (never fed back in).
+        limit = min(len(prompt) - 1, cache.get_seq_length())
+        shared = next(
+            (i for i, (a, b) in enumerate(zip(prompt[:limit], previous, strict=False)) if a != b),
+            min(limit, len(previous)),
+        )
+        if shared == 0:
+            return {}
+        if shared < cache.get_seq_length():
+            cache.crop(shared - cache.get_seq_length())  # negative: tokens to drop at the end
+        self.cached_tokens += shared
+        return {"past_key_values": cache}
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         import torch

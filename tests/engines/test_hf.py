@@ -337,3 +337,24 @@ def test_sampling_params_greedy_flag() -> None:
 )
 def test_cut_at_stop(text, stops, include, expected) -> None:
     assert cut_at_stop(text, stops, include) == expected
+
+
+def test_prefix_cache_resumes_a_sequence_without_changing_it(tiny_model_dir) -> None:
+    """A one-row prompt that extends the previous sequence reuses its KV cache."""
+    cached = TransformersEngine.from_ref(str(tiny_model_dir), prefix_cache=True)
+    plain = TransformersEngine.from_ref(str(tiny_model_dir))
+    start = cached.encode([{"role": "user", "content": SHORT}])
+    insert = cached.tokenizer("<call>5</call> and", add_special_tokens=False)["input_ids"]
+    histories = []
+    for engine in (cached, plain):
+        ids = list(start)
+        for _ in range(3):
+            [[c]] = engine.generate([ids], SamplingParams(max_tokens=6))
+            ids = ids + c.token_ids + insert
+        histories.append(ids)
+    assert histories[0] == histories[1]
+    assert cached.cached_tokens > 2 * len(start) and plain.cached_tokens == 0
+    # A different prompt shares only the chat template's head; batches never reuse.
+    before = cached.cached_tokens
+    cached.generate([start, start], SamplingParams(max_tokens=2))
+    assert cached.cached_tokens == before
