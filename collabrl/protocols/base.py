@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from collabrl.config import EngineConfig
+from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import create_engine
 from collabrl.engines.base import ChatMessage, Completion, Engine, Prompt, SamplingParams
 from collabrl.episode import Author, Episode, Segment
@@ -176,11 +177,18 @@ def set_answer(episode: Episode, text: str, extractors: tuple[str, ...]) -> None
     episode.answer = extract_answer(text, extractors)
 
 
-def new_episode(
-    task: Task, prompt_ids: list[int], protocol: str, messages: list[ChatMessage] | None = None
-) -> Episode:
-    """An empty episode; `messages` is the policy's prompt before tokenization."""
-    meta = {"protocol": protocol, "sample": task.sample, "question": task.question}
-    if messages is not None:
-        meta["prompt"] = messages
-    return Episode(problem_id=task.problem_id, prompt_ids=prompt_ids, meta=meta)
+def new_episodes(
+    policy: Policy, template: PromptTemplate, tasks: list[Task], protocol: str
+) -> list[Episode]:
+    """An empty episode per task: the template's prompt in policy ids (messages kept)."""
+    episodes = []
+    for task in tasks:
+        messages = template.messages(task.question)
+        meta = {
+            "protocol": protocol,
+            "sample": task.sample,
+            "question": task.question,
+            "prompt": messages,  # text-only policies are sent these; records show them
+        }
+        episodes.append(Episode(task.problem_id, policy.prompt_ids(messages), meta=meta))
+    return episodes

@@ -34,7 +34,7 @@ from collabrl.protocols.base import (
     Policy,
     Task,
     environment,
-    new_episode,
+    new_episodes,
     policy_turn,
     remaining,
     round_params,
@@ -406,11 +406,7 @@ class ConsultProtocol:
         self.extract = self.template.extract + extra
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
-        prompts = [self.template.messages(t.question) for t in tasks]
-        episodes = [
-            new_episode(t, self.policy.prompt_ids(m), self.name, m)
-            for t, m in zip(tasks, prompts, strict=True)
-        ]
+        episodes = new_episodes(self.policy, self.template, tasks, self.name)
         for episode in episodes:
             episode.meta.update(mode=self.config.mode, queries_sent=0)
             if self.config.mode == "open":

@@ -25,7 +25,7 @@ from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
-    new_episode,
+    new_episodes,
     policy_turn,
     remaining,
     round_params,
@@ -137,11 +137,7 @@ class RelayProtocol:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
-        prompts = [self.template.messages(t.question) for t in tasks]
-        episodes = [
-            new_episode(t, self.policy.prompt_ids(m), self.name, m)
-            for t, m in zip(tasks, prompts, strict=True)
-        ]
+        episodes = new_episodes(self.policy, self.template, tasks, self.name)
         banned = (CALL_OPEN, CALL_CLOSE) if self.config.teacher_free else ()
         active = list(range(len(episodes)))
         round_no = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
-from collabrl.protocols.base import Policy, Task, new_episode, round_params, set_answer
+from collabrl.protocols.base import Policy, Task, new_episodes, round_params, set_answer
 
 
 class SoloProtocol:
@@ -22,14 +22,10 @@ class SoloProtocol:
         self.extract = extract
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
-        prompts = [self.template.messages(t.question) for t in tasks]
-        episodes = [
-            new_episode(t, self.policy.prompt_ids(m), self.name, m)
-            for t, m in zip(tasks, prompts, strict=True)
-        ]
+        episodes = new_episodes(self.policy, self.template, tasks, self.name)
         segments = self.policy.continue_(
             # Text-only policies (an endpoint without --tokenizer) get the chat prompt.
-            [e.visible_ids or m for e, m in zip(episodes, prompts, strict=True)],
+            [e.visible_ids or e.meta["prompt"] for e in episodes],
             [params.max_tokens] * len(episodes),
             round_params(params, 0),
         )

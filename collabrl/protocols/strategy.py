@@ -34,7 +34,7 @@ from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
-    new_episode,
+    new_episodes,
     policy_turn,
     remaining,
     set_answer,
@@ -379,11 +379,7 @@ class StrategyProtocol:
     def _run_planned(
         self, tasks: list[Task], params: SamplingParams, planner: Planner
     ) -> list[Episode]:
-        prompts = [self.template.messages(t.question) for t in tasks]
-        episodes = [
-            new_episode(t, self.policy.prompt_ids(m), self.name, m)
-            for t, m in zip(tasks, prompts, strict=True)
-        ]
+        episodes = new_episodes(self.policy, self.template, tasks, self.name)
         for episode in episodes:
             episode.meta.update(planner=self.config.planner_kind, strategies=[], end=None)
         final: list[Episode] = []  # chose terminal: their last step is written after the loop
