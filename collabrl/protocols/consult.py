@@ -114,7 +114,7 @@ class ConsultConfig:
         if self.self_collab and self.mode != "open":
             raise UserError(
                 "consult.self_collab needs mode open: the locked mode consults no experts",
-                "drop self_collab, or --set consult.mode=open",
+                "drop --self-collab, or --set protocol.consult.mode=open",
             )
 
 

@@ -118,7 +118,7 @@ class RelayProtocol:
         if teacher is None and not config.teacher_free:
             raise UserError(
                 "the relay protocol needs a teacher",
-                "pass --teacher, or --set relay.teacher_free=true",
+                "pass --teacher, or --set protocol.relay.teacher_free=true",
             )
         self.policy = policy
         self.teacher = teacher
