@@ -19,7 +19,6 @@ as help in `Episode.call_ratio_*` and carry no loss.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +43,7 @@ from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
     AGENT_CALLS_OPEN,
     ExpertQuery,
-    format_agent_returns,
+    agent_returns_pieces,
     parse_agent_calls,
 )
 
@@ -241,35 +240,6 @@ def consult_turn(
 # ----------------------------------------------------------------------------- the returns
 
 
-def _escaped(text: str) -> str:
-    """`text` as it appears inside a JSON string written by `format_agent_returns`."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
-
-
-def returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
-    """`format_agent_returns(results)` cut into scaffolding and one piece per result.
-
-    Returns 2n+1 pieces — scaffolding, result 1, scaffolding, …, result n, scaffolding —
-    that join to exactly the block. A result piece is the JSON-escaped text (without
-    its quotes); an unavailable result's piece is empty and its "unavailable" belongs
-    to the scaffolding, since no expert wrote it. The cuts are found by rendering the
-    block with a unique marker per result, so the pieces follow `format_agent_returns`
-    whatever separators it uses.
-    """
-    markers = [f"\x00{i}\x00" for i in range(len(results))]  # NUL never survives JSON unescaped
-    block = format_agent_returns([(eid, m) for (eid, _), m in zip(results, markers, strict=True)])
-    pieces: list[str] = []
-    carry, pos = "", 0
-    for marker, (_, result) in zip(markers, results, strict=True):
-        at = block.index(_escaped(marker), pos)
-        pieces.append(carry + block[pos:at])
-        pieces.append("" if result is None else _escaped(result))
-        carry = _escaped("unavailable") if result is None else ""
-        pos = at + len(_escaped(marker))
-    pieces.append(carry + block[pos:])
-    return pieces
-
-
 @dataclass(frozen=True)
 class Reply:
     """One call's fate: what the history shows, and the record for metrics."""
@@ -285,7 +255,7 @@ def returns_segments(policy: Policy, replies: list[Reply]) -> list[Segment]:
     The block sits on its own line: a newline before it (after `</agent_calls>`, as in
     the paper's example) and one after it, so the policy resumes on a fresh line.
     """
-    pieces = returns_pieces([(r.expert_id, r.result) for r in replies])
+    pieces = agent_returns_pieces([(r.expert_id, r.result) for r in replies])
     pieces[0] = "\n" + pieces[0]
     pieces[-1] = pieces[-1] + "\n"
     segments = [environment(policy, pieces[0])]

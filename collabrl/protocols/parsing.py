@@ -240,10 +240,32 @@ def parse_agent_calls(text: str, num_experts: int, max_calls: int) -> AgentCalls
     return AgentCalls(queries=tuple(queries), errors=tuple(errors), start=start)
 
 
+def agent_returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
+    """The `<agent_returns>` block cut by author: 2n+1 pieces — scaffolding, result 1,
+    scaffolding, …, result n, scaffolding.
+
+    A result piece is the expert's text as a JSON string body (escaped, no quotes); a
+    None result's piece is empty and its "unavailable" belongs to the scaffolding, since
+    no expert wrote it. The layout is `json.dumps` of the list of
+    `{"expert_id": i, "result": …}` objects with `ensure_ascii=False`.
+    """
+    pieces: list[str] = []
+    scaffold = AGENT_RETURNS_OPEN + "["
+    for number, (expert_id, result) in enumerate(results):
+        scaffold += (
+            ", " if number else ""
+        ) + f'{{"expert_id": {json.dumps(expert_id)}, "result": "'
+        if result is None:
+            pieces += [scaffold, ""]
+            scaffold = "unavailable"
+        else:
+            pieces += [scaffold, json.dumps(result, ensure_ascii=False)[1:-1]]
+            scaffold = ""
+        scaffold += '"}'
+    pieces.append(scaffold + "]" + AGENT_RETURNS_CLOSE)
+    return pieces
+
+
 def format_agent_returns(results: list[tuple[int, str | None]]) -> str:
     """The `<agent_returns>` block answering a call; a None result reads "unavailable"."""
-    payload = [
-        {"expert_id": expert_id, "result": "unavailable" if result is None else result}
-        for expert_id, result in results
-    ]
-    return AGENT_RETURNS_OPEN + json.dumps(payload, ensure_ascii=False) + AGENT_RETURNS_CLOSE
+    return "".join(agent_returns_pieces(results))

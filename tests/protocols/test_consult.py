@@ -33,7 +33,6 @@ from collabrl.protocols.consult import (
     consult_turn,
     expert_messages,
     policy_text,
-    returns_pieces,
     training_prompt,
 )
 from collabrl.protocols.parsing import (
@@ -42,6 +41,7 @@ from collabrl.protocols.parsing import (
     AGENT_RETURNS_CLOSE,
     AGENT_RETURNS_OPEN,
     ExpertQuery,
+    agent_returns_pieces,
     format_agent_returns,
 )
 from tests.conftest import EMBEDDED
@@ -290,8 +290,11 @@ def test_any_text_gives_a_sane_turn(text, stop, queries_left):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, K), st.none() | st.text()), max_size=5))
 def test_returns_pieces_join_to_the_block(results):
-    pieces = returns_pieces(results)
+    pieces = agent_returns_pieces(results)
     assert "".join(pieces) == format_agent_returns(results)
+    body = format_agent_returns(results)[len("<agent_returns>") : -len("</agent_returns>")]
+    expected = [{"expert_id": e, "result": "unavailable" if r is None else r} for e, r in results]
+    assert json.loads(body) == expected
     assert len(pieces) == 2 * len(results) + 1
     for (_, result), piece in zip(results, pieces[1::2], strict=True):
         assert piece == ("" if result is None else json.dumps(result, ensure_ascii=False)[1:-1])
