@@ -167,10 +167,14 @@ def policy_turn(
     )
 
 
+def round_seed(params: SamplingParams, round_no: int, stream: int = 0) -> int | None:
+    """A fresh seed per round (and per random stream: policy 0, a planner 1, …)."""
+    return None if params.seed is None else params.seed + 7919 * round_no + 104729 * stream
+
+
 def round_params(params: SamplingParams, round_no: int, **changes: object) -> SamplingParams:
     """The sampling params of one round: a fresh seed per round keeps runs reproducible."""
-    seed = None if params.seed is None else params.seed + 7919 * round_no
-    return dataclasses.replace(params, n=1, seed=seed, **changes)
+    return dataclasses.replace(params, n=1, seed=round_seed(params, round_no), **changes)
 
 
 def set_answer(episode: Episode, text: str, extractors: tuple[str, ...]) -> None:

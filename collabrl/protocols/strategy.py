@@ -37,6 +37,7 @@ from collabrl.protocols.base import (
     new_episodes,
     policy_turn,
     remaining,
+    round_seed,
     set_answer,
 )
 
@@ -388,7 +389,7 @@ class StrategyProtocol:
             if not running:
                 break
             contexts = [PlannerContext(e.meta["question"], self._observations(e)) for e in running]
-            choices = planner.choose(contexts, seed=_planner_seed(params, round_no))
+            choices = planner.choose(contexts, seed=round_seed(params, round_no, stream=1))
             stepping = []
             for episode, choice in zip(running, choices, strict=True):
                 if not self._inject(episode, choice, params):
@@ -454,11 +455,6 @@ class StrategyProtocol:
         self.policy.close()
         if self.planner is not None:
             self.planner.close()
-
-
-def _planner_seed(params: SamplingParams, round_no: int) -> int | None:
-    """The planner's seed of a round, apart from the reasoner's (`round_params`)."""
-    return None if params.seed is None else params.seed + 7919 * round_no + 104729
 
 
 __all__ = [
