@@ -68,6 +68,9 @@ class CallRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     attempts: int = 0  # requests actually sent; 0 for cache hits and unroutable calls
+    # "stop" (the model's EOS, or a stop string) or "length"; None when nothing came back.
+    # RelayLLM ends the episode when the teacher's reply ends at its EOS.
+    finish_reason: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -353,6 +356,7 @@ class ExpertPool:
             "cached",
             prompt_tokens=int(entry.get("prompt_tokens", 0)),
             completion_tokens=int(entry.get("completion_tokens", 0)),
+            finish_reason=entry.get("finish_reason"),
         )
 
     async def _ask_remote(
@@ -471,6 +475,7 @@ class ExpertPool:
                 "text": record.text,
                 "prompt_tokens": record.prompt_tokens,
                 "completion_tokens": record.completion_tokens,
+                "finish_reason": record.finish_reason,
             },
         )
 
@@ -599,6 +604,7 @@ def _record(
         completion.prompt_tokens,
         completion.completion_tokens,
         attempts,
+        completion.finish_reason,
     )
 
 
