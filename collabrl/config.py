@@ -111,6 +111,11 @@ class PoolConfig:
     cache_dir: str | None = option(
         None, "Folder of the on-disk response cache (deterministic calls only); unset: no cache."
     )
+    chat_template_kwargs: dict[str, Any] = option(
+        {},
+        "Options for every endpoint's chat template, e.g. {enable_thinking: false}; sent "
+        "in the request body to OpenAI-compatible servers.",
+    )
 
 
 # -- building configs from layers --------------------------------------------------

@@ -30,6 +30,25 @@ class Author(StrEnum):
 HELPERS = frozenset({Author.TEACHER, Author.EXPERT})
 
 
+class EndReason(StrEnum):
+    """Why an episode stopped. Every protocol sets one; trainers read it (truncation)."""
+
+    EOS = "eos"  # the policy ended its answer with its end-of-sequence token
+    LENGTH = "length"  # the episode's token budget ran out: the response is truncated
+    TURN_BUDGET = "turn_budget"  # consult: a call made on the last allowed policy turn
+    TEACHER_EOS = "teacher_eos"  # relay: the teacher's reply ended the answer (its EOS)
+    TERMINAL = "terminal"  # strategy: the planner chose terminal; the last step is written
+    MAX_STEPS = "max_steps"  # strategy: the planner's step limit was reached
+    # No policy token at all (a budget smaller than the first guidance, an endpoint that
+    # answered EOS at once): nothing to train on. `collabrl.train.episodes` skips these.
+    EMPTY = "empty"
+
+    @property
+    def truncated(self) -> bool:
+        """The policy was cut off, not done: trainers may mask such completions."""
+        return self is EndReason.LENGTH
+
+
 @dataclass
 class Segment:
     """A run of tokens written by one author."""
@@ -62,7 +81,12 @@ class Episode:
     prompt_ids: list[int]
     segments: list[Segment] = field(default_factory=list)
     answer: str | None = None
+    end: EndReason | None = None  # set by the protocol when the episode is over
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.end is not None:
+            self.end = EndReason(self.end)
 
     def add(self, segment: Segment) -> Segment:
         self.segments.append(segment)
@@ -114,19 +138,28 @@ class Episode:
         return sum(s.author is Author.POLICY for s in self.segments)
 
     def call_ratio_realised(self) -> float:
-        """Helper tokens that came back ÷ all response tokens (RelayLLM's call ratio)."""
+        """RelayLLM's ρ on what happened: helper tokens in the response ÷ all of them."""
         total = len(self.response_ids)
         return self.tokens_by(*HELPERS) / total if total else 0.0
+
+    @property
+    def reencoded(self) -> bool:
+        """Some policy ids were re-encoded from an endpoint's text, not the sampled ids:
+        the loss would be computed on tokens the policy never produced."""
+        return any(s.author is Author.POLICY and s.meta.get("reencoded") for s in self.segments)
 
     def requested_helper_tokens(self) -> int:
         """Helper tokens the policy asked for (what came back, for calls that name none)."""
         return sum(_requested(s) for s in self.calls)
 
     def call_ratio_requested(self) -> float:
-        """The ratio had every call returned what the policy asked for.
+        """RelayLLM's ρ on what the policy *asked for*: requested ÷ (own + requested).
 
-        A call's request is `meta["requested_tokens"]` (RelayLLM's n); calls that
-        state none (an expert query) count what came back.
+        A call's request is `meta["requested_tokens"]`: the n of its `<call>n</call>`
+        as written (only a request beyond `relay.max_call_tokens` is cut to it), before
+        the episode budget or fixed-k change what is granted. Calls that name no count
+        (an expert query) count what came back. Own tokens are every response token not
+        written by a helper. docs/protocols/README.md defines both ratios.
         """
         requested = self.requested_helper_tokens()
         own = len(self.response_ids) - self.tokens_by(*HELPERS)
@@ -139,6 +172,7 @@ class Episode:
         data = asdict(self)
         for segment in data["segments"]:
             segment["author"] = str(segment["author"])
+        data["end"] = None if self.end is None else str(self.end)
         return data
 
     @classmethod
@@ -149,6 +183,7 @@ class Episode:
             prompt_ids=list(data["prompt_ids"]),
             segments=segments,
             answer=data.get("answer"),
+            end=data.get("end"),
             meta=dict(data.get("meta", {})),
         )
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collabrl.episode import Author, Episode, Segment
+from collabrl.episode import Author, EndReason, Episode, Segment
 
 
 def relay_episode() -> Episode:
@@ -82,6 +82,25 @@ def test_json_round_trip() -> None:
     back = Episode.from_dict(data)
     assert back == ep
     assert back.segments[2].author is Author.TEACHER
+
+
+def test_the_end_reason_is_typed_and_round_trips() -> None:
+    ep = relay_episode()
+    ep.end = EndReason.LENGTH
+    data = json.loads(json.dumps(ep.to_dict()))
+    assert data["end"] == "length"
+    back = Episode.from_dict(data)
+    assert back.end is EndReason.LENGTH and back.end.truncated
+    assert not EndReason.EOS.truncated
+    with pytest.raises(ValueError):
+        Episode("p", [1], end="tired")
+
+
+def test_reencoded_policy_segments_mark_the_episode() -> None:
+    ep = relay_episode()
+    assert not ep.reencoded
+    ep.segments[0].meta["reencoded"] = True
+    assert ep.reencoded
 
 
 def test_logprobs_must_match_tokens() -> None:

@@ -10,19 +10,22 @@ same object serves `collab infer`, `collab eval` and the trainers.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from collabrl.config import EngineConfig
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import create_engine
 from collabrl.engines.base import ChatMessage, Completion, Engine, Prompt, SamplingParams
-from collabrl.episode import Author, Episode, Segment
+from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+Pause = TypeVar("Pause")
 
 
 @dataclass(frozen=True)
@@ -177,8 +180,64 @@ def round_params(params: SamplingParams, round_no: int, **changes: object) -> Sa
     return dataclasses.replace(params, n=1, seed=round_seed(params, round_no), **changes)
 
 
-def set_answer(episode: Episode, text: str, extractors: tuple[str, ...]) -> None:
-    episode.answer = extract_answer(text, extractors)
+def segment_end(segment: Segment) -> EndReason:
+    """How a policy segment that asked for nothing ended: at its EOS, or out of tokens."""
+    return EndReason.EOS if segment.meta.get("finish_reason") == "stop" else EndReason.LENGTH
+
+
+def run_rounds(
+    policy: Policy,
+    episodes: list[Episode],
+    params: SamplingParams,
+    stop: tuple[str, ...],
+    after_policy: Callable[[int, Segment], Pause | None],
+    serve: Callable[[list[tuple[int, Pause]], int], list[int]],
+    banned: tuple[str, ...] = (),
+) -> None:
+    """The loop of every turn-taking protocol: generate → pause → serve → resume.
+
+    Each round, the running episodes continue in one batched policy call that stops at
+    `stop` (kept in the text). `after_policy(i, segment)` sees episode i's new segment,
+    already appended, and returns its pause (what the stop asks for), or None when the
+    episode is over, having set `episode.end`. `serve(pauses, round_no)` answers all the
+    round's pauses together (teacher calls, expert queries, tool runs) and returns the
+    episodes that go on; one left without token budget ends at LENGTH.
+    """
+    active = list(range(len(episodes)))
+    round_no = 0
+    while active:
+        running = [episodes[i] for i in active]
+        segments = policy_turn(
+            policy, running, params, round_no, stop=stop, include_stop=True, banned=banned
+        )
+        pauses: list[tuple[int, Pause]] = []
+        for i, segment in zip(active, segments, strict=True):
+            episodes[i].add(segment)
+            pause = after_policy(i, segment)
+            if pause is not None:
+                pauses.append((i, pause))
+        active = []
+        for i in serve(pauses, round_no):
+            if remaining(episodes[i], params) > 0:
+                active.append(i)
+            else:
+                episodes[i].end = EndReason.LENGTH
+        round_no += 1
+
+
+def finish(episode: Episode, answer_text: str, extractors: tuple[str, ...]) -> None:
+    """Close an episode: its answer, and EMPTY when the policy wrote nothing at all.
+
+    An episode with no policy token has nothing to train on (an all-zero loss mask);
+    its end reason says so, whatever stopped it, and trainers skip it with a count.
+    """
+    if episode.end is None:
+        raise RuntimeError(f"protocol bug: episode {episode.problem_id} ended without a reason")
+    episode.answer = extract_answer(answer_text, extractors)
+    wrote = any(s.token_ids or s.text for s in episode.segments if s.author is Author.POLICY)
+    if not wrote:
+        episode.meta["end_before_empty"] = str(episode.end)
+        episode.end = EndReason.EMPTY
 
 
 def new_episodes(

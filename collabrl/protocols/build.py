@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from collabrl.config import EngineConfig, PoolConfig
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine
@@ -9,7 +11,7 @@ from collabrl.engines.pool import ExpertPool
 from collabrl.errors import UserError
 from collabrl.models import load_tokenizer
 from collabrl.protocols.base import CollabProtocol, Policy
-from collabrl.protocols.config import PROTOCOLS, ProtocolConfig
+from collabrl.protocols.config import ProtocolConfig
 
 # The prompt a protocol uses when neither the user nor the benchmark names one.
 DEFAULT_PROMPT = "relay"
@@ -45,22 +47,11 @@ def build_protocol(
 
 def check_protocol(config: ProtocolConfig, template: PromptTemplate | None) -> None:
     """Refuse a protocol setup that cannot run, before any model is loaded."""
-    name = config.name
-    if name not in PROTOCOLS:
-        raise UserError(f"unknown protocol '{name}'", f"use one of {', '.join(PROTOCOLS)}")
-    if name == "relay" and not config.teacher and not config.relay.teacher_free:
-        raise UserError("the relay protocol needs a teacher", "pass --teacher MODEL_OR_URL")
-    has_experts = bool(config.experts) or config.consult.self_collab
-    if name == "consult" and config.consult.mode == "open" and not has_experts:
+    config.check()
+    if template is not None and config.name in ("consult", "strategy"):
         raise UserError(
-            "the consult protocol needs experts",
-            "pass --expert MODEL_OR_URL, --self-collab, or --set protocol.consult.mode=locked",
-        )
-    if name == "strategy" and config.strategy.planner_kind != "ps+" and not config.planner:
-        raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
-    if template is not None and name in ("consult", "strategy"):
-        raise UserError(
-            f"the {name} protocol uses its paper's prompts", "drop --prompt for this protocol"
+            f"the {config.name} protocol uses its paper's prompts",
+            "drop --prompt for this protocol",
         )
 
 
@@ -88,7 +79,10 @@ def _build(
         teacher = None
         if config.teacher:
             teacher = RelayProtocol.teacher_pool(
-                config.teacher, config.relay, api_key=engine.api_key
+                config.teacher,
+                config.relay,
+                config.chat_template_kwargs,
+                api_key=engine.api_key,
             )
         return RelayProtocol(policy, teacher, template, config.relay, extract)
     if config.name == "consult":
@@ -102,6 +96,7 @@ def _build(
                     num_experts=config.consult.num_experts,
                     timeout=config.consult.expert_timeout,
                     api_key=engine.api_key,
+                    chat_template_kwargs=config.chat_template_kwargs,
                 )
             )
         return ConsultProtocol(policy, pool, config.consult, extract_fallback)
@@ -109,6 +104,17 @@ def _build(
     from collabrl.protocols.strategy import StrategyProtocol
 
     planner = None
-    if config.strategy.planner_kind != "ps+":
-        planner = load_planner(config.planner, config.strategy, engine)
+    strategy = config.strategy
+    if strategy.planner_kind != "ps+":
+        # A prompted planner is a collaborator: it gets their chat-template options.
+        planner_engine = dataclasses.replace(
+            engine, chat_template_kwargs=config.chat_template_kwargs
+        )
+        planner = load_planner(
+            config.planner,
+            strategy.planner_kind,
+            strategy.planner_temperature,
+            strategy.head_seed,
+            planner_engine,
+        )
     return StrategyProtocol(policy, planner, config.strategy, extract_fallback)

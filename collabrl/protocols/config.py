@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from collabrl.config import option
+from collabrl.errors import UserError
 from collabrl.protocols.consult import ConsultConfig
 from collabrl.protocols.relay import RelayConfig
 from collabrl.protocols.strategy import StrategyConfig
@@ -31,6 +33,35 @@ class ProtocolConfig:
     tokenizer: str | None = option(
         None, "Local tokenizer of a policy served at a URL (its token ids are recorded)."
     )
+    chat_template_kwargs: dict[str, Any] = option(
+        {},
+        "Chat-template options of the collaborators (teacher, experts, prompted planner), "
+        "e.g. {enable_thinking: false} for Qwen3's non-thinking mode as RelayLLM runs it; "
+        "sent to OpenAI-compatible servers in the request. The policy's are "
+        "engine.chat_template_kwargs.",
+    )
     relay: RelayConfig = option(RelayConfig(), "RelayLLM options.")
     consult: ConsultConfig = option(ConsultConfig(), "EAPO options.")
     strategy: StrategyConfig = option(StrategyConfig(), "rSIM options.")
+
+    def check(self) -> None:
+        """Refuse a setup that cannot run, before any model is loaded: every sub-config
+        is checked, whichever protocol runs, so a typo never waits for a model load."""
+        if self.name not in PROTOCOLS:
+            raise UserError(f"unknown protocol '{self.name}'", f"use one of {', '.join(PROTOCOLS)}")
+        self.relay.check()
+        self.consult.check()
+        self.strategy.check()
+        if self.name == "relay" and not self.teacher and not self.relay.teacher_free:
+            raise UserError(
+                "the relay protocol needs a teacher",
+                "pass --teacher MODEL_OR_URL, or --set protocol.relay.teacher_free=true",
+            )
+        has_experts = bool(self.experts) or self.consult.self_collab
+        if self.name == "consult" and self.consult.mode == "open" and not has_experts:
+            raise UserError(
+                "the consult protocol needs experts",
+                "pass --expert MODEL_OR_URL, --self-collab, or --set protocol.consult.mode=locked",
+            )
+        if self.name == "strategy" and self.strategy.planner_kind != "ps+" and not self.planner:
+            raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")

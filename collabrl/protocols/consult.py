@@ -27,17 +27,19 @@ from collabrl.config import option
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.engines.pool import CallRecord, ExpertPool
-from collabrl.episode import Author, Episode, Segment
+from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
     environment,
+    finish,
     new_episodes,
     policy_turn,
     remaining,
     round_params,
-    set_answer,
+    run_rounds,
+    segment_end,
 )
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
@@ -79,9 +81,6 @@ class ConsultConfig:
     )
     expert_max_tokens: int = option(512, "Tokens an expert may write per answer.")
     expert_temperature: float = option(0.0, "Expert sampling temperature; 0 is greedy.")
-    expert_timeout: float = option(
-        600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."
-    )
     expert_timeout: float = option(
         600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."
     )
@@ -386,7 +385,7 @@ class ConsultProtocol:
         else:
             self._run_locked(episodes, params)
         for episode in episodes:
-            set_answer(episode, policy_text(episode), self.extract)
+            finish(episode, policy_text(episode), self.extract)
             episode.meta.update(summary(episode))
         return episodes
 
@@ -394,42 +393,30 @@ class ConsultProtocol:
         segments = policy_turn(self.policy, episodes, params, 0)
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)
-            episode.meta["end"] = _finish(segment)
+            episode.end = segment_end(segment)
             # Whether the evaluation prompt still draws out the trained calling habit.
             episode.meta["attempted_calls"] = AGENT_CALLS_OPEN in segment.text
 
     def _run_open(
         self, episodes: list[Episode], rngs: list[random.Random], params: SamplingParams
     ) -> None:
-        active = list(range(len(episodes)))
-        round_no = 0
-        while active:
-            segments = policy_turn(
-                self.policy,
-                [episodes[i] for i in active],
-                params,
-                round_no,
-                stop=(AGENT_CALLS_CLOSE,),
-                include_stop=True,
-            )
-            waiting: list[tuple[int, ConsultTurn]] = []
-            for i, segment in zip(active, segments, strict=True):
-                turn = self._after_policy(episodes[i], segment, params)
-                if turn is not None:
-                    waiting.append((i, turn))
-            answers = self._ask([turn for _, turn in waiting], params, round_no)
-            active = [
+        def after_policy(i: int, segment: Segment) -> ConsultTurn | None:
+            return self._after_policy(episodes[i], segment, params)
+
+        def serve(pauses: list[tuple[int, ConsultTurn]], round_no: int) -> list[int]:
+            answers = self._ask([turn for _, turn in pauses], params, round_no)
+            return [
                 i
-                for (i, turn), records in zip(waiting, answers, strict=True)
+                for (i, turn), records in zip(pauses, answers, strict=True)
                 if self._answer(episodes[i], turn, records, rngs[i], params)
             ]
-            round_no += 1
+
+        run_rounds(self.policy, episodes, params, (AGENT_CALLS_CLOSE,), after_policy, serve)
 
     def _after_policy(
         self, episode: Episode, segment: Segment, params: SamplingParams
     ) -> ConsultTurn | None:
-        """Record the segment; the turn to answer, or None when the episode is over."""
-        episode.add(segment)
+        """Read the segment's calls; the turn to answer, or None (end set) when it is over."""
         left = self.config.query_budget - episode.meta["queries_sent"]
         turn = consult_turn(
             segment.text, segment.meta.get("stop_reason"), self.config.num_experts, left
@@ -437,15 +424,16 @@ class ConsultProtocol:
         if turn.errors:
             segment.meta["call_errors"] = list(turn.errors)
         if not turn.called:
-            episode.meta["end"] = _finish(segment)
+            episode.end = segment_end(segment)
             return None
         if remaining(episode, params) <= 0:
-            end = "length"
+            episode.end = EndReason.LENGTH
         elif episode.turns >= self.config.turn_budget:
-            end = "turn_budget"  # no turn left to read the answers: they are not asked for
+            # No turn left to read the answers: they are not asked for.
+            episode.end = EndReason.TURN_BUDGET
         else:
             return turn
-        segment.meta["unanswered"] = episode.meta["end"] = end
+        segment.meta["unanswered"] = str(episode.end)
         return None
 
     def _ask(
@@ -486,7 +474,8 @@ class ConsultProtocol:
         segments = returns_segments(self.policy, replies)
         # The budget bounds every author's tokens, and the policy needs one to go on.
         if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
-            episode.segments[-1].meta["unanswered"] = episode.meta["end"] = "length"
+            episode.end = EndReason.LENGTH
+            episode.segments[-1].meta["unanswered"] = str(episode.end)
             return False
         for segment in segments:
             episode.add(segment)
@@ -496,8 +485,3 @@ class ConsultProtocol:
         self.policy.close()
         if self.pool is not None:
             self.pool.close()
-
-
-def _finish(segment: Segment) -> str:
-    """How a segment that made no call ended: at EOS, or out of tokens."""
-    return "eos" if segment.meta.get("finish_reason") == "stop" else "length"

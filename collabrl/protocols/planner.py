@@ -26,12 +26,11 @@ from collabrl.config import EngineConfig
 from collabrl.engines import create_engine, is_url
 from collabrl.engines.base import ChatMessage, Engine, SamplingParams
 from collabrl.errors import UserError
-from collabrl.protocols.strategy import (
+from collabrl.protocols.strategies import (
     CONTINUATION,
     STRATEGIES,
     STRATEGY_NAMES,
     PlannerContext,
-    StrategyConfig,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +47,9 @@ class PlannerChoice:
 
     index: int  # into STRATEGIES
     probs: tuple[float, ...] | None = None  # the distribution it was drawn from (rsim)
+    # log of the chosen action's probability under that distribution (rsim): the
+    # old log-prob of the planner's policy-gradient ratio.
+    logprob: float | None = None
     reply: str | None = None  # the prompted LLM's raw reply (prompting)
     error: str | None = None  # why the reply named no strategy (index is then the fallback)
 
@@ -176,15 +178,19 @@ class RSIMPlanner(nn.Module):
     ) -> list[PlannerChoice]:
         if not contexts:
             return []
-        probs = torch.softmax(self._scaled(self.logits(contexts)), dim=-1).cpu()
+        logp = torch.log_softmax(self._scaled(self.logits(contexts)), dim=-1).cpu()
+        probs = logp.exp()
         if self.temperature == 0:
             picks = probs.argmax(-1)
         else:
             generator = None if seed is None else torch.Generator().manual_seed(seed)
             picks = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        chosen = logp.gather(-1, picks.unsqueeze(-1)).squeeze(-1)
         return [
-            PlannerChoice(index, tuple(row))
-            for index, row in zip(picks.tolist(), probs.tolist(), strict=True)
+            PlannerChoice(index, tuple(row), logprob)
+            for index, row, logprob in zip(
+                picks.tolist(), probs.tolist(), chosen.tolist(), strict=True
+            )
         ]
 
     def close(self) -> None:
@@ -341,26 +347,27 @@ class PromptingPlanner:
 # -- from a config ---------------------------------------------------------------------
 
 
-def load_planner(ref: str | None, config: StrategyConfig, engine: EngineConfig) -> Planner:
-    """The planner `config.planner_kind` asks for, from a reference.
+def load_planner(
+    ref: str | None, kind: str, temperature: float, head_seed: int, engine: EngineConfig
+) -> Planner:
+    """The planner of `kind` (rsim or prompting), from a reference.
 
     rsim: a folder written by `RSIMPlanner.save`, or a backbone model reference (which
-    gets a fresh head seeded with `head_seed`); prompting: a model reference or a URL.
+    gets a fresh head seeded with `head_seed`); prompting: a model reference or a URL,
+    built with `engine` (its `chat_template_kwargs` included).
     """
-    config.check()
-    kind = config.planner_kind
     if kind == "ps+":
         raise ValueError("the ps+ baseline has no planner")
     if not ref:
         raise UserError(f"the {kind} planner needs a model", "pass --planner MODEL_OR_URL")
     if kind == "prompting":
-        return PromptingPlanner(create_engine(ref, engine), temperature=config.planner_temperature)
+        return PromptingPlanner(create_engine(ref, engine), temperature=temperature)
     if is_url(ref):
         raise UserError(
             f"an rsim planner runs in-process and cannot be reached at {ref}",
             "pass a planner folder or a model reference, or --planner-kind prompting",
         )
-    options = {"temperature": config.planner_temperature, "dtype": engine.dtype}
+    options = {"temperature": temperature, "dtype": engine.dtype}
     if (Path(ref).expanduser() / PLANNER_FILE).is_file():
         return RSIMPlanner.load(Path(ref).expanduser(), device=engine.device, **options)
-    return RSIMPlanner.from_ref(ref, head_seed=config.head_seed, device=engine.device, **options)
+    return RSIMPlanner.from_ref(ref, head_seed=head_seed, device=engine.device, **options)

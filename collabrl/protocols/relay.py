@@ -5,7 +5,13 @@ pauses it: the teacher receives the problem and everything written so far *with
 every call command stripped*, as a partial assistant reply in the teacher's own
 chat template (its tokenizer may differ), and writes up to n tokens (fewer at its
 EOS). Those tokens are appended as a teacher segment and the policy resumes from
-its full history, *its own commands included*.
+its full history, *its own commands included*. A teacher reply that ends at the
+teacher's EOS completes the answer, and the episode ends there, as in RelayLLM's code
+(`relay.continue_after_teacher_eos` lets the policy go on instead).
+
+The stop string may end inside a token (SmolLM2 has `>.`, `>,`, `>)`, `>"`): the
+segment's ids then hold a few characters past `</call>`. They are the policy's, so
+they stay in its text and ids; the command is read up to the stop string.
 
 The released RelayLLM code drops the command and the student's last segment before
 appending the teacher text; here nothing the policy wrote is ever dropped, so the
@@ -15,21 +21,23 @@ trajectory a trainer sees is exactly the one the policy was conditioned on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from collabrl.config import PoolConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.engines.pool import CallRecord, ExpertPool
-from collabrl.episode import Author, Episode, Segment
+from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
+    finish,
     new_episodes,
-    policy_turn,
     remaining,
     round_params,
-    set_answer,
+    run_rounds,
+    segment_end,
 )
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
 
@@ -52,6 +60,11 @@ class RelayConfig:
     teacher_timeout: float = option(
         600.0, "Seconds one teacher call may take (a local CPU teacher writes ~15 tokens/s)."
     )
+    continue_after_teacher_eos: bool = option(
+        False,
+        "A teacher reply that ends at its EOS completes the answer and ends the episode "
+        "(RelayLLM's code); true lets the policy write on after it.",
+    )
 
     def check(self) -> None:
         if self.max_calls < 0:
@@ -67,6 +80,7 @@ class RelayStep:
     """What a policy segment asks for: a teacher call of n tokens, or nothing."""
 
     n: int | None = None  # tokens granted to the teacher; None: no call this time
+    requested: int | None = None  # the n the command asked for (ρ requested counts it)
     error: str | None = None  # a malformed or refused command, recorded on the segment
     done: bool = False  # the episode is over (EOS, length, or no budget left)
 
@@ -81,15 +95,21 @@ def relay_step(
         return RelayStep(error=call.error if call else None, done=True)
     if budget <= 0:
         return RelayStep(done=True)
-    call = parse_relay_call(text, config.max_call_tokens)
+    # The token that completed the stop string may carry characters past it (`>.`).
+    call = parse_relay_call(
+        text[: text.rfind(CALL_CLOSE) + len(CALL_CLOSE)], config.max_call_tokens
+    )
     if call is None:
         return RelayStep(error=f"{CALL_CLOSE} without {CALL_OPEN}")
     if not call.ok:
         return RelayStep(error=call.error)
+    if config.teacher_free:  # the bad-words ban missed a spelling: answer nothing
+        return RelayStep(error="call in teacher-free mode")
     if calls_made >= config.max_calls:
         return RelayStep(error=f"call limit ({config.max_calls}) reached")
     n = config.fixed_k or call.n
-    return RelayStep(n=min(n, budget), error="clipped" if call.clipped else None)
+    error = "clipped" if call.clipped else None
+    return RelayStep(n=min(n, budget), requested=call.n, error=error)
 
 
 def teacher_messages(template: PromptTemplate, question: str, written: str) -> list[ChatMessage]:
@@ -127,10 +147,20 @@ class RelayProtocol:
         self.extract = extract
 
     @classmethod
-    def teacher_pool(cls, ref: str, config: RelayConfig, **endpoint: str | None) -> ExpertPool:
+    def teacher_pool(
+        cls,
+        ref: str,
+        config: RelayConfig,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        **endpoint: str | None,
+    ) -> ExpertPool:
         """The teacher as a one-expert pool: timeouts, retries, failures as records."""
         pool = PoolConfig(
-            endpoints=[ref], num_experts=1, timeout=config.teacher_timeout, **endpoint
+            endpoints=[ref],
+            num_experts=1,
+            timeout=config.teacher_timeout,
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
+            **endpoint,
         )
         return ExpertPool(pool)
 
@@ -139,37 +169,24 @@ class RelayProtocol:
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
         episodes = new_episodes(self.policy, self.template, tasks, self.name)
         banned = (CALL_OPEN, CALL_CLOSE) if self.config.teacher_free else ()
-        active = list(range(len(episodes)))
-        round_no = 0
-        while active:
-            segments = policy_turn(
-                self.policy,
-                [episodes[i] for i in active],
-                params,
-                round_no,
-                stop=(CALL_CLOSE,),
-                include_stop=True,
-                banned=banned,
-            )
-            calls: list[tuple[int, int]] = []  # (episode index, tokens granted)
-            going: list[int] = []  # episodes that continue next round
-            for i, segment in zip(active, segments, strict=True):
-                step = self._after_policy(episodes[i], segment, params)
-                if step.n is not None:
-                    calls.append((i, step.n))
-                if not step.done:
-                    going.append(i)
+
+        def after_policy(i: int, segment: Segment) -> RelayStep | None:
+            return self._after_policy(episodes[i], segment, params)
+
+        def serve(pauses: list[tuple[int, RelayStep]], round_no: int) -> list[int]:
+            calls = [(i, step) for i, step in pauses if step.n is not None]
             self._ask_teacher(episodes, tasks, calls, params, round_no)
-            active = [i for i in going if remaining(episodes[i], params) > 0]
-            round_no += 1
+            return [i for i, _ in pauses if episodes[i].end is None]
+
+        run_rounds(self.policy, episodes, params, (CALL_CLOSE,), after_policy, serve, banned)
         for episode in episodes:
-            set_answer(episode, strip_call_commands(episode.response_text), self.extract)
+            finish(episode, strip_call_commands(episode.response_text), self.extract)
         return episodes
 
     def _after_policy(
         self, episode: Episode, segment: Segment, params: SamplingParams
-    ) -> RelayStep:
-        episode.add(segment)
+    ) -> RelayStep | None:
+        """Read the segment's command; None (with the end set) when the episode is over."""
         step = relay_step(
             segment.text,
             segment.meta.get("stop_reason"),
@@ -180,23 +197,27 @@ class RelayProtocol:
         if step.error:
             segment.meta["call_error"] = step.error
             episode.meta["format_errors"] = episode.meta.get("format_errors", 0) + 1
-        return step
+        if not step.done:
+            return step
+        called = segment.meta.get("stop_reason") == CALL_CLOSE  # a call with no budget left
+        episode.end = EndReason.LENGTH if called else segment_end(segment)
+        return None
 
     def _ask_teacher(
         self,
         episodes: list[Episode],
         tasks: list[Task],
-        calls: list[tuple[int, int]],
+        calls: list[tuple[int, RelayStep]],
         params: SamplingParams,
         round_no: int,
     ) -> None:
         """Send this round's calls, grouped by token count, all at once."""
         if not calls:
             return
-        assert self.teacher is not None  # teacher-free episodes never call
-        by_n: dict[int, list[int]] = {}
-        for i, n in calls:
-            by_n.setdefault(n, []).append(i)
+        assert self.teacher is not None  # relay_step grants no call in teacher-free mode
+        by_n: dict[int, list[tuple[int, RelayStep]]] = {}
+        for i, step in calls:
+            by_n.setdefault(step.n, []).append((i, step))
         groups = [
             (
                 [
@@ -206,28 +227,36 @@ class RelayProtocol:
                             self.template, tasks[i].question, episodes[i].response_text
                         ),
                     )
-                    for i in members
+                    for i, _ in members
                 ],
                 round_params(params, round_no, max_tokens=n, stop=(), include_stop=False),
             )
             for n, members in by_n.items()
         ]
         answers = self.teacher.ask_groups_sync(groups)
-        for (n, members), records in zip(by_n.items(), answers, strict=True):
-            for i, record in zip(members, records, strict=True):
+        for members, records in zip(by_n.values(), answers, strict=True):
+            for (i, step), record in zip(members, records, strict=True):
                 budget = remaining(episodes[i], params)
-                episodes[i].add(self._teacher_segment(record, n, budget))
+                segment = episodes[i].add(self._teacher_segment(record, step, budget))
+                if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
+                    episodes[i].end = EndReason.TEACHER_EOS
 
-    def _teacher_segment(self, record: CallRecord, n: int, budget: int) -> Segment:
+    def _teacher_segment(self, record: CallRecord, step: RelayStep, budget: int) -> Segment:
         text = record.text or ""
         ids = self.policy.encode(text)
+        # A reply that stopped short of its n tokens ended at the teacher's EOS (no stop
+        # strings are sent): the teacher considers the answer complete.
+        eos = record.finish_reason == "stop"
         if len(ids) > budget:
             # n counts teacher tokens; in the policy tokenizer the text may run past the
             # episode's budget, which bounds every author's tokens.
             ids = ids[:budget]
             text = self.policy.tokenizer.decode(ids, skip_special_tokens=True)
+            eos = False
         meta = {
-            "requested_tokens": n,
+            "requested_tokens": step.requested,
+            "granted_tokens": step.n,
+            "teacher_eos": eos,
             "teacher_tokens": record.completion_tokens,
             "outcome": record.outcome,
             "endpoint": record.endpoint,

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
-from collabrl.protocols.base import Policy, Task, new_episodes, round_params, set_answer
+from collabrl.protocols.base import (
+    Policy,
+    Task,
+    finish,
+    new_episodes,
+    round_params,
+    segment_end,
+)
 
 
 class SoloProtocol:
@@ -31,7 +38,8 @@ class SoloProtocol:
         )
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)
-            set_answer(episode, segment.text, self.extract)
+            episode.end = segment_end(segment)
+            finish(episode, segment.text, self.extract)
         return episodes
 
     def close(self) -> None:

@@ -8,7 +8,10 @@ guidance segment, and the reasoner continues all running episodes in one batched
 generate until it writes "\\n\\n". Choosing `terminal` injects its guidance ("So the
 final answer is") and the reasoner writes one last step, to its EOS. An episode also
 ends at the reasoner's EOS, after `max_steps` strategies, or at the token budget;
-`episode.meta["end"]` says which.
+`episode.end` says which. Each guidance segment records the planner's choice and, for
+the rsim planner, the chosen action's log-prob; the episode records the planner's
+temperature and `summary_chars`, so a trainer rebuilds exactly the contexts and
+probabilities of the rollout (`planner_contexts`).
 
 Unlike the paper's masked reasoner context C_n^r, which drops past guidance, the
 reasoner here keeps every guidance segment it was given: the trajectory is then one
@@ -16,218 +19,38 @@ token sequence, exactly what the reasoner was conditioned on, which GRPO can tra
 with the guidance masked out of the loss. See docs/protocols/strategy.md for every
 deviation from the paper and why.
 
-The strategy set, its guidance texts and the keyword counting of appendix A.2
-(`count_strategies`) live here; the planners live in `planner.py`.
+The strategy set and its keyword counting live in `strategies.py`; the planners in
+`planner.py`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from collabrl.config import option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import SamplingParams
-from collabrl.episode import Author, Episode, Segment
+from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
+    finish,
     new_episodes,
     policy_turn,
     remaining,
     round_seed,
-    set_answer,
+    segment_end,
 )
-
-if TYPE_CHECKING:
-    from collabrl.protocols.planner import Planner, PlannerChoice
-
-STEP_DELIMITER = "\n\n"  # the end of one reasoning step (rSIM appendix A.1)
-
-# -- the strategies ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """One action of the planner.
-
-    The paper's Figure 2 texts are not in its text, so both strings are ours. The
-    guidance is an unfinished lead-in that the reasoner completes as its own step: after
-    a finished sentence ("Let me verify the result so far.") SmolLM2-135M ends the step
-    at once with a blank line (31 of 32 tries), after a clause ("To verify the result so
-    far,") it never does (0 of 32). The description is what a prompted planner reads.
-    """
-
-    name: str
-    guidance: str
-    description: str
-
-
-# The paper's order (section 3.2); the position is the index of the planner's action head.
-STRATEGIES: tuple[Strategy, ...] = (
-    Strategy(
-        "self-reflection",
-        "Looking back at the previous steps to check them for mistakes,",
-        "look back at the previous steps and check them for mistakes",
-    ),
-    Strategy(
-        "decomposition",
-        "Breaking the problem into smaller parts,",
-        "break the problem into smaller parts",
-    ),
-    Strategy(
-        "deep thinking",
-        "Thinking carefully about what the problem requires,",
-        "think carefully about what the problem requires",
-    ),
-    Strategy("validation", "To verify the result so far,", "verify the result so far"),
-    Strategy(
-        "summarization", "To summarize what we know so far,", "summarize what is known so far"
-    ),
-    Strategy(
-        "prioritization",
-        "Focusing on the most important part first,",
-        "focus on the most important part first",
-    ),
-    Strategy("continuation", "Next,", "carry on with the next step"),
-    Strategy("sub-planning", "To plan the next few steps,", "plan the next few steps"),
-    Strategy(
-        "terminal", "So the final answer is", "the solution is complete: give the final answer"
-    ),
+from collabrl.protocols.planner import Planner, PlannerChoice
+from collabrl.protocols.strategies import (
+    STEP_DELIMITER,
+    STRATEGIES,
+    TERMINAL,
+    PlannerContext,
+    count_strategies,
+    observe_step,
 )
-STRATEGY_NAMES: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
-TERMINAL = STRATEGY_NAMES.index("terminal")
-CONTINUATION = STRATEGY_NAMES.index("continuation")
-
-# -- counting strategies (appendix A.2) ------------------------------------------------
-
-# Verbatim from rSIM appendix A.2; continuation and terminal have no list.
-KEYWORDS: dict[str, tuple[str, ...]] = {
-    "self-reflection": (
-        "review", "revisit", "reflect", "reevaluate", "rethink", "reexamine", "reassess",
-        "reconsider", "analyze", "assess", "validate", "critique", "inspect", "examine",
-        "audit", "diagnose", "cross-check",
-    ),
-    "decomposition": (
-        "decompose", "break down", "divide", "split", "separate", "segment", "partition",
-        "dissect", "analyze", "unfold", "unwrap", "reduce", "map out", "organize", "structure",
-    ),
-    "deep thinking": (
-        "contemplate", "deliberate", "reflect", "ponder", "mull over", "reason", "deduce",
-        "infer", "evaluate", "scrutinize", "meditate", "analyze", "consider", "investigate",
-        "explore",
-    ),
-    "validation": (
-        "validate", "verify", "confirm", "check", "test", "justify", "prove", "cross-check",
-        "ensure", "affirm", "support", "substantiate", "corroborate", "authenticate", "evaluate",
-    ),
-    "summarization": (
-        "summarize", "recap", "restate", "paraphrase", "condense", "outline", "highlight",
-        "abstract", "generalize", "simplify", "extract", "distill", "encapsulate", "conclude",
-        "report",
-    ),
-    "prioritization": (
-        "prioritize", "rank", "order", "select", "choose", "emphasize", "highlight", "focus on",
-        "weigh", "assess", "sort", "filter", "arrange", "allocate", "favor",
-    ),
-    "sub-planning": (
-        "plan", "outline", "design", "strategize", "organize", "arrange", "map out",
-        "formulate", "structure", "prepare", "coordinate", "blueprint", "set up",
-    ),
-}  # fmt: skip
-
-# Irregular verb forms the suffix rule below cannot build.
-_IRREGULAR: dict[str, tuple[str, ...]] = {
-    "break": ("broke", "broken"),
-    "choose": ("chose", "chosen"),
-    "prove": ("proven",),
-    "rethink": ("rethought",),
-}
-# Endings after a stem; the -ion/-ation/-ment forms are those of the strategy names
-# themselves (validation, decomposition, summarization, prioritization).
-_E_ENDINGS = ("e", "es", "ed", "ing", "ion", "ions", "ation", "ations", "ition", "itions",
-              "tion", "tions", "ement", "ements")  # fmt: skip
-_Y_ENDINGS = ("y", "ies", "ied", "ying", "ication", "ications")
-_PLAIN_ENDINGS = ("", "s", "es", "ed", "ing", "ion", "ions", "ation", "ations", "ment", "ments")
-
-
-def _word_forms(word: str) -> str:
-    """A regex for a verb and its regular inflections (see `count_strategies`)."""
-    if word.endswith("e"):
-        stem, endings = word[:-1], _E_ENDINGS
-    elif len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
-        stem, endings = word[:-1], _Y_ENDINGS
-    else:  # plan -> planned, split -> splitting: the final consonant may double
-        stem, endings = word, (*_PLAIN_ENDINGS, f"{word[-1]}ed", f"{word[-1]}ing")
-    pattern = re.escape(stem).replace(r"\-", r"[-\s]?")  # cross-check, cross check
-    if stem.endswith(("iz", "yz")):  # British -ise/-yse spellings
-        pattern = pattern[:-1] + "[sz]"
-    forms = f"{pattern}(?:{'|'.join(endings)})"
-    irregular = _IRREGULAR.get(word, ())
-    return f"(?:{'|'.join((forms, *irregular))})" if irregular else forms
-
-
-def _keyword_pattern(keyword: str) -> str:
-    """A phrase inflects its verb, its first word: 'breaking down', 'mapped out'."""
-    first, *rest = keyword.split()
-    return _word_forms(first) + "".join(rf"\s+{re.escape(w)}" for w in rest)
-
-
-_KEYWORD_RES: dict[str, re.Pattern[str]] = {
-    name: re.compile(rf"\b(?:{'|'.join(map(_keyword_pattern, words))})\b", re.IGNORECASE)
-    for name, words in KEYWORDS.items()
-}
-
-
-def count_strategies(text: str) -> dict[str, int]:
-    """Steps of `text` that use each of the seven counted strategies (rSIM appendix A.2).
-
-    The text is split into steps on "\\n\\n"; a step counts once for a strategy when any
-    of its keywords appears in it. A keyword matches case-insensitively, as a whole word,
-    in its regular inflections: a final -e dropped before an ending (validate ->
-    validated, validating, validation), a final consonant+y turned into -i- (verify ->
-    verified, verification), a final consonant doubled (plan -> planned, planning), the
-    endings -s -es -ed -ing -ion -ation -ment, British -ise for -ize, and a few irregular
-    forms (chose, broke down, rethought, proven). A phrase inflects its first word
-    (breaking down, focused on). Derived words of another shape (analysis, proof,
-    summary) do not match.
-    """
-    counts = dict.fromkeys(KEYWORDS, 0)
-    for step in text.split(STEP_DELIMITER):
-        for name, pattern in _KEYWORD_RES.items():
-            if pattern.search(step):
-                counts[name] += 1
-    return counts
-
-
-# -- what the planner sees -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlannerContext:
-    """The planner's masked view (rSIM appendix A.7): the question and f_obs of each step.
-
-    It never holds the reasoner's partial current step, nor past guidance.
-    """
-
-    question: str
-    steps: tuple[str, ...] = ()
-
-
-def observe_step(text: str, summary_chars: int) -> str:
-    """f_obs: a finished step collapsed to one line, cut to `summary_chars` (0: whole).
-
-    A long step keeps its head and its tail, joined by " … ": the head says what the
-    step set out to do, the tail what it found.
-    """
-    line = " ".join(text.split())
-    if summary_chars <= 0 or len(line) <= summary_chars:
-        return line
-    keep = summary_chars - 3
-    head, tail = keep - keep // 2, keep // 2
-    return f"{line[:head].rstrip()} … {line[len(line) - tail :].lstrip()}"
 
 
 def reasoner_steps(episode: Episode) -> list[str]:
@@ -235,8 +58,10 @@ def reasoner_steps(episode: Episode) -> list[str]:
     return [s.text for s in episode.segments if s.author is Author.POLICY]
 
 
-def planner_contexts(episode: Episode, summary_chars: int) -> list[PlannerContext]:
-    """The context the planner saw before each of its choices, in order (for training)."""
+def planner_contexts(episode: Episode) -> list[PlannerContext]:
+    """The context the planner saw before each of its choices, in order (for training):
+    rebuilt with the episode's own `summary_chars`, so it is exactly what was sampled on."""
+    summary_chars = episode.meta["summary_chars"]
     contexts: list[PlannerContext] = []
     steps: list[str] = []
     for segment in episode.segments:
@@ -359,7 +184,7 @@ class StrategyProtocol:
             episodes = self._run_planned(tasks, params, self.planner)
         for episode in episodes:
             steps = reasoner_steps(episode)  # guidance is not the reasoner's
-            set_answer(episode, "".join(steps), self.extract)
+            finish(episode, "".join(steps), self.extract)
             # Joined by the delimiter: a step cut by its token limit is still a step.
             episode.meta["strategy_counts"] = count_strategies(STEP_DELIMITER.join(steps))
         return episodes
@@ -370,11 +195,7 @@ class StrategyProtocol:
 
         episodes = SoloProtocol(self.policy, self.template, self.extract).run(tasks, params)
         for episode in episodes:
-            [segment] = episode.segments
-            eos = segment.meta.get("finish_reason") == "stop"
-            episode.meta.update(
-                protocol=self.name, planner="ps+", strategies=[], end="eos" if eos else "tokens"
-            )
+            episode.meta.update(protocol=self.name, planner="ps+", strategies=[])
         return episodes
 
     def _run_planned(
@@ -382,10 +203,15 @@ class StrategyProtocol:
     ) -> list[Episode]:
         episodes = new_episodes(self.policy, self.template, tasks, self.name)
         for episode in episodes:
-            episode.meta.update(planner=self.config.planner_kind, strategies=[], end=None)
+            episode.meta.update(
+                planner=self.config.planner_kind,
+                planner_temperature=self.config.planner_temperature,
+                summary_chars=self.config.summary_chars,
+                strategies=[],
+            )
         final: list[Episode] = []  # chose terminal: their last step is written after the loop
         for round_no in range(self.config.max_steps):
-            running = [e for e in episodes if e.meta["end"] is None]
+            running = [e for e in episodes if e.end is None]
             if not running:
                 break
             contexts = [PlannerContext(e.meta["question"], self._observations(e)) for e in running]
@@ -395,14 +221,14 @@ class StrategyProtocol:
                 if not self._inject(episode, choice, params):
                     continue
                 if choice.index == TERMINAL:
-                    episode.meta["end"] = "terminal"
+                    episode.end = EndReason.TERMINAL
                     final.append(episode)
                 else:
                     stepping.append(episode)
             self._write(stepping, params, round_no, stop=(STEP_DELIMITER,))
         for episode in episodes:
-            if episode.meta["end"] is None:
-                episode.meta["end"] = "steps"
+            if episode.end is None:
+                episode.end = EndReason.MAX_STEPS
         # One batched call for every terminal step, without the step stop: the reasoner
         # concludes (to its EOS or the step limit) whatever the episode's end says.
         self._write(final, params, self.config.max_steps, stop=())
@@ -421,11 +247,13 @@ class StrategyProtocol:
         text = separator + strategy.guidance
         ids = self.policy.encode(text)
         if len(ids) >= remaining(episode, params):  # the reasoner must get a token too
-            episode.meta["end"] = "tokens"
+            episode.end = EndReason.LENGTH
             return False
         meta: dict[str, object] = {"strategy": strategy.name, "index": choice.index}
         if choice.probs is not None:
             meta["probs"] = list(choice.probs)
+        if choice.logprob is not None:
+            meta["logprob"] = choice.logprob
         if choice.reply is not None:
             meta["reply"] = choice.reply
         if choice.error is not None:
@@ -444,12 +272,12 @@ class StrategyProtocol:
         )
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)
-            if episode.meta["end"] is not None:
+            if episode.end is not None:
                 continue  # a terminal step: the episode already ended by the planner's choice
-            if segment.meta["finish_reason"] == "stop" and segment.meta["stop_reason"] is None:
-                episode.meta["end"] = "eos"
+            if segment.meta["stop_reason"] is None and segment_end(segment) is EndReason.EOS:
+                episode.end = EndReason.EOS
             elif remaining(episode, params) <= 0:
-                episode.meta["end"] = "tokens"
+                episode.end = EndReason.LENGTH
 
     def close(self) -> None:
         self.policy.close()
@@ -458,19 +286,10 @@ class StrategyProtocol:
 
 
 __all__ = [
-    "CONTINUATION",
-    "KEYWORDS",
     "PS_PLUS_PROMPT",
     "STEP_PROMPT",
-    "STRATEGIES",
-    "STRATEGY_NAMES",
-    "TERMINAL",
-    "PlannerContext",
-    "Strategy",
     "StrategyConfig",
     "StrategyProtocol",
-    "count_strategies",
-    "observe_step",
     "planner_contexts",
     "reasoner_steps",
 ]

@@ -32,16 +32,25 @@ class ScriptedEngine:
         return [[self._complete(p, params)] for p in prompts for _ in range(params.n)]
 
     def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
-        text, stop = cut_at_stop(self._next(prompt), params.stop, params.include_stop)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        reply = self._next(prompt)
+        _, stop = cut_at_stop(reply, params.stop, params.include_stop)
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
         finish = "stop"
         if stop is None:
             ids = ids + [self.tokenizer.eos_token_id]  # the reply ends: the model's EOS
+        else:
+            # Like a real model, the ids end at the token that completes the stop string,
+            # and that token may carry more characters (`</call>.` ends in `>.`).
+            ids = ids[: self._tokens_to(ids, stop)]
         if len(ids) > params.max_tokens:
             ids, finish, stop = ids[: params.max_tokens], "length", None
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         prompt_tokens = len(encode_prompt(self.tokenizer, prompt))
         return Completion(text, ids, None, finish, stop, prompt_tokens)
+
+    def _tokens_to(self, ids: list[int], stop: str) -> int:
+        """The fewest leading ids whose text contains `stop`."""
+        return next(k for k in range(1, len(ids) + 1) if stop in self.tokenizer.decode(ids[:k]))
 
     def close(self) -> None:
         pass

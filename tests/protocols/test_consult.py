@@ -151,6 +151,13 @@ def test_turn_with_a_valid_call():
     assert turn == ConsultTurn(True, (ExpertQuery(1, "a"), ExpertQuery(2, "b")))
 
 
+def test_a_closing_tag_merged_with_the_next_character_still_calls():
+    # SmolLM2 writes `</agent_calls>.` with the token `>.`: the stop ends inside it.
+    text = calls((1, "a")) + "."
+    turn = consult_turn(text, AGENT_CALLS_CLOSE, K, queries_left=10)
+    assert turn == ConsultTurn(True, (ExpertQuery(1, "a"),))
+
+
 def test_turn_without_a_call_sends_nothing():
     assert consult_turn("Answer: 4", None, K, 10) == ConsultTurn(False)
 
@@ -329,7 +336,7 @@ def test_consultation_transcript(smol_tokenizer, pool):
         ["<think>Two parts.</think>\n" + calls((1, "6 * 7?"), (3, "6 times 7?")), "Answer: 42"],
     )
     assert authors(episode) == "PEXEXEP"
-    assert episode.answer == "42" and episode.meta["end"] == "eos"
+    assert episode.answer == "42" and episode.end == "eos"
     assert pool.generate_calls == before + 1  # both calls, one batched generate
     experts = [s for s in episode.segments if s.author is Author.EXPERT]
     results = [(s.meta["expert_id"], json.loads(f'"{s.text}"')) for s in experts]
@@ -403,7 +410,7 @@ def test_turn_budget_ends_a_calling_episode(smol_tokenizer, pool):
     script = [calls((1, "a")), calls((2, "b")), "Answer: never"]
     episode, engine = run_one(smol_tokenizer, pool, script, config)
     assert authors(episode) == "PEXEP" and episode.turns == 2
-    assert episode.meta["end"] == "turn_budget" and episode.answer is None
+    assert episode.end == "turn_budget" and episode.answer is None
     assert episode.segments[-1].text.endswith(AGENT_CALLS_CLOSE)
     assert episode.segments[-1].meta["unanswered"] == "turn_budget"
     assert [s.meta["query"] for s in episode.calls] == ["a"]  # the last call is not asked
@@ -418,7 +425,7 @@ def test_format_errors_are_recorded_and_the_episode_goes_on(smol_tokenizer, pool
     assert authors(episode) == "PEP"
     assert returns_blocks(episode) == ["\n" + format_agent_returns([]) + "\n"]
     assert episode.meta["format_errors"] == 1 and episode.meta["expert_calls"] == 0
-    assert episode.answer == "3" and episode.meta["end"] == "eos"
+    assert episode.answer == "3" and episode.end == "eos"
 
 
 def test_unknown_ids_are_errors_and_the_valid_calls_are_answered(smol_tokenizer, pool):
@@ -446,12 +453,12 @@ def test_token_budget_bounds_every_author(smol_tokenizer, pool):
     # Room for the call but not for the returns block: the episode ends, within budget.
     params = SamplingParams(max_tokens=call_tokens + 5, seed=0)
     episode, _ = run_one(smol_tokenizer, pool, [call, "Answer: 1"], params=params)
-    assert authors(episode) == "P" and episode.meta["end"] == "length"
+    assert authors(episode) == "P" and episode.end == "length"
     assert episode.segments[0].meta["unanswered"] == "length"
     assert len(episode.response_ids) <= params.max_tokens
     # A policy that runs out mid-thought ends at "length" too.
     episode, _ = run_one(smol_tokenizer, pool, ["word " * 50], params=SamplingParams(max_tokens=10))
-    assert episode.meta["end"] == "length" and len(episode.response_ids) == 10
+    assert episode.end == "length" and len(episode.response_ids) == 10
 
 
 def test_batched_rounds_over_several_episodes(smol_tokenizer, pool):
@@ -494,7 +501,7 @@ def test_malformed_policy_output_through_the_protocol(smol_tokenizer, pool, case
     assert episode.segments[0].meta["call_errors"]
     assert len(episode.response_ids) <= PARAMS.max_tokens
     assert engine.prompts == contexts_at_policy_turns(episode)
-    assert episode.meta["end"] in ("eos", "length", "turn_budget")
+    assert episode.end in ("eos", "length", "turn_budget")
 
 
 def test_real_tiny_policy_under_a_spy(smol_tokenizer, pool, tiny_engine):
@@ -505,7 +512,7 @@ def test_real_tiny_policy_under_a_spy(smol_tokenizer, pool, tiny_engine):
     for episode in episodes:
         assert episode.segments[0].author is Author.POLICY
         assert len(episode.response_ids) <= 24
-        assert episode.meta["end"] in ("eos", "length", "turn_budget")
+        assert episode.end in ("eos", "length", "turn_budget")
         for context in contexts_at_policy_turns(episode):
             assert context in spy.prompts
     assert episodes[0].prompt_ids == Policy(spy, smol_tokenizer).prompt_ids(
@@ -522,7 +529,7 @@ def test_locked_mode_is_one_turn_without_experts(smol_tokenizer):
     protocol = ConsultProtocol(policy, None, ConsultConfig(mode="locked"))
     [episode] = protocol.run([Task("p", "1 + 2?")], PARAMS)
     assert authors(episode) == "P" and episode.answer == "3"
-    assert episode.meta["attempted_calls"] is True and episode.meta["end"] == "eos"
+    assert episode.meta["attempted_calls"] is True and episode.end == "eos"
     assert episode.meta["expert_calls"] == 0
     assert episode.prompt_ids == policy.prompt_ids(get_prompt("eapo-eval").messages("1 + 2?"))
     assert engine.prompts == [episode.prompt_ids]  # no stop on calls: one turn
@@ -584,7 +591,7 @@ def test_smollm2_policy_and_expert_over_a_real_server(smol_tokenizer):
         [episode] = protocol.run([Task("e2e", "What is 2 + 3?")], params)
         assert episode.segments[0].author is Author.POLICY and episode.segments[0].text
         assert len(episode.response_ids) <= 48
-        assert episode.meta["end"] in ("eos", "length", "turn_budget")
+        assert episode.end in ("eos", "length", "turn_budget")
         # SmolLM2 rarely calls on its own, so a scripted turn makes sure the server's
         # answers reach the returns block through the same pool.
         scripted_policy, _ = scripted(smol_tokenizer, [calls((1, "2 + 3?"), (2, "3 + 2?")), ""])

@@ -25,13 +25,8 @@ from collabrl.protocols.planner import (
     planner_messages,
     planner_text,
 )
-from collabrl.protocols.strategy import (
-    CONTINUATION,
-    STRATEGY_NAMES,
-    PlannerContext,
-    StrategyConfig,
-    StrategyProtocol,
-)
+from collabrl.protocols.strategies import CONTINUATION, STRATEGY_NAMES, PlannerContext
+from collabrl.protocols.strategy import StrategyConfig, StrategyProtocol
 from tests.protocols.scripted import ScriptedEngine
 from tests.servers import ServerProcess
 
@@ -104,6 +99,9 @@ def test_log_probs_match_the_sampling_distribution_and_train(planner: RSIMPlanne
     logp = planner.log_probs(CONTEXTS, actions)
     expected = torch.tensor([c.probs[c.index] for c in choices]).log()
     torch.testing.assert_close(logp.detach(), expected, atol=1e-5, rtol=1e-5)
+    # The recorded log-prob is the old log-prob of the policy-gradient ratio.
+    recorded = torch.tensor([c.logprob for c in choices])
+    torch.testing.assert_close(logp.detach(), recorded, atol=1e-5, rtol=1e-5)
     planner.zero_grad()
     (-logp.sum()).backward()
     assert planner.head.weight.grad is not None and planner.head.weight.grad.abs().sum() > 0
@@ -147,17 +145,18 @@ def test_a_planner_without_a_backbone_reference_saves_its_backbone(
         bare.save(tmp_path)
 
 
-def test_load_planner_from_a_config(planner: RSIMPlanner, tiny_model_dir: Path, tmp_path) -> None:
+def test_load_planner_from_a_reference(
+    planner: RSIMPlanner, tiny_model_dir: Path, tmp_path
+) -> None:
     engine = EngineConfig()
-    config = StrategyConfig(planner_temperature=0.0, head_seed=3)
-    fresh = load_planner(str(tiny_model_dir), config, engine)
+    fresh = load_planner(str(tiny_model_dir), "rsim", 0.0, 3, engine)
     assert isinstance(fresh, RSIMPlanner) and fresh.temperature == 0.0
     planner.save(tmp_path)
-    saved = load_planner(str(tmp_path), config, engine)
+    saved = load_planner(str(tmp_path), "rsim", 0.0, 3, engine)
     assert torch.equal(saved.head.weight, planner.head.weight)
     with pytest.raises(UserError, match="in-process"):
-        load_planner("http://127.0.0.1:9/v1", config, engine)
-    prompting = load_planner(str(tiny_model_dir), StrategyConfig(planner_kind="prompting"), engine)
+        load_planner("http://127.0.0.1:9/v1", "rsim", 0.0, 3, engine)
+    prompting = load_planner(str(tiny_model_dir), "prompting", 0.0, 0, engine)
     assert isinstance(prompting, PromptingPlanner)
     prompting.close()
 

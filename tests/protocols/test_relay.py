@@ -124,7 +124,8 @@ def test_teacher_prompt_uses_the_teachers_chat_template(smol_tokenizer) -> None:
 def test_relay_episode_authors_continuity_mask_and_ratios(smol_tokenizer, tiny_model_dir) -> None:
     script = ScriptedEngine(smol_tokenizer, ["First, 2+3. <call>12</call>", " so \\boxed{5}."])
     recorder = RecordingEngine(script)
-    relay = _relay(recorder, str(tiny_model_dir), smol_tokenizer)
+    # The tiny random teacher may end at its EOS; the policy is to write on regardless.
+    relay = _relay(recorder, str(tiny_model_dir), smol_tokenizer, continue_after_teacher_eos=True)
     [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=200, seed=1))
     relay.close()
 
@@ -156,12 +157,114 @@ def test_malformed_command_is_recorded_and_the_policy_resumes(smol_tokenizer) ->
 
 def test_fixed_k_and_call_limit(smol_tokenizer, tiny_model_dir) -> None:
     script = ScriptedEngine(smol_tokenizer, ["a <call>90</call>", "b <call>3</call>", "c."])
-    relay = _relay(script, str(tiny_model_dir), smol_tokenizer, fixed_k=4, max_calls=1)
+    relay = _relay(
+        script,
+        str(tiny_model_dir),
+        smol_tokenizer,
+        fixed_k=4,
+        max_calls=1,
+        continue_after_teacher_eos=True,
+    )
     [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=300))
     relay.close()
     [call] = episode.calls
-    assert call.meta["requested_tokens"] == 4
+    # ρ requested counts what the policy asked for; fixed-k decides what it is granted.
+    assert call.meta["requested_tokens"] == 90 and call.meta["granted_tokens"] == 4
     assert "limit" in episode.segments[2].meta["call_error"]
+
+
+def test_the_requested_ratio_counts_the_request_before_the_budget_cuts_it(
+    smol_tokenizer, tiny_model_dir
+) -> None:
+    script = ScriptedEngine(smol_tokenizer, ["a <call>500</call>", "b."])
+    relay = _relay(script, str(tiny_model_dir), smol_tokenizer)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=30))
+    relay.close()
+    [call] = episode.calls
+    own = episode.tokens_by(Author.POLICY)
+    assert call.meta["granted_tokens"] == 30 - own < 500 == call.meta["requested_tokens"]
+    assert episode.call_ratio_requested() == 500 / (own + 500)
+
+
+@pytest.mark.parametrize("merged", [".", ",", ")", '"'])
+def test_a_call_whose_closing_tag_merges_with_the_next_character_is_made(
+    smol_tokenizer, tiny_model_dir, merged: str
+) -> None:
+    """SmolLM2 has the tokens `>.` `>,` `>)` `>"`: the stop string then ends inside a token."""
+    first = f"Let me ask <call>5</call>{merged} more text"
+    ids = smol_tokenizer(f"</call>{merged}", add_special_tokens=False)["input_ids"]
+    assert smol_tokenizer.decode(ids[-1:]) == f">{merged}"  # one token past the stop string
+    script = ScriptedEngine(smol_tokenizer, [first, " so \\boxed{5}."])
+    relay = _relay(script, str(tiny_model_dir), smol_tokenizer, continue_after_teacher_eos=True)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay.close()
+    policy = episode.segments[0]
+    assert policy.text.endswith(f"</call>{merged}")  # the stray character stays the policy's
+    assert "call_error" not in policy.meta and episode.meta.get("format_errors") is None
+    [call] = episode.calls
+    assert call.meta["requested_tokens"] == 5 and call.meta["outcome"] == "ok"
+
+
+def test_a_call_that_slips_past_the_teacher_free_ban_is_a_format_error(smol_tokenizer) -> None:
+    # The ban covers the tags' usual spellings; a scripted policy ignores it altogether.
+    script = ScriptedEngine(smol_tokenizer, ["a <call>5</call>", " \\boxed{5}"])
+    relay = _relay(script, None, smol_tokenizer, teacher_free=True)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    assert episode.calls == [] and episode.meta["format_errors"] == 1
+    assert episode.segments[0].meta["call_error"] == "call in teacher-free mode"
+    assert episode.answer == "5" and episode.end == "eos"
+
+
+def _eos_first_teacher(tiny_model_dir: Path, tokenizer, folder: Path) -> str:
+    """The tiny model, except that the token it writes first for a teacher is its EOS."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from collabrl.engines.hf import TransformersEngine
+
+    engine = TransformersEngine.from_ref(str(tiny_model_dir))
+    prompt = teacher_messages(TEMPLATE, QUESTION, "First, 2+3. ")
+    [[first]] = engine.generate([prompt], SamplingParams(max_tokens=1))
+    shutil.copytree(tiny_model_dir, folder)
+    config = GenerationConfig.from_pretrained(folder)
+    config.eos_token_id = [tokenizer.eos_token_id, first.token_ids[0]]
+    config.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("go_on", [False, True])
+def test_a_teacher_reply_that_ends_at_its_eos_ends_the_episode(
+    smol_tokenizer, tiny_model_dir, tmp_path, go_on: bool
+) -> None:
+    teacher = _eos_first_teacher(tiny_model_dir, smol_tokenizer, tmp_path / "teacher")
+    script = ScriptedEngine(smol_tokenizer, ["First, 2+3. <call>12</call>", " so \\boxed{5}."])
+    relay = _relay(script, teacher, smol_tokenizer, continue_after_teacher_eos=go_on)
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=200))
+    relay.close()
+    [call] = episode.calls
+    assert call.meta["teacher_eos"] is True and call.meta["teacher_tokens"] == 1
+    if go_on:
+        assert [s.author for s in episode.segments][-1] == Author.POLICY
+        assert episode.end == "eos"
+    else:
+        assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER]
+        assert episode.end == "teacher_eos"
+
+
+def test_relay_end_reasons(smol_tokenizer, tiny_model_dir) -> None:
+    relay = _relay(
+        ScriptedEngine(smol_tokenizer, ["done."]), None, smol_tokenizer, teacher_free=True
+    )
+    [eos] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay = _relay(
+        ScriptedEngine(smol_tokenizer, ["a long answer " * 20]),
+        None,
+        smol_tokenizer,
+        teacher_free=True,
+    )
+    [cut] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=10))
+    assert eos.end == "eos" and cut.end == "length" and cut.end.truncated
 
 
 def test_teacher_free_bans_the_call_tags(smol_tokenizer, tiny_model_dir) -> None:
@@ -240,15 +343,28 @@ def test_smollm2_policy_with_smollm2_teacher_over_the_embedded_server(tmp_path: 
 
     engine = TransformersEngine.from_ref("smollm2-135m")
     policy_engine = _first_then_model(engine.tokenizer, engine, "Let me add. <call>8</call>")
+    params = SamplingParams(max_tokens=40, seed=0)
     with ServerProcess("smollm2-135m", role="teacher") as server:
         server.wait_ready()
         relay = _relay(policy_engine, server.url, engine.tokenizer)
-        [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=40, seed=0))
+        [ended] = relay.run([Task("p", QUESTION)], params)
         relay.close()
+        relay = _relay(
+            _first_then_model(engine.tokenizer, engine, "Let me add. <call>8</call>"),
+            server.url,
+            engine.tokenizer,
+            continue_after_teacher_eos=True,
+        )
+        [episode] = relay.run([Task("p", QUESTION)], params)
+        policy_engine = relay.policy.engine
+        relay.close()
+    # Greedy SmolLM2 answers "2 + 3 = 5" and stops at its EOS: the answer is complete.
+    assert [s.author for s in ended.segments] == [Author.POLICY, Author.TEACHER]
+    assert ended.end == "teacher_eos" and ended.segments[1].meta["teacher_eos"] is True
     authors = [s.author for s in episode.segments]
     assert authors[:3] == [Author.POLICY, Author.TEACHER, Author.POLICY]
     teacher = episode.segments[1]
-    assert teacher.meta["outcome"] == "ok" and teacher.text
+    assert teacher.meta["outcome"] == "ok" and teacher.text == ended.segments[1].text
     assert policy_engine.prompts[-1] == episode.prompt_ids + [
         t for s in episode.segments[:-1] for t in s.token_ids
     ]

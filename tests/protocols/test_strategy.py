@@ -10,17 +10,19 @@ from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.planner import PlannerChoice, RSIMPlanner
-from collabrl.protocols.strategy import (
+from collabrl.protocols.strategies import (
     KEYWORDS,
-    PS_PLUS_TRIGGER,
     STRATEGIES,
     STRATEGY_NAMES,
     TERMINAL,
     PlannerContext,
-    StrategyConfig,
-    StrategyProtocol,
     count_strategies,
     observe_step,
+)
+from collabrl.protocols.strategy import (
+    PS_PLUS_TRIGGER,
+    StrategyConfig,
+    StrategyProtocol,
     planner_contexts,
 )
 from tests.protocols.scripted import RecordingEngine, ScriptedEngine
@@ -204,7 +206,7 @@ def test_rounds_alternate_guidance_and_reasoner_with_token_continuity(tiny_engin
     for episode in episodes:
         assert _authors(episode) == [Author.GUIDANCE, Author.POLICY] * 3
         assert episode.meta["strategies"] == ["decomposition", "validation", "summarization"]
-        assert episode.meta["end"] == "steps"
+        assert episode.end == "max_steps"
         mask = episode.loss_mask()
         for segment, start in _segment_starts(episode):
             assert set(mask[start : start + len(segment.token_ids)]) == {
@@ -262,7 +264,7 @@ def test_terminal_writes_one_last_step_past_blank_lines(smol_tokenizer) -> None:
         TASKS[:1], SamplingParams(max_tokens=200)
     )
     assert episode.meta["strategies"] == ["decomposition", "terminal"]
-    assert episode.meta["end"] == "terminal"
+    assert episode.end == "terminal"
     assert _authors(episode) == [Author.GUIDANCE, Author.POLICY] * 2
     first, last = episode.segments[1], episode.segments[3]
     assert first.text == " 2 plus 3 is 5.\n\n" and first.meta["stop_reason"] == "\n\n"
@@ -278,7 +280,7 @@ def test_guidance_is_neither_counted_nor_read_for_the_answer(smol_tokenizer) -> 
     [episode] = _protocol(engine, planner, max_steps=2).run(
         TASKS[:1], SamplingParams(max_tokens=200)
     )
-    assert episode.meta["end"] == "steps"
+    assert episode.end == "max_steps"
     # "verify" and "summarize" are in the guidance, not in the reasoner's text.
     assert sum(episode.meta["strategy_counts"].values()) == 0
     assert episode.answer is None
@@ -302,7 +304,7 @@ def test_eos_ends_the_episode(smol_tokenizer) -> None:
     [episode] = _protocol(engine, planner, max_steps=5).run(
         TASKS[:1], SamplingParams(max_tokens=200)
     )
-    assert episode.meta["end"] == "eos" and episode.answer == "5"
+    assert episode.end == "eos" and episode.answer == "5"
     assert len(planner.seen) == 1
 
 
@@ -312,9 +314,31 @@ def test_token_budget_bounds_the_whole_episode(tiny_engine) -> None:
         TASKS, SamplingParams(max_tokens=40)
     )
     for episode in episodes:
-        assert episode.meta["end"] == "tokens"
+        assert episode.end == "length"
         assert len(episode.response_ids) <= 40
         assert _authors(episode)[-1] is Author.POLICY  # guidance never ends an episode
+
+
+def test_a_budget_smaller_than_the_first_guidance_gives_an_empty_episode(tiny_engine) -> None:
+    planner = FixedPlanner(["self-reflection"])  # its guidance is a dozen tokens
+    [episode] = _protocol(tiny_engine, planner).run(TASKS[:1], SamplingParams(max_tokens=3))
+    assert episode.segments == [] and episode.end == "empty"
+    assert episode.meta["end_before_empty"] == "length"
+
+
+def test_episodes_record_what_a_trainer_needs_to_rebuild_the_planner_ratios(
+    tiny_engine, tiny_model_dir
+) -> None:
+    planner = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0, temperature=0.7)
+    config = {"max_steps": 3, "step_max_tokens": 6, "summary_chars": 12, "planner_temperature": 0.7}
+    [episode] = _protocol(tiny_engine, planner, **config).run(
+        TASKS[:1], SamplingParams(max_tokens=60, seed=2)
+    )
+    assert episode.meta["planner_temperature"] == 0.7 and episode.meta["summary_chars"] == 12
+    guidance = [s for s in episode.segments if s.author is Author.GUIDANCE]
+    actions = [s.meta["index"] for s in guidance]
+    recomputed = planner.log_probs(planner_contexts(episode), actions).tolist()
+    assert recomputed == pytest.approx([s.meta["logprob"] for s in guidance], abs=1e-5)
 
 
 def test_the_planner_sees_the_question_and_finished_steps_only(smol_tokenizer) -> None:
@@ -329,7 +353,7 @@ def test_the_planner_sees_the_question_and_finished_steps_only(smol_tokenizer) -
         PlannerContext(QUESTION, (observe_step(steps[0], 10),)),
         PlannerContext(QUESTION, (observe_step(steps[0], 10), observe_step(steps[1], 10))),
     ]
-    assert planner_contexts(episode, 10) == seen  # what a trainer rebuilds from the episode
+    assert planner_contexts(episode) == seen  # what a trainer rebuilds from the episode
 
 
 def test_rsim_planner_runs_are_reproducible_with_a_seed(tiny_engine, tiny_model_dir) -> None:
@@ -349,7 +373,7 @@ def test_ps_plus_is_one_response_to_the_ps_plus_prompt(tiny_engine) -> None:
     assert _authors(episode) == [Author.POLICY]
     assert PS_PLUS_TRIGGER in tiny_engine.tokenizer.decode(episode.prompt_ids)
     assert episode.meta["protocol"] == "strategy" and episode.meta["planner"] == "ps+"
-    assert episode.meta["strategies"] == [] and episode.meta["end"] in ("eos", "tokens")
+    assert episode.meta["strategies"] == [] and episode.end in ("eos", "length")
     assert set(episode.meta["strategy_counts"]) == set(KEYWORDS)
 
 
@@ -366,7 +390,7 @@ def test_smollm2_reasoner_with_a_smollm2_rsim_planner() -> None:
     finally:
         protocol.close()
     for episode in episodes:
-        assert episode.meta["end"] in ("terminal", "eos", "steps", "tokens")
+        assert episode.end in ("terminal", "eos", "max_steps", "length")
         assert len(episode.response_ids) <= 64
         authors = _authors(episode)
         assert authors[0] is Author.GUIDANCE and authors[1] is Author.POLICY
