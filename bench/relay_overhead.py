@@ -77,7 +77,8 @@ def relay_run(
 ) -> tuple[float, list[Episode], int]:
     calling = CallingStudent(student, args.every, args.n)
     template = get_prompt("relay")
-    config = RelayConfig(max_calls=1000)
+    # The policy writes on after a teacher EOS: the bench times a fixed call pattern.
+    config = RelayConfig(max_calls=1000, continue_after_teacher_eos=True)
     pool = PoolConfig(endpoints=[teacher_ref], num_experts=1, timeout=config.teacher_timeout)
     teacher = ExpertPool(pool, EngineConfig(prefix_cache=not args.no_prefix_cache))
     teacher.ask_sync([(1, "warm up")], SamplingParams(max_tokens=1))  # load outside the timing
