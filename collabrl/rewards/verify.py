@@ -38,27 +38,43 @@ _POOL_SLACK_S = 10.0
 # ----------------------------------------------------------------------------- fast path
 
 _SPACING_RE = re.compile(r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[!,;: ]|\\displaystyle")
+# `\$36` is thirty-six dollars and a bare `$` a math delimiter: both go (`\$` first, as one token).
+_CURRENCY_RE = re.compile(r"\\\$|\$")
 _DEGREE_RE = re.compile(r"\^\{?\\circ\}?")
-_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm)\{([^{}]*)\}")
-_FRAC_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
+# A unit after a quantity (`5.4 \text{ cents}`, `15\mbox{ cm}^2`), as the MATH, Qwen2.5-Math and
+# math-verify graders drop it; only when a digit precedes it, so `\text{Evelyn}` stays an answer.
+_UNIT_RE = re.compile(r"(?<=\S)\s*\\(?:text|textbf|mbox)\{[^{}]*\}(?:\^\{?\d\}?)?\s*$")
+# A bare `%` starts a LaTeX comment, which would hide everything after it from math-verify.
+_BARE_PERCENT_RE = re.compile(r"(?<!\\)%")
+_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+_FRAC_RE = re.compile(r"\\[dtc]frac(?![A-Za-z])")
 _PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+(?:\.\d*)?|\.\d+)")
 _LATEX_FRAC_RE = re.compile(r"([+-]?)\\frac\{([^{}]+)\}\{([^{}]+)\}")
 
 
-def normalize(answer: str) -> str:
-    """A canonical spelling of `answer` for plain string comparison.
+def clean(answer: str) -> str:
+    """`answer` without what never changes its value, still LaTeX (math-verify reads it).
 
-    Deliberately modest: it only removes what never changes the meaning (math
-    delimiters, sizing and spacing macros, whitespace, a trailing period, degree
-    signs, `\\text{}` wrappers) and unifies `\\dfrac`/`\\tfrac` to `\\frac`.
+    Removes math delimiters, currency signs, sizing and spacing macros (`\\!` of `1,\\!000`),
+    degree signs and a unit after a quantity; spells `{,}` as `,`, `\\dfrac` as `\\frac` and
+    `%` as `\\%`. Deliberately modest: digits, signs and decimal points are never touched, so
+    `0.5` and `5` stay different.
     """
-    s = answer.replace("$", "")
+    s = _CURRENCY_RE.sub("", answer)
     s = _SPACING_RE.sub("", s)
     s = _DEGREE_RE.sub("", s)
-    s = _TEXT_RE.sub(r"\1", s)
+    unitless = _UNIT_RE.sub("", s)
+    if any(ch.isdigit() for ch in unitless):
+        s = unitless
+    s = _BARE_PERCENT_RE.sub(r"\\%", s.replace("{,}", ","))
     s = _FRAC_RE.sub(r"\\frac", s)
-    s = "".join(s.split())
-    return s.rstrip(".")
+    return s.strip().rstrip(".").strip()
+
+
+def normalize(answer: str) -> str:
+    """A canonical spelling of `answer` for plain string comparison: `clean`, then
+    `\\text{}` wrappers and all whitespace removed."""
+    return "".join(_TEXT_RE.sub(r"\1", clean(answer)).split())
 
 
 def _number(text: str) -> Fraction | None:
@@ -100,11 +116,30 @@ def _fast_verdict(pred: str, gold: str) -> bool | None:
         return False
     if p == g:
         return True
-    p_num, g_num = _number(p), _number(g)
-    if p_num is not None and g_num is not None:
-        # Two plain numbers are settled here: sympy would only reach the same verdict slower.
+    # Two plain numbers are settled here: sympy would only reach the same verdict slower.
+    return _numeric_verdict(p, g)
+
+
+def _numeric_verdict(pred: str, gold: str) -> bool | None:
+    """Compare two normalized plain numbers, either perhaps in percent; None if not numbers.
+
+    With a percent sign on one side only, `17\\%` matches 17 (MATH's `is_equiv` drops the
+    sign) and 0.17 (math-verify reads it as 17/100); with it on both, the numbers must agree.
+    """
+    p_text, p_percent = _without_percent(pred)
+    g_text, g_percent = _without_percent(gold)
+    p_num, g_num = _number(p_text), _number(g_text)
+    if p_num is None or g_num is None:
+        return None
+    if p_percent == g_percent:
         return _numbers_equal(p_num, g_num)
-    return None
+    scaled = (p_num / 100, g_num) if p_percent else (p_num, g_num / 100)
+    return _numbers_equal(p_num, g_num) or _numbers_equal(*scaled)
+
+
+def _without_percent(text: str) -> tuple[str, bool]:
+    """`text` without a trailing `\\%`, and whether it had one."""
+    return (text[:-2], True) if text.endswith("\\%") else (text, False)
 
 
 # ----------------------------------------------------------------------------- math-verify
@@ -122,8 +157,8 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 
 
 def _as_latex(answer: str) -> str:
-    """Wrap a bare answer in `$...$` so math-verify's LaTeX extractor sees all of it."""
-    if "$" in answer or "\\boxed" in answer:
+    """Wrap a cleaned answer in `$...$` so math-verify's LaTeX extractor sees all of it."""
+    if "\\boxed" in answer:
         return answer
     return f"${answer}$"
 
@@ -238,6 +273,8 @@ def is_equivalent(pred: str | None, gold: str, timeout: float = 5.0) -> bool:
     fast = _fast_verdict(pred, gold)
     if fast is not None:
         return fast
+    # math-verify gets the cleaned forms too: `\$36` would otherwise reach it as `\36`.
+    pred, gold = clean(pred), clean(gold)
     # signal.alarm takes whole seconds, and 0 would mean "no timeout".
     timeout_s = max(1, math.ceil(timeout))
     if threading.current_thread() is threading.main_thread():

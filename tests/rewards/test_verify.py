@@ -134,7 +134,9 @@ def test_inside_daemonic_pool_worker() -> None:
 def test_normalize() -> None:
     assert normalize(r"$\left( 3, \dfrac{\pi}{2} \right).$") == r"(3,\frac{\pi}{2})"
     assert normalize(r"90^{\circ}") == normalize(r"90^\circ") == "90"
-    assert normalize(r"5\text{ cm}") == "5cm"
+    assert normalize(r"5\text{ cm}") == "5"  # a unit after a quantity goes
+    assert normalize(r"\text{Evelyn}") == "Evelyn"  # a word answer stays
+    assert normalize(r"\$1,\!000") == "1,000"  # `\$` is currency, not `\` + delimiter
 
 
 @pytest.mark.parametrize(
