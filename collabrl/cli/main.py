@@ -48,12 +48,11 @@ def _root(
 @app.command()
 def benchmarks() -> None:
     """List the registered benchmarks (any .jsonl/.parquet file works too)."""
-    from collabrl.data.benchmarks import data_dir, registry
+    from collabrl.data.benchmarks import load_benchmark, registry
 
     table = Table("name", "problems", "prompt", "description")
     for spec in registry().values():
-        with (data_dir() / spec.file).open() as f:
-            count = sum(1 for line in f if line.strip())
+        count = len(load_benchmark(spec.name).items)  # counted as the loader reads rows
         table.add_row(spec.name, str(count), spec.prompt, spec.description)
     console.print(table)
 

@@ -79,13 +79,16 @@ def registry() -> dict[str, BenchmarkSpec]:
 def load_benchmark(
     name_or_path: str, fields: Fields = Fields(), limit: int | None = None
 ) -> Benchmark:
-    """A registered benchmark by name, or user data from a path."""
+    """A registered benchmark by name, or user data from a path.
+
+    Every row is checked, not only the first `limit`: a bad row is an error that names
+    its place (`file:line`), never a crash at generation time or a silently wrong score.
+    """
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be >= 1, got {limit}", "drop --limit to use every item")
     spec = registry().get(name_or_path)
     if spec is not None:
-        rows = _read_jsonl(data_dir() / spec.file)
-        items = _to_items(rows, Fields(), spec.file)
+        items = _to_items(_read_jsonl(data_dir() / spec.file), Fields(), spec.file)
         return Benchmark(spec.name, items[:limit], spec.prompt, spec.extract_fallback)
     path = Path(name_or_path).expanduser()
     if not path.exists():
@@ -97,33 +100,55 @@ def load_benchmark(
     return Benchmark(path.stem, items[:limit], extract_fallback=("last_number",))
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Row:
+    """One record of a data file and where it is, for error messages."""
+
+    where: str  # `file:line` in JSONL, `file row N` elsewhere
+    data: Any
+
+
+def _read_rows(path: Path) -> list[Row]:
     if path.is_dir():
-        return _read_dataset_folder(path)
+        return _numbered(path, _read_dataset_folder(path))
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path)
     if suffix == ".json":
-        data = _load_json(path, path.read_text())
+        data = _load_json(path, _read_text(path))
         if not isinstance(data, list):
             raise UserError(f"{path} must hold a JSON list of objects", "or use JSONL")
-        return data
+        return _numbered(path, data)
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            return _numbered(path, pq.read_table(path).to_pylist())
         except Exception as err:  # pyarrow raises several unrelated types
             raise UserError(f"cannot read parquet file {path}: {err}", "check the file") from err
     raise UserError(f"unsupported data file {path}", "use .jsonl, .json, .parquet or a folder")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _numbered(path: Path, rows: list[Any]) -> list[Row]:
+    return [Row(f"{path} row {number}", row) for number, row in enumerate(rows, 1)]
+
+
+def _read_text(path: Path) -> str:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"cannot read {path}: {err}", "check the path and encoding") from err
-    return [_load_json(path, line, n) for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def _read_jsonl(path: Path) -> list[Row]:
+    # JSON Lines ends a record at "\n" only: str.splitlines() would also split inside a
+    # string holding an unescaped U+2028 (LINE SEPARATOR), which JSON allows.
+    lines = _read_text(path).split("\n")
+    return [
+        Row(f"{path}:{number}", _load_json(path, line, number))
+        for number, line in enumerate(lines, 1)
+        if line.strip()
+    ]
 
 
 def _load_json(path: Path, text: str, line: int | None = None) -> Any:
@@ -149,25 +174,57 @@ def _read_dataset_folder(path: Path) -> list[dict[str, Any]]:
     return data.to_list()
 
 
-def _to_items(rows: list[dict[str, Any]], fields: Fields, where: str) -> list[Item]:
+def _to_items(rows: list[Row], fields: Fields, where: str) -> list[Item]:
+    """One Item per row; ids must be unique, since samples are matched to items by id."""
     if not rows:
         raise UserError(f"{where} has no rows", "check the file")
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            raise UserError(f"{where}: row {number} is not an object", "fix the file")
-        for column in (fields.problem, fields.answer):
-            if column not in row:
-                raise UserError(
-                    f"{where} has no '{column}' column"
-                    + (f" in row {number}" if number > 1 else "")
-                    + f" (columns: {', '.join(map(str, row))})",
-                    "name the columns with --problem-field / --answer-field",
-                )
-    return [
-        Item(
-            id=str(row.get(fields.id, index)),
-            problem=str(row[fields.problem]),
-            answer=str(row[fields.answer]),
-        )
-        for index, row in enumerate(rows)
-    ]
+    items: list[Item] = []
+    first_seen: dict[str, str] = {}
+    for index, row in enumerate(rows):
+        item = _to_item(row, fields, index)
+        if item.id in first_seen:
+            raise UserError(
+                f"{row.where}: id '{item.id}' is already the id of {first_seen[item.id]}",
+                "give every row its own id (two rows with one id would share their samples)",
+            )
+        first_seen[item.id] = row.where
+        items.append(item)
+    return items
+
+
+def _to_item(row: Row, fields: Fields, index: int) -> Item:
+    if not isinstance(row.data, dict):
+        raise UserError(f"{row.where} is not an object", "fix the file")
+    for column in (fields.problem, fields.answer):
+        if column not in row.data:
+            raise UserError(
+                f"{row.where} has no '{column}' column (columns: {', '.join(map(str, row.data))})",
+                "name the columns: collab eval FILE --set problem_field=COLUMN "
+                "--set answer_field=COLUMN [--set id_field=COLUMN]",
+            )
+    # Without an id column the 0-based row index is the id.
+    return Item(
+        id=_text(row, fields.id, row.data.get(fields.id, index)),
+        problem=_text(row, fields.problem, row.data[fields.problem]),
+        answer=_text(row, fields.answer, row.data[fields.answer]),
+    )
+
+
+def _text(row: Row, column: str, value: Any) -> str:
+    """A cell as text: a string or a number (GSM8K-style answers); anything else is an error."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        shown = "null" if value is None else type(value).__name__
+        raise UserError(f"{row.where}: '{column}' is {shown}, not text", "fix the row")
+    text = str(value)
+    if not text.strip():
+        raise UserError(f"{row.where}: '{column}' is empty", "fix the row")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        # A lone surrogate (JSON allows `\\ud800`): no tokenizer can encode it.
+        raise UserError(
+            f"{row.where}: '{column}' holds a lone surrogate \\u{ord(text[err.start]):04x} "
+            f"at character {err.start}",
+            "fix the text (a surrogate must be half of a pair)",
+        ) from err
+    return text

@@ -30,7 +30,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         with path.open("r+b") as f:
             f.truncate(end)
     records = []
-    for number, line in enumerate(data[:end].decode("utf-8").splitlines(), 1):
+    # "\n" only: splitlines() would also split inside a completion holding U+2028.
+    for number, line in enumerate(data[:end].decode("utf-8").split("\n"), 1):
         if line.strip():
             try:
                 records.append(json.loads(line))

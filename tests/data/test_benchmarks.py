@@ -59,6 +59,16 @@ def test_registered_benchmark_loads_every_item(name: str, count: int) -> None:
     assert bench.prompt == registry()[name].prompt
 
 
+@pytest.mark.parametrize("file", sorted(p.name for p in data_dir().glob("*.jsonl")))
+def test_every_shipped_data_file_loads(file: str) -> None:
+    """Training files too: gsm8k_train.jsonl holds a U+2028 inside row gsm8k-train-2381."""
+    path = data_dir() / file
+    rows = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    items = load_benchmark(str(path)).items
+    assert len(items) == len(rows)
+    assert [item.id for item in items] == [json.loads(row)["id"] for row in rows]
+
+
 def test_gsm8k_falls_back_to_the_last_number() -> None:
     assert load_benchmark("gsm8k", limit=1).extract_fallback == ("last_number",)
     assert load_benchmark("aime24", limit=1).extract_fallback == ()
@@ -183,7 +193,8 @@ def test_missing_column_names_the_columns(tmp_path: Path) -> None:
     assert "no 'problem' column" in problem
     for column in ("qid", "question", "solution", "extra"):
         assert column in problem
-    assert "--problem-field" in info.value.fix
+    # The hint names options that exist (there is no --problem-field).
+    assert "--set problem_field=" in info.value.fix and "--set answer_field=" in info.value.fix
 
 
 def test_missing_answer_column(tmp_path: Path) -> None:
@@ -195,7 +206,7 @@ def test_missing_answer_column(tmp_path: Path) -> None:
 def test_column_missing_in_a_later_row_is_a_user_error(tmp_path: Path) -> None:
     rows = [*ROWS[:2], {"qid": "q-z", "prompt": "renamed", "solution": "1"}]
     path = _write_jsonl(tmp_path / "mixed.jsonl", rows)
-    with pytest.raises(UserError, match="no 'question' column in row 3"):
+    with pytest.raises(UserError, match=r"mixed\.jsonl:3 has no 'question' column"):
         load_benchmark(str(path), CUSTOM)
 
 
@@ -226,4 +237,72 @@ def test_non_utf8_jsonl_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
     path.write_bytes('{"problem": "caf\u00e9", "answer": "1"}\n'.encode("latin-1"))
     with pytest.raises(UserError, match="cannot read"):
+        load_benchmark(str(path))
+
+
+def test_line_separators_inside_strings_do_not_split_rows(tmp_path: Path) -> None:
+    problem = "First\u2028second\u2029third\x85fourth\x0cfifth"
+    path = tmp_path / "seps.jsonl"
+    path.write_text(json.dumps({"problem": problem, "answer": "1"}, ensure_ascii=False) + "\n")
+    assert load_benchmark(str(path)).items == [Item("0", problem, "1")]
+
+
+# --- bad rows: one error naming file:line --------------------------------------------------------
+
+
+def _bad_jsonl(tmp_path: Path, bad_row: dict | str) -> Path:
+    """A file whose third line (after a blank one) is `bad_row`."""
+    line = bad_row if isinstance(bad_row, str) else json.dumps(bad_row)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"id": "a", "problem": "p", "answer": "1"}) + "\n\n" + line + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"id": "b", "problem": None, "answer": "1"}, "'problem' is null, not text"),
+        ({"id": "b", "problem": "p", "answer": None}, "'answer' is null, not text"),
+        ({"id": "b", "problem": ["p"], "answer": "1"}, "'problem' is list, not text"),
+        ({"id": "b", "problem": "p", "answer": True}, "'answer' is bool, not text"),
+        ({"id": "b", "problem": "  ", "answer": "1"}, "'problem' is empty"),
+        ({"id": None, "problem": "p", "answer": "1"}, "'id' is null, not text"),
+        ('{"id": "b", "problem": "x\\ud800y", "answer": "1"}', "lone surrogate \\ud800"),
+        ('{"id": "b", "problem": "p", "answer": "\\udfff"}', "lone surrogate \\udfff"),
+        ({"id": "a", "problem": "q", "answer": "2"}, "id 'a' is already the id of"),
+        ('["p", "1"]', "is not an object"),
+    ],
+)
+def test_bad_row_is_one_error_naming_its_line(tmp_path: Path, row, message: str) -> None:
+    path = _bad_jsonl(tmp_path, row)
+    with pytest.raises(UserError) as info:
+        load_benchmark(str(path))
+    assert info.value.problem.startswith(f"{path}:3"), info.value.problem
+    assert message in info.value.problem
+    str(info.value).encode("utf-8")  # printable: the surrogate itself is not in the message
+
+
+def test_duplicate_id_names_both_rows(tmp_path: Path) -> None:
+    path = _bad_jsonl(tmp_path, {"id": "a", "problem": "q", "answer": "2"})
+    with pytest.raises(UserError, match=rf"{path}:3: id 'a' is already the id of {path}:1"):
+        load_benchmark(str(path), limit=1)  # found even beyond --limit
+
+
+def test_numeric_ids_that_collide_as_text_are_duplicates(tmp_path: Path) -> None:
+    path = _write_jsonl(
+        tmp_path / "ids.jsonl",
+        [{"id": 1, "problem": "p", "answer": "1"}, {"id": "1", "problem": "q", "answer": "2"}],
+    )
+    with pytest.raises(UserError, match="id '1' is already"):
+        load_benchmark(str(path))
+
+
+def test_bad_row_in_parquet_names_its_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "nulls.parquet"
+    rows = [{"problem": "p", "answer": "1"}, {"problem": None, "answer": "2"}]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(UserError, match=rf"{path} row 2: 'problem' is null"):
         load_benchmark(str(path))

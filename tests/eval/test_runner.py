@@ -309,6 +309,18 @@ def test_read_records_skips_blank_lines_and_keeps_unicode(tmp_path) -> None:
     assert records.read_records(path) == [{"a": 1}, {"a": "π ≈ 3.14 — 答"}]
 
 
+def test_read_records_keeps_a_completion_with_a_line_separator_whole(tmp_path) -> None:
+    # RecordWriter writes U+2028 unescaped (ensure_ascii=False); it is not a line end.
+    path = tmp_path / "r.jsonl"
+    with records.RecordWriter(path) as writer:
+        writer.write({"completion": "one\u2028two\u2029three\x85four"})
+        writer.write({"a": 2})
+    assert records.read_records(path) == [
+        {"completion": "one\u2028two\u2029three\x85four"},
+        {"a": 2},
+    ]
+
+
 def test_read_records_cuts_a_torn_last_line_off_the_file(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": "\xcf')  # cut inside a UTF-8 character
