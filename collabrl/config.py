@@ -72,6 +72,11 @@ class EngineConfig:
     tensor_parallel_size: int = option(1, "GPUs one model is split across (vllm engine).")
     gpu_memory_utilization: float = option(0.8, "Fraction of GPU memory vLLM may take.")
     max_model_len: int | None = option(None, "Context length cap for vLLM (default: model's).")
+    chat_template_kwargs: dict[str, Any] = option(
+        {},
+        "Options for the model's chat template, e.g. {enable_thinking: false} (Qwen3's "
+        "non-thinking mode); sent in the request body to OpenAI-compatible servers.",
+    )
 
 
 @dataclass
@@ -244,6 +249,15 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
         if not isinstance(value, list):
             raise _type_error(key, value, kind)
         return [_coerce(v, item_kind, key) for v in value]
+    if origin is dict:
+        key_kind, value_kind = typing.get_args(kind)
+        if not isinstance(value, dict):
+            raise _type_error(key, value, kind)
+        # Values may still be `--set` text: `--set engine.chat_template_kwargs.x=false`.
+        return {
+            _coerce(k, key_kind, key): _coerce(v, value_kind, f"{key}.{k}")
+            for k, v in value.items()
+        }
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind is Path and isinstance(value, str):

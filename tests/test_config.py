@@ -267,3 +267,43 @@ def test_set_keeps_text_fields_verbatim_and_parses_the_rest() -> None:
 def test_set_with_invalid_yaml_for_a_number_is_a_user_error() -> None:
     with pytest.raises(UserError, match="sampling.n"):
         build_config(EvalConfig, [], ["sampling.n=["])
+
+
+# --- mapping fields ------------------------------------------------------------------------------
+
+
+def test_mapping_fields_come_from_yaml_and_set(tmp_path: Path) -> None:
+    """`chat_template_kwargs` is a dict: from YAML, a YAML mapping in --set, or one key."""
+    path = tmp_path / "run.yaml"
+    path.write_text("engine:\n  chat_template_kwargs:\n    enable_thinking: false\n")
+    from_yaml = build_config(EvalConfig, [read_yaml(path)])
+    assert from_yaml.engine.chat_template_kwargs == {"enable_thinking": False}
+
+    whole = build_config(EvalConfig, [], ["engine.chat_template_kwargs={enable_thinking: false}"])
+    assert whole.engine.chat_template_kwargs == {"enable_thinking": False}
+
+    one_key = build_config(
+        EvalConfig, [read_yaml(path)], ["engine.chat_template_kwargs.reasoning_effort=low"]
+    )
+    assert one_key.engine.chat_template_kwargs == {
+        "enable_thinking": False,
+        "reasoning_effort": "low",
+    }
+    assert build_config(EvalConfig, [read_yaml(path)]) == from_yaml  # and it round-trips
+    saved = tmp_path / "saved.yaml"
+    save_config(from_yaml, saved)
+    assert build_config(EvalConfig, [read_yaml(saved)]) == from_yaml
+
+
+def test_pool_mapping_field_from_set() -> None:
+    from collabrl.config import PoolConfig
+
+    pool = build_config(PoolConfig, [], ["chat_template_kwargs={enable_thinking: false}"])
+    assert pool.chat_template_kwargs == {"enable_thinking": False}
+    assert PoolConfig().chat_template_kwargs == {} and EngineConfig().chat_template_kwargs == {}
+
+
+@pytest.mark.parametrize("value", ["3", "[a, b]", "text"])
+def test_a_mapping_field_given_something_else_is_a_user_error(value: str) -> None:
+    with pytest.raises(UserError, match="'engine.chat_template_kwargs' must be dict"):
+        build_config(EvalConfig, [], [f"engine.chat_template_kwargs={value}"])
