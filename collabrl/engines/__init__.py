@@ -37,6 +37,7 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
             max_concurrency=config.max_concurrency,
             timeout=config.timeout,
             max_retries=config.max_retries,
+            chat_template_kwargs=config.chat_template_kwargs,
         )
     if is_url(model):
         raise UserError(
@@ -52,6 +53,7 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             max_model_len=config.max_model_len,
+            chat_template_kwargs=config.chat_template_kwargs,
         )
     from collabrl.engines.hf import TransformersEngine
 
@@ -61,4 +63,5 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
         dtype=config.dtype,
         device=config.device,
         prefix_cache=config.prefix_cache,
+        chat_template_kwargs=config.chat_template_kwargs,
     )

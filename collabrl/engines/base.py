@@ -11,8 +11,11 @@ handed a partial answer in its own chat template.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 ChatMessage = dict[str, str]
 Prompt = str | list[ChatMessage] | list[int]
@@ -83,10 +86,21 @@ class Engine(Protocol):
         ...
 
 
-def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+@runtime_checkable
+class Interruptible(Protocol):
+    """An engine whose generation can be stopped from another thread (a server that
+    shuts down): within `interruptible(event)`, setting `event` ends it at the next token."""
+
+    def interruptible(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
+
+def encode_prompt(
+    tokenizer, prompt: Prompt, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> list[int]:
     """Token ids of a prompt for a Hugging Face tokenizer.
 
-    Chat messages get the tokenizer's chat template; text is taken as already
+    Chat messages get the tokenizer's chat template, rendered with
+    `chat_template_kwargs` (e.g. `enable_thinking=False`); text is taken as already
     formatted (special tokens included), so no BOS is added on top.
     """
     if isinstance(prompt, str):
@@ -99,6 +113,7 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
             continue_final_message=continuing,
             tokenize=True,
             return_dict=False,
+            **(chat_template_kwargs or {}),
         )
     return list(prompt)  # already token ids
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -108,7 +109,12 @@ def _extra_body(params: SamplingParams) -> dict[str, Any]:
     return extra
 
 
-def build_request(prompt: Prompt, params: SamplingParams, model: str) -> tuple[str, dict]:
+def build_request(
+    prompt: Prompt,
+    params: SamplingParams,
+    model: str,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[str, dict]:
     """Return the endpoint kind and the keyword arguments for its `create` call.
 
     Optional fields are omitted rather than sent as null/defaults, because some servers
@@ -139,9 +145,19 @@ def build_request(prompt: Prompt, params: SamplingParams, model: str) -> tuple[s
             # logprobs returns the sampled token's log-prob in token_logprobs with 1.
             kwargs["logprobs"] = 1
     extra = _extra_body(params)
-    if kind == "chat" and continues_assistant(prompt):
-        # vLLM's chat extensions for continuing a partial assistant reply.
-        extra.update(continue_final_message=True, add_generation_prompt=False)
+    if kind == "chat":
+        if continues_assistant(prompt):
+            # vLLM's chat extensions for continuing a partial assistant reply.
+            extra.update(continue_final_message=True, add_generation_prompt=False)
+        if chat_template_kwargs:
+            extra["chat_template_kwargs"] = dict(chat_template_kwargs)
+    elif not isinstance(prompt, str):
+        # A caller that speaks token ids wants the sampled ids back, not text to re-encode
+        # (which loses the EOS and can split differently). vLLM >= 0.10.2 and `collab
+        # serve` answer `token_ids`; older vLLM writes the ids into the log-prob tokens.
+        extra["return_token_ids"] = True
+        if params.logprobs:
+            extra["return_tokens_as_token_ids"] = True
     if extra:
         kwargs["extra_body"] = extra
     return kind, kwargs
@@ -197,12 +213,29 @@ def _keep_logprobs(logprobs: list[float], tokens: list[str] | None, keep_chars: 
     return kept
 
 
+_TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids
+
+
+def _choice_token_ids(choice: Any, tokens: list[str] | None) -> list[int]:
+    """The sampled ids, when the server gave them; empty otherwise."""
+    ids = getattr(choice, "token_ids", None)
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return list(ids)
+    if tokens and all(t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
+        try:
+            return [int(t.removeprefix(_TOKEN_ID_PREFIX)) for t in tokens]
+        except ValueError:
+            return []
+    return []
+
+
 def parse_choice(
     choice: Any, kind: str, params: SamplingParams, prompt_tokens: int = 0
 ) -> Completion:
     """Turn one response choice (chat or completions) into a Completion."""
     text = _choice_text(choice, kind)
     logprobs, tokens = _choice_logprobs(choice, kind) if params.logprobs else (None, None)
+    token_ids = _choice_token_ids(choice, tokens)
     finish = "length" if getattr(choice, "finish_reason", None) == "length" else "stop"
     # vLLM puts the matched stop string here (or a stop token id, which we ignore).
     raw_stop = getattr(choice, "stop_reason", None)
@@ -214,13 +247,15 @@ def parse_choice(
         # with it (include_stop), and cutting changes nothing.
         kept, hit = cut_at_stop(text, params.stop, params.include_stop)
         if hit is not None:
-            if len(kept) < len(text) and logprobs is not None:
-                logprobs = _keep_logprobs(logprobs, tokens, len(kept))
+            if len(kept) < len(text):
+                if logprobs is not None:
+                    logprobs = _keep_logprobs(logprobs, tokens, len(kept))
+                token_ids = []  # where the cut text ends among the ids is unknown
             text, finish, stop_reason = kept, "stop", stop_reason or hit
 
     return Completion(
         text=text,
-        token_ids=[],  # OpenAI-style responses carry no ids; left empty by design
+        token_ids=token_ids,  # empty when the server gave none (plain OpenAI APIs)
         logprobs=logprobs,
         finish_reason=finish,
         stop_reason=stop_reason,
@@ -307,11 +342,13 @@ class OpenAIEngine:
         max_concurrency: int = 16,
         timeout: float = 600.0,
         max_retries: int = 3,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.base_url = normalize_base_url(base_url)
         self.model = model
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_concurrency = max_concurrency
         self.name = self._make_name()
         # The client's own retry (exponential backoff) covers 408/429/5xx and
@@ -367,7 +404,9 @@ class OpenAIEngine:
         self, prompts: list[Prompt], params: SamplingParams
     ) -> list[list[Completion]]:
         # Validate every prompt before sending anything, so a bad prompt fails fast.
-        requests = [build_request(p, params, self.model or "") for p in prompts]
+        requests = [
+            build_request(p, params, self.model or "", self.chat_template_kwargs) for p in prompts
+        ]
         if not requests:
             return []
         try:

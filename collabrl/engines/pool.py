@@ -193,7 +193,7 @@ class ResponseCache:
         self.folder = Path(folder)
 
     @staticmethod
-    def key(model: dict[str, str | None], prompt: Prompt, params: SamplingParams) -> str:
+    def key(model: dict[str, Any], prompt: Prompt, params: SamplingParams) -> str:
         # params carries the seed, so a different seed is a different key.
         blob = json.dumps(
             {"model": model, "prompt": prompt, "params": dataclasses.asdict(params)},
@@ -245,7 +245,13 @@ class ExpertPool:
     def __init__(self, config: PoolConfig, engine: EngineConfig | None = None) -> None:
         check_pool_config(config)
         self.config = config
-        self.engine_config = engine or EngineConfig()
+        engine = engine or EngineConfig()
+        # The pool's chat-template options (a protocol's, for its collaborators) go to every
+        # endpoint's engine, over those of the engine config.
+        self.engine_config = dataclasses.replace(
+            engine,
+            chat_template_kwargs={**engine.chat_template_kwargs, **config.chat_template_kwargs},
+        )
         self.endpoints = resolve_endpoints(config)
         self.cache = ResponseCache(config.cache_dir) if config.cache_dir else None
         self.generate_calls = 0  # engine calls made (one per local batch or HTTP request)
@@ -451,10 +457,13 @@ class ExpertPool:
 
     def _cache_key(self, endpoint: EndpointConfig, prompt: Prompt, params: SamplingParams) -> str:
         # Both the name and the address: every EAPO expert server is named "expert".
-        model = {
+        model: dict[str, Any] = {
             "ref": endpoint.ref,
             "served_model": endpoint.served_model if is_url(endpoint.ref) else None,
         }
+        options = self.engine_config.chat_template_kwargs
+        if options:  # another rendering of the prompt, another answer
+            model["chat_template_kwargs"] = options
         return ResponseCache.key(model, prompt, params)
 
     def _cached(

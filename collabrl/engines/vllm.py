@@ -1,7 +1,15 @@
-"""vLLM offline engine (GPU). vLLM is imported only when this engine is built."""
+"""vLLM offline engine (GPU). vLLM is imported only when this engine is built.
+
+Log-probs are asked for in vLLM's `processed_logprobs` mode: those of the
+distribution a token was sampled from (temperature, top-k and top-p applied), on the
+scale of the transformers engine's and of TRL's importance-sampling correction.
+vLLM's default, `raw_logprobs`, reports the model's distribution before any of them.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from collabrl.engines.base import (
@@ -12,6 +20,10 @@ from collabrl.engines.base import (
     encode_prompt,
 )
 from collabrl.errors import UserError
+
+# `logprobs_mode` came with vLLM 0.10 (vllm-project/vllm#21398); its processed modes give
+# the final values, after temperature and top-k/top-p, since #22387 (0.10.2).
+PROCESSED_LOGPROBS_SINCE = (0, 10, 2)
 
 
 class VLLMEngine:
@@ -25,8 +37,9 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.8,
         max_model_len: int | None = None,
         seed: int = 0,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        llm_class = _import_vllm().LLM
+        vllm = _import_vllm()
         from collabrl.models import load_tokenizer, resolve_model, weights_dir
 
         model_ref = resolve_model(ref)
@@ -37,17 +50,21 @@ class VLLMEngine:
             "gpu_memory_utilization": gpu_memory_utilization,
             "seed": seed,
         }
+        if has_processed_logprobs(getattr(vllm, "__version__", None)):
+            kwargs["logprobs_mode"] = "processed_logprobs"
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         if model_ref.kind == "lora":
             kwargs["enable_lora"] = True
-        self.llm = llm_class(**kwargs)
+        self.llm = vllm.LLM(**kwargs)
         self.tokenizer = load_tokenizer(model_ref)
+        # Prompts are encoded here (token-id prompts), so vLLM never renders a template.
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lora = model_ref.source if model_ref.kind == "lora" else None
         self.name = f"vllm:{ref}"
 
     def encode(self, prompt: Prompt) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
+        return encode_prompt(self.tokenizer, prompt, self.chat_template_kwargs)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         vllm = _import_vllm()
@@ -72,6 +89,21 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.llm = None
+
+
+def release(version: str | None) -> tuple[int, ...] | None:
+    """The release numbers of a vLLM version: 0.10.2rc1 and 0.11.0+cu128 count as 0.10.2
+    and 0.11.0; None for an unknown or unparsable version."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    if match is None:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def has_processed_logprobs(version: str | None) -> bool:
+    """Whether this vLLM reports processed log-probs; an unknown version counts as new."""
+    found = release(version)
+    return found is None or found >= PROCESSED_LOGPROBS_SINCE
 
 
 def to_vllm_params(factory, params: SamplingParams):

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from collabrl.config import EngineConfig
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import create_engine
-from collabrl.engines.base import ChatMessage, Completion, Engine, Prompt, SamplingParams
+from collabrl.engines.base import (
+    ChatMessage,
+    Completion,
+    Engine,
+    Prompt,
+    SamplingParams,
+    encode_prompt,
+)
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
@@ -58,10 +65,13 @@ class CollabProtocol(Protocol):
 class Policy:
     """The model being evaluated or trained: an engine and the tokenizer of its ids.
 
-    A local engine (transformers, vLLM) returns the ids it sampled, and those are
-    what the Episode records. An endpoint returns text only: its ids are the text
-    encoded with the policy tokenizer (`--tokenizer`), as close as an OpenAI-style
-    API allows. Without a tokenizer only `solo` can run (chat prompts, text only).
+    The Episode records the ids the policy sampled: local engines (transformers, vLLM)
+    return them, and so do vLLM's and `collab serve`'s HTTP servers, asked by the
+    token-id prompts the protocols send. An endpoint that returns text only has the
+    text encoded with the policy tokenizer (`--tokenizer`) instead: close, but not what
+    was sampled (an EOS is lost), so such segments are marked `meta["reencoded"]` and
+    trainers refuse them. Without a tokenizer only `solo` can run (chat prompts, text
+    only). Chat prompts are rendered with the engine's `chat_template_kwargs`.
     """
 
     def __init__(
@@ -91,12 +101,12 @@ class Policy:
         return self.tokenizer
 
     def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
-        """The prompt in policy ids; empty in text-only mode."""
+        """The prompt in policy ids, rendered as the engine renders chat (its
+        `chat_template_kwargs`); empty in text-only mode."""
         if self.tokenizer is None:
             return []
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
+        options = getattr(self.engine, "chat_template_kwargs", None)
+        return encode_prompt(self.tokenizer, messages, options)
 
     def encode(self, text: str) -> list[int]:
         """Ids of text written by someone else, to append to the policy's context."""
@@ -120,14 +130,19 @@ class Policy:
         return [self._segment(g[0], b) for g, b in zip(groups, budgets, strict=True)]
 
     def _segment(self, completion: Completion, budget: int) -> Segment:
-        meta = {"finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}
+        meta: dict[str, object] = {
+            "finish_reason": completion.finish_reason,
+            "stop_reason": completion.stop_reason,
+        }
         if self.tokenizer is None:  # text-only: keep the server's own token count
             meta["reported_tokens"] = completion.completion_tokens
             return Segment(Author.POLICY, completion.text, [], None, meta)
-        ids = list(completion.token_ids) or self.encode(completion.text)
-        logprobs = completion.logprobs
-        if logprobs is not None and len(logprobs) != len(ids):
-            logprobs = None  # re-encoded text: the server's log-probs no longer line up
+        ids, logprobs = list(completion.token_ids), completion.logprobs
+        # A server that gave no ids for what it generated (text, or a count of tokens):
+        # encode its text. Its log-probs belong to the sampled tokens, not to these.
+        if not ids and (completion.text or completion.completion_tokens):
+            ids, logprobs = self.encode(completion.text), None
+            meta["reencoded"] = True
         if len(ids) > budget:
             ids = ids[:budget]
             logprobs = logprobs[:budget] if logprobs is not None else None

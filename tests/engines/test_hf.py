@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from collabrl.engines import create_engine
 from collabrl.engines.base import Completion, Engine, SamplingParams, cut_at_stop
 from collabrl.engines.hf import TransformersEngine
 from collabrl.errors import UserError
+from tests.engines.templates import EMPTY_THINK, thinking_model_dir, thinking_tokenizer
 
 SHORT = "What is 2+2?"
 MEDIUM = "Hello there, how are you today?"
@@ -358,3 +361,123 @@ def test_prefix_cache_resumes_a_sequence_without_changing_it(tiny_model_dir) -> 
     before = cached.cached_tokens
     cached.generate([start, start], SamplingParams(max_tokens=2))
     assert cached.cached_tokens == before
+
+
+# --- chat-template options -----------------------------------------------------------------------
+
+
+def test_chat_template_kwargs_reach_the_template(tiny_engine: TransformersEngine) -> None:
+    """A template that reads `enable_thinking` (as Qwen3's does) renders what was asked."""
+    tok = thinking_tokenizer(tiny_engine.tokenizer)
+    messages = [{"role": "user", "content": SHORT}]
+    thinking = TransformersEngine(tiny_engine.model, tok)
+    quiet = TransformersEngine(
+        tiny_engine.model, tok, chat_template_kwargs={"enable_thinking": False}
+    )
+    assert tok.decode(quiet.encode(messages)).endswith("<|im_start|>assistant\n" + EMPTY_THINK)
+    assert tok.decode(thinking.encode(messages)).endswith("<|im_start|>assistant\n")
+    [[c]] = quiet.generate([messages], SamplingParams(max_tokens=2))
+    assert c.prompt_tokens == len(quiet.encode(messages)) > len(thinking.encode(messages))
+
+
+def test_create_engine_passes_the_chat_template_kwargs(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    folder = thinking_model_dir(tiny_model_dir, tmp_path / "thinking")
+    config = EngineConfig(chat_template_kwargs={"enable_thinking": False})
+    engine = create_engine(str(folder), config)
+    rendered = engine.tokenizer.decode(engine.encode([{"role": "user", "content": SHORT}]))
+    assert rendered.endswith(EMPTY_THINK)
+
+
+# --- state under training ------------------------------------------------------------------------
+
+
+def test_a_seeded_generate_leaves_the_callers_random_stream_alone(
+    tiny_engine: TransformersEngine,
+) -> None:
+    """A trainer's own draws go on as if the seeded rollout had not happened."""
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=7)
+    torch.manual_seed(1234)
+    expected = torch.rand(5)
+    torch.manual_seed(1234)
+    first = tiny_engine.generate([SHORT, LONG], params)
+    assert torch.equal(torch.rand(5), expected)
+    # ... and seeded runs still repeat, whatever the global state.
+    torch.manual_seed(99)
+    again = tiny_engine.generate([SHORT, LONG], params)
+    assert [c.token_ids for g in first for c in g] == [c.token_ids for g in again for c in g]
+
+
+def _fresh_engine(tiny_model_dir: Path, prefix_cache: bool) -> TransformersEngine:
+    """An engine over its own copy of the tiny model, whose weights a test may change."""
+    from collabrl.models import load_model, load_tokenizer
+
+    model = load_model(str(tiny_model_dir))
+    return TransformersEngine(model, load_tokenizer(str(tiny_model_dir)), prefix_cache=prefix_cache)
+
+
+def _resume(engine: TransformersEngine, start: list[int]) -> list[int]:
+    """The first turn's sequence plus an inserted tool result: the next turn's prompt."""
+    [[c]] = engine.generate([start], SamplingParams(max_tokens=6))
+    return (
+        start
+        + c.token_ids
+        + engine.tokenizer(" <call>5</call>", add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_prefix_cache_is_not_served_after_an_optimizer_step(tiny_model_dir: Path) -> None:
+    engine = _fresh_engine(tiny_model_dir, prefix_cache=True)
+    start = engine.encode([{"role": "user", "content": SHORT}])
+    prompt = _resume(engine, start)
+    # One SGD step changes every weight in place, as training between rollouts does.
+    model = engine.model
+    optimizer = torch.optim.SGD(model.parameters(), lr=5.0)
+    ids = torch.tensor([prompt])
+    model(ids, labels=ids).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+    [[after]] = engine.generate([prompt], SamplingParams(max_tokens=6))
+    fresh = TransformersEngine(model, engine.tokenizer)  # no cache: the new weights' answer
+    [[expected]] = fresh.generate([prompt], SamplingParams(max_tokens=6))
+    assert after.token_ids == expected.token_ids
+    assert engine.cached_tokens == 0  # the stale cache was dropped, not cropped and reused
+    # With unchanged weights the cache is reused again.
+    engine.generate([prompt + after.token_ids], SamplingParams(max_tokens=2))
+    assert engine.cached_tokens > len(prompt)
+
+
+def test_reset_drops_the_prefix_cache(tiny_model_dir: Path) -> None:
+    """Writes through `param.data` bypass the version counters: `reset()` is the way."""
+    engine = _fresh_engine(tiny_model_dir, prefix_cache=True)
+    prompt = _resume(engine, engine.encode([{"role": "user", "content": SHORT}]))
+    with torch.no_grad():
+        for p in engine.model.parameters():
+            p.data.mul_(1.5)
+    engine.reset()
+    [[after]] = engine.generate([prompt], SamplingParams(max_tokens=6))
+    [[expected]] = TransformersEngine(engine.model, engine.tokenizer).generate(
+        [prompt], SamplingParams(max_tokens=6)
+    )
+    assert after.token_ids == expected.token_ids and engine.cached_tokens == 0
+
+
+def test_an_interruptible_generate_stops_when_told(tiny_engine: TransformersEngine) -> None:
+    event = threading.Event()
+    timer = threading.Timer(0.5, event.set)  # another thread: a server shutting down
+    began = time.monotonic()
+    timer.start()
+    with tiny_engine.interruptible(event):
+        [[c]] = tiny_engine.generate([SHORT], SamplingParams(max_tokens=2000))
+    assert time.monotonic() - began < 5  # 2000 tokens take about 10 s here
+    assert 1 <= len(c.token_ids) < 2000 and c.finish_reason == "length"
+    # Outside the block the event has no say.
+    [[full]] = tiny_engine.generate([SHORT], SamplingParams(max_tokens=12))
+    assert len(full.token_ids) == 12
+
+
+def test_context_length_ignores_the_tokenizers_placeholder(tiny_engine: TransformersEngine) -> None:
+    assert tiny_engine.tokenizer.model_max_length > 10**20  # transformers' "unknown"
+    assert tiny_engine.context_length == 2048  # the model's max_position_embeddings

@@ -104,6 +104,30 @@ def test_logprobs_request_shape_per_endpoint() -> None:
     assert comp["logprobs"] == 1 and "top_logprobs" not in comp
 
 
+def test_chat_template_kwargs_go_with_chat_requests_only() -> None:
+    options = {"enable_thinking": False}
+    messages = [{"role": "user", "content": "q"}]
+    _, chat = build_request(messages, SamplingParams(), "m", options)
+    assert chat["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    _, text = build_request("q", SamplingParams(), "m", options)
+    assert "extra_body" not in text  # a text prompt is already rendered
+    _, plain = build_request(messages, SamplingParams(), "m", {})
+    assert "extra_body" not in plain
+
+
+def test_token_id_prompts_ask_for_the_sampled_ids() -> None:
+    _, ids = build_request([1, 2, 3], SamplingParams(), "m")
+    assert ids["extra_body"] == {"return_token_ids": True}
+    _, with_logprobs = build_request([1, 2, 3], SamplingParams(logprobs=True), "m")
+    # Older vLLM gives the ids only as log-prob tokens "token_id:N".
+    assert with_logprobs["extra_body"] == {
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+    }
+    _, text = build_request("x", SamplingParams(logprobs=True), "m")
+    assert "extra_body" not in text
+
+
 @pytest.mark.parametrize("bad", [[], [1, "a"], [True, 2], 42, None])
 def test_invalid_prompts_are_rejected(bad: Any) -> None:
     with pytest.raises(ValueError):
@@ -192,6 +216,41 @@ def test_parse_chat_choice_with_logprobs() -> None:
     assert c.logprobs == [-0.1, -0.2]
     assert c.finish_reason == "length" and c.stop_reason is None
     assert c.prompt_tokens == 9
+
+
+def test_parse_token_ids_of_new_and_old_vllm() -> None:
+    new = _completion_response(
+        [{"index": 0, "text": "ab", "finish_reason": "stop", "token_ids": [7, 8, 2]}]
+    )
+    assert parse_choice(new.choices[0], "completions", SamplingParams()).token_ids == [7, 8, 2]
+    old = _completion_response(
+        [
+            {
+                "index": 0,
+                "text": "ab",
+                "finish_reason": "stop",
+                "logprobs": {
+                    "tokens": ["token_id:7", "token_id:8", "token_id:2"],
+                    "token_logprobs": [-0.1, -0.2, -0.3],
+                    "text_offset": None,
+                    "top_logprobs": None,
+                },
+            }
+        ]
+    )
+    c = parse_choice(old.choices[0], "completions", SamplingParams(logprobs=True))
+    assert c.token_ids == [7, 8, 2] and c.logprobs == [-0.1, -0.2, -0.3]
+    plain = _completion_response([{"index": 0, "text": "ab", "finish_reason": "stop"}])
+    assert parse_choice(plain.choices[0], "completions", SamplingParams()).token_ids == []
+
+
+def test_ids_are_dropped_when_the_text_is_cut_client_side() -> None:
+    """Which ids the cut text keeps is unknown: better none (re-encoded) than wrong ones."""
+    response = _completion_response(
+        [{"index": 0, "text": "a STOP b", "finish_reason": "length", "token_ids": [1, 2, 3]}]
+    )
+    c = parse_choice(response.choices[0], "completions", SamplingParams(stop=("STOP",)))
+    assert c.text == "a " and c.token_ids == []
 
 
 def test_logprobs_are_dropped_when_not_requested() -> None:
@@ -507,3 +566,20 @@ def test_closed_engine_refuses_work() -> None:
     engine.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         engine.generate(["hi"], SamplingParams())
+
+
+def test_a_policy_behind_a_text_only_server_is_marked_reencoded(
+    server: _Server, smol_tokenizer
+) -> None:
+    """The canned server answers text only: the ids are the text encoded again, and the
+    segment says so (trainers refuse it); the log-probs of other tokens are not kept."""
+    from collabrl.protocols.base import Policy
+
+    with OpenAIEngine(server.url, model="tiny", max_retries=0, timeout=10) as engine:
+        policy = Policy(engine, smol_tokenizer, owns_engine=False)
+        [segment] = policy.continue_([[1, 2, 3]], [50], SamplingParams(max_tokens=50))
+    assert segment.meta["reencoded"] is True
+    assert segment.token_ids == smol_tokenizer("hello 0", add_special_tokens=False)["input_ids"]
+    assert segment.logprobs is None
+    post = next(body for method, _, body in server.seen if method == "POST")
+    assert post["prompt"] == [1, 2, 3] and post["return_token_ids"] is True

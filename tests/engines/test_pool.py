@@ -22,6 +22,7 @@ from collabrl.engines.pool import (
     stats,
 )
 from collabrl.errors import UserError
+from tests.engines.templates import thinking_model_dir
 from tests.servers import ServerProcess, free_port
 
 SHORT = SamplingParams(max_tokens=8)
@@ -216,6 +217,25 @@ def test_closed_pool_refuses_work(tiny_model_dir: Path) -> None:
     pool.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         pool.ask_sync(THREE, SHORT)
+
+
+def test_chat_template_kwargs_reach_every_endpoints_engine(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The pool's options render the experts' chat prompts, and key the cache apart."""
+    folder = str(thinking_model_dir(tiny_model_dir, tmp_path / "thinking"))
+    cache = str(tmp_path / "cache")
+    quiet = PoolConfig(
+        endpoints=[folder], cache_dir=cache, chat_template_kwargs={"enable_thinking": False}
+    )
+    with ExpertPool(PoolConfig(endpoints=[folder], cache_dir=cache)) as pool:
+        [thinking] = pool.ask_sync([(1, CHAT)], SHORT)
+    with ExpertPool(quiet) as pool:
+        [first] = pool.ask_sync([(1, CHAT)], SHORT)
+        [again] = pool.ask_sync([(1, CHAT)], SHORT)
+    assert thinking.outcome == first.outcome == "ok"  # not the other options' cached answer
+    assert first.prompt_tokens > thinking.prompt_tokens  # the empty think block
+    assert again.outcome == "cached" and again.text == first.text
 
 
 # --- the response cache ------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""What the vLLM engine asks of vLLM, checked against a stand-in `vllm` module.
+
+vLLM is not installed here (it needs a GPU build), so a small module in its place
+records the arguments of `vllm.LLM(...)` and of `generate`, and answers in the shape
+of vLLM's `RequestOutput`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from collabrl.config import EngineConfig
+from collabrl.engines import create_engine
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.vllm import VLLMEngine, to_vllm_params
+from tests.engines.templates import EMPTY_THINK, thinking_model_dir
+
+
+class _StandInLLM:
+    """Records its construction and the prompts; every answer is ids [5, 2]."""
+
+    def __init__(self, **kwargs) -> None:
+        self.kwargs = kwargs
+        self.prompts: list[dict] = []
+
+    def generate(self, prompts, sampling_params, use_tqdm, lora_request):
+        self.prompts += prompts
+        step = [{5: SimpleNamespace(logprob=-0.5)}, {2: SimpleNamespace(logprob=-0.1)}]
+        output = SimpleNamespace(
+            text="ok", token_ids=[5, 2], logprobs=step, finish_reason="stop", stop_reason=None
+        )
+        return [
+            SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], outputs=[output])
+            for p in prompts
+        ]
+
+
+def _stand_in(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    module = types.ModuleType("vllm")
+    module.__version__ = version
+    module.LLM = _StandInLLM
+    module.SamplingParams = dict
+    monkeypatch.setitem(sys.modules, "vllm", module)
+
+
+@pytest.mark.parametrize(
+    ("version", "mode"),
+    [("0.11.0", "processed_logprobs"), ("0.10.2rc1", "processed_logprobs"), ("0.10.1", None)],
+)
+def test_log_probs_are_the_processed_ones_where_vllm_has_them(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path, version: str, mode: str | None
+) -> None:
+    """Temperature-applied log-probs, on the transformers engine's and TRL's scale."""
+    _stand_in(monkeypatch, version)
+    engine = VLLMEngine(str(tiny_model_dir))
+    assert engine.llm.kwargs.get("logprobs_mode") == mode
+
+
+def test_sampling_asks_for_the_sampled_tokens_log_prob_only() -> None:
+    params = to_vllm_params(dict, SamplingParams(logprobs=True, temperature=0.7, seed=3))
+    assert params["logprobs"] == 0 and params["temperature"] == 0.7 and params["seed"] == 3
+    assert to_vllm_params(dict, SamplingParams())["logprobs"] is None
+
+
+def test_chat_prompts_are_rendered_with_the_chat_template_kwargs(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    _stand_in(monkeypatch, "0.11.0")
+    folder = thinking_model_dir(tiny_model_dir, tmp_path / "thinking")
+    config = EngineConfig(kind="vllm", chat_template_kwargs={"enable_thinking": False})
+    engine = create_engine(str(folder), config)
+    [[c]] = engine.generate([[{"role": "user", "content": "Hi"}]], SamplingParams(logprobs=True))
+    sent = engine.llm.prompts[0]["prompt_token_ids"]
+    assert engine.tokenizer.decode(sent).endswith(EMPTY_THINK)
+    assert c.token_ids == [5, 2] and c.logprobs == [-0.5, -0.1] and c.prompt_tokens == len(sent)
