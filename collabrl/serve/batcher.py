@@ -5,16 +5,25 @@ identical sampling parameters are merged (a batch holds at most
 `max_batch_size` sequences); generation runs on one worker thread, so the
 event loop keeps accepting requests while the model works — and those
 requests form the next batch.
+
+A job whose future was cancelled (its client went away) is dropped before it is
+generated. `stop` fails every job not yet answered at once and interrupts the
+generation in progress, so a busy server stops within seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
+from collabrl.engines.base import Completion, Engine, Interruptible, Prompt, SamplingParams
+
+
+class ShuttingDown(Exception):
+    """The batcher stopped before the job was answered."""
 
 
 @dataclass
@@ -38,33 +47,63 @@ class DynamicBatcher:
         self.max_batch_size = max_batch_size
         self.wait_s = wait_s
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._pending: list[_Job] = []  # taken from the queue, not yet in a batch
+        self._running: list[_Job] = []  # the batch being generated
         # One thread: torch generation is not meant to run twice at once on one model.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._task: asyncio.Task | None = None
+        # Set by `stop`; also ends an interruptible engine's generate in the worker.
+        self._stopping = threading.Event()
         self.batches = 0  # generate calls made, for tests and logs
+        self.dropped = 0  # jobs skipped because their caller had gone
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
+        """Fail the jobs not yet answered with `ShuttingDown` and stop the generation in
+        progress (for engines that can); idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        # Taken before the loop is cancelled: cancelling it forgets the running batch.
+        unanswered = [*self._running, *self._pending]
+        while not self._queue.empty():
+            unanswered.append(self._queue.get_nowait())
+        for job in unanswered:
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown("the server is shutting down"))
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._worker.shutdown(wait=True, cancel_futures=True)
+        # No waiting here: the event loop must go on answering, and an interrupted
+        # generate returns within a token anyway.
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     async def submit(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """The completions of `prompts`; cancelling the caller drops the job if it is
+        still queued."""
+        if self._stopping.is_set():
+            raise ShuttingDown("the server is shutting down")
         job = _Job(prompts, params, asyncio.get_running_loop().create_future())
-        await self._queue.put(job)
-        return await job.future
+        self._queue.put_nowait(job)
+        return await job.future  # cancelling this await cancels the job's future
 
     async def _loop(self) -> None:
-        pending: list[_Job] = []
         while True:
-            if not pending:
-                pending.append(await self._queue.get())
-            await self._collect(pending)
-            batch, pending = _take_batch(pending, self.max_batch_size)
-            await self._run(batch)
+            if not self._pending:
+                self._pending.append(await self._queue.get())
+            await self._collect(self._pending)
+            waiting = [job for job in self._pending if not job.future.done()]
+            self.dropped += len(self._pending) - len(waiting)
+            if not waiting:
+                self._pending = []
+                continue
+            self._running, self._pending = _take_batch(waiting, self.max_batch_size)
+            try:
+                await self._run(self._running)
+            finally:
+                self._running = []
 
     async def _collect(self, pending: list[_Job]) -> None:
         """Wait up to `wait_s` for more requests, or until a batch is full."""
@@ -83,7 +122,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(
-                self._worker, self.engine.generate, prompts, batch[0].params
+                self._worker, self._generate, prompts, batch[0].params
             )
         except Exception as err:  # a failed batch fails its requests, not the server
             for job in batch:
@@ -96,6 +135,12 @@ class DynamicBatcher:
             if not job.future.done():  # the client may have gone away
                 job.future.set_result(outputs[start : start + len(job.prompts)])
             start += len(job.prompts)
+
+    def _generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        if not isinstance(self.engine, Interruptible):
+            return self.engine.generate(prompts, params)
+        with self.engine.interruptible(self._stopping):
+            return self.engine.generate(prompts, params)
 
 
 def _take_batch(pending: list[_Job], max_rows: int) -> tuple[list[_Job], list[_Job]]:

@@ -6,10 +6,15 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from collabrl.errors import UserError
 from collabrl.serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    from collabrl.serve.batcher import DynamicBatcher
 
 
 def resolve_api_key(config: ServeConfig) -> str | None:
@@ -43,7 +48,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     import uvicorn
 
     from collabrl.engines.hf import TransformersEngine
-    from collabrl.serve.app import create_app
+    from collabrl.serve.app import ModelLimits, create_app
     from collabrl.serve.batcher import DynamicBatcher
 
     if not 1 <= config.port <= 65535:
@@ -52,15 +57,18 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
         config.model, batch_size=config.max_batch_size, dtype=config.dtype, device=config.device
     )
     batcher = DynamicBatcher(engine, config.max_batch_size, config.batch_wait_ms / 1000)
-    app = create_app(batcher, config.name, resolve_api_key(config), aliases=(config.model,))
+    limits = ModelLimits.of(engine.tokenizer, engine.context_length)
+    app = create_app(batcher, limits, config.name, resolve_api_key(config), (config.model,))
     server = _graceful_server_class()(
         uvicorn.Config(
             app,
             host=config.host,
             port=config.port,
             log_level="warning",
-            timeout_graceful_shutdown=10,
-        )
+            # A backstop only: the batcher answers every open request at once on a stop.
+            timeout_graceful_shutdown=5,
+        ),
+        batcher,
     )
 
     async def announce_when_started() -> None:
@@ -90,11 +98,23 @@ def _graceful_server_class():
     import uvicorn
 
     class GracefulServer(uvicorn.Server):
-        """Stops on SIGINT/SIGTERM and returns normally.
+        """Stops on SIGINT/SIGTERM within seconds and returns normally.
 
-        uvicorn re-raises the caught signal after draining, which turns a clean
-        shutdown into a "killed by signal" exit status.
+        uvicorn waits for open requests before it shuts the app down, and a request
+        waits for its generation: minutes on a busy server. So the batcher stops
+        first — queued and running requests are answered 503 (clients retry
+        elsewhere), the generation in progress ends at its next token. uvicorn also
+        re-raises the caught signal after draining, which turns a clean shutdown into
+        a "killed by signal" exit status; this server does not.
         """
+
+        def __init__(self, config: uvicorn.Config, batcher: DynamicBatcher) -> None:
+            super().__init__(config)
+            self.batcher = batcher
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await self.batcher.stop()
+            await super().shutdown(sockets)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:

@@ -7,7 +7,8 @@ asked), and we default to one GPU instead of tensor parallelism over eight.
 Request logging changed flags across vLLM versions: `--disable-log-requests`
 was deprecated in 0.10.2 (vllm-project/vllm#21739) in favour of
 `--enable-log-requests` with logging off by default, and later removed
-(#29402). The installed version therefore decides which flag, if any, we emit.
+(#29402). The installed version therefore decides which flag, if any, we emit;
+it also decides whether `--logprobs-mode processed_logprobs` exists (0.10.2 on).
 
 A LoRA adapter is served on top of its base with `--enable-lora --lora-modules
 NAME=PATH`. Clients request the adapter by the served name (the role, by
@@ -22,7 +23,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -30,6 +30,7 @@ import subprocess
 from dataclasses import dataclass
 from types import FrameType
 
+from collabrl.engines.vllm import has_processed_logprobs, release
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
 from collabrl.serve.config import ServeConfig
@@ -82,6 +83,10 @@ def vllm_command(
     ]  # fmt: skip
     if config.trust_remote_code:
         command.append("--trust-remote-code")
+    if has_processed_logprobs(vllm_version):
+        # Log-probs of the distribution each token was sampled from (temperature applied),
+        # as the other engines report them and TRL's importance sampling expects.
+        command += ["--logprobs-mode", "processed_logprobs"]
     if api_key:
         command += ["--api-key", api_key]
     command += log_requests_flags(config.log_requests, vllm_version)
@@ -92,21 +97,12 @@ def vllm_command(
 
 def log_requests_flags(log_requests: bool, vllm_version: str | None) -> list[str]:
     """The request-logging flag the given vLLM version needs for `log_requests`."""
-    release = _release(vllm_version)
-    old = release is not None and release < ENABLE_LOG_REQUESTS_SINCE
+    found = release(vllm_version)
+    old = found is not None and found < ENABLE_LOG_REQUESTS_SINCE
     if log_requests:
         # Old versions log by default; new (or unknown, so assumed new) ones opt in.
         return [] if old else ["--enable-log-requests"]
     return ["--disable-log-requests"] if old else []
-
-
-def _release(version: str | None) -> tuple[int, ...] | None:
-    # Only the release numbers matter: 0.10.2rc1 and 0.11.0+cu128 count as
-    # 0.10.2 and 0.11.0. An unparsable version counts as unknown.
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
-    if match is None:
-        return None
-    return tuple(int(part or 0) for part in match.groups())
 
 
 def _lora_flags(name: str, lora: LoraAdapter) -> list[str]:

@@ -27,17 +27,12 @@ def thinking_tokenizer(tokenizer):
     return copied
 
 
-def thinking_model_dir(source: Path, target: Path, eos_token_id: int | None = None) -> Path:
-    """A copy of the model folder `source` whose tokenizer has `THINKING_TEMPLATE`, and
-    whose generation config also ends at `eos_token_id` when given."""
-    from transformers import AutoTokenizer, GenerationConfig
+def thinking_model_dir(source: Path, target: Path) -> Path:
+    """A copy of the model folder `source` whose tokenizer has `THINKING_TEMPLATE`."""
+    from transformers import AutoTokenizer
 
     shutil.copytree(source, target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     tokenizer.chat_template = THINKING_TEMPLATE
     tokenizer.save_pretrained(target)
-    if eos_token_id is not None:
-        config = GenerationConfig.from_pretrained(target)
-        config.eos_token_id = [tokenizer.eos_token_id, eos_token_id]
-        config.save_pretrained(target)
     return target

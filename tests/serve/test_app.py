@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from tests.engines.templates import EMPTY_THINK, thinking_model_dir
 from tests.servers import ServerProcess
 
 
@@ -124,12 +125,36 @@ def test_concurrent_requests_are_answered(client):
     assert len(texts) == 8 and all(isinstance(t, str) for t in texts)
 
 
-def test_sigterm_shuts_down_gracefully(tiny_model_dir):
+def test_sigterm_ends_a_busy_server_within_seconds(tiny_model_dir):
+    """One request generating, three queued (about 40 s of work): SIGTERM answers them 503
+    (clients retry elsewhere) and the process exits cleanly within seconds."""
+    import threading
+
     proc = ServerProcess(tiny_model_dir).wait_ready()
-    proc.proc.send_signal(signal.SIGTERM)
+    answers: list[int | str] = []
+
+    def ask(seed: int) -> None:
+        body = {"model": "expert", "prompt": "Hello", "max_tokens": 1900, "temperature": 0}
+        try:
+            reply = httpx.post(proc.url + "/completions", json={**body, "seed": seed}, timeout=60)
+            answers.append(reply.status_code)
+        except httpx.HTTPError as err:
+            answers.append(type(err).__name__)
+
+    clients = [threading.Thread(target=ask, args=(seed,)) for seed in range(4)]
+    for client in clients:
+        client.start()
+    time.sleep(1.5)  # the first is generating, the others wait in the queue
     began = time.monotonic()
-    assert proc.proc.wait(timeout=30) == 0
-    assert time.monotonic() - began < 30
+    proc.proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    assert time.monotonic() - began < 5
+    for client in clients:
+        client.join(timeout=10)
+    assert answers == [503] * 4
 
 
 def test_port_in_use_is_a_one_line_error(tiny_model_dir, server):
@@ -195,3 +220,219 @@ def test_continuation_flag_must_match_the_last_message(client):
                 extra_body={"continue_final_message": flag},
             )
         assert "continue_final_message" in str(err.value)
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+AUTH = {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}
+
+
+def _post(server, path: str, body: bytes | dict, timeout: float = 60) -> httpx.Response:
+    if isinstance(body, dict):
+        return httpx.post(server.url + path, json=body, headers=AUTH, timeout=timeout)
+    return httpx.post(server.url + path, content=body, headers=AUTH, timeout=timeout)
+
+
+def _openai_error(reply: httpx.Response, status: int) -> dict:
+    """The body of an error answered in OpenAI's shape, with the expected status."""
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == status
+    assert "\n" not in error["message"] and "Traceback" not in error["message"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/chat/completions",
+            b'{"model": "expert", "messages": [{"role": "user", "content": "a\\ud800"}]}',
+        ),
+        ("/completions", b'{"model": "expert", "prompt": "\\ud800", "max_tokens": 2}'),
+        ("/completions", b'{"model": "expert", "prompt": "x", "stop": ["\\udfff"]}'),
+        (
+            "/chat/completions",
+            b'{"model": "expert", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',
+        ),
+    ],
+)
+def test_text_that_is_not_unicode_is_a_400(server, path: str, body: bytes) -> None:
+    """A lone surrogate (JSON may spell one) or invalid UTF-8: 400, not a plain-text 500."""
+    error = _openai_error(_post(server, path, body), 400)
+    assert error["type"] == "BadRequestError"
+    assert _post(
+        server, "/completions", {"model": "expert", "prompt": "ok", "max_tokens": 2}
+    ).is_success
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_it_is_queued(server) -> None:
+    """A 1 MB prompt once held the server for eleven minutes: now a 400 at once."""
+    began = time.monotonic()
+    huge = _post(server, "/completions", {"model": "expert", "prompt": "ab " * 350_000})
+    assert time.monotonic() - began < 10
+    assert "maximum context length is 2048 tokens" in _openai_error(huge, 400)["message"]
+    # Under the character bound but over the context in tokens (about 3000).
+    messages = [{"role": "user", "content": "hello " * 3000}]
+    long = _post(server, "/chat/completions", {"model": "expert", "messages": messages})
+    error = _openai_error(long, 400)
+    assert "tokens" in error["message"] and error["param"] == "messages"
+
+
+def test_max_tokens_beyond_the_context_and_unknown_ids_are_refused(server) -> None:
+    too_many = _post(
+        server, "/completions", {"model": "expert", "prompt": "Hi", "max_tokens": 2048}
+    )
+    error = _openai_error(too_many, 400)
+    assert error["param"] == "max_tokens" and "2048" in error["message"]
+    unknown = _post(
+        server, "/completions", {"model": "expert", "prompt": [1, 10**9], "max_tokens": 2}
+    )
+    assert "vocabulary" in _openai_error(unknown, 400)["message"]
+
+
+def test_an_unset_max_tokens_is_what_the_context_leaves(smol_tokenizer) -> None:
+    from collabrl.serve.app import APIError, ModelLimits
+
+    limits = ModelLimits.of(smol_tokenizer, context=100)
+    assert limits.max_tokens(None, 1024, prompt_tokens=40) == 60  # as vLLM does
+    assert limits.max_tokens(None, 16, prompt_tokens=40) == 16
+    assert limits.max_tokens(60, 16, prompt_tokens=40) == 60
+    with pytest.raises(APIError):
+        limits.max_tokens(61, 16, prompt_tokens=40)
+    assert ModelLimits.of(smol_tokenizer, context=None).max_tokens(None, 7, 10**6) == 7
+
+
+# --- load ----------------------------------------------------------------------------------------
+
+
+def test_abandoned_requests_are_dropped_from_the_queue(server) -> None:
+    """Ten clients give up while queued; the next request does not wait for their work."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(max_tokens: int, seed: int, timeout: float) -> httpx.Response:
+        body = {"model": "expert", "prompt": "Hello", "max_tokens": max_tokens, "seed": seed}
+        return _post(server, "/completions", {**body, "temperature": 0}, timeout=timeout)
+
+    with ThreadPoolExecutor(11) as pool:
+        busy = pool.submit(ask, 400, 0, 120)  # holds the model for a few seconds
+        time.sleep(0.5)
+        # Distinct seeds: each would be a batch of its own, about 5 s of generation apiece.
+        gone = [pool.submit(ask, 1000, seed, 0.5) for seed in range(1, 11)]
+        for future in gone:
+            with pytest.raises(httpx.TimeoutException):
+                future.result()
+        began = time.monotonic()
+        normal = ask(4, 0, 120)
+        waited = time.monotonic() - began
+        assert busy.result().status_code == 200
+    assert normal.status_code == 200
+    assert waited < 20, f"waited {waited:.1f} s: the abandoned requests were generated"
+
+
+# --- token ids and chat-template options, on a model that ends at a token it writes -----------
+
+POLICY_CHAT = [{"role": "user", "content": "Count."}]
+
+
+@pytest.fixture(scope="module")
+def eos_model(tiny_model_dir, tmp_path_factory):
+    """The tiny model with the thinking template, and an EOS it reaches by itself: the 4th
+    or a later token it writes greedily after POLICY_CHAT (so completions end at an EOS)."""
+    from transformers import GenerationConfig
+
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.hf import TransformersEngine
+
+    folder = thinking_model_dir(tiny_model_dir, tmp_path_factory.mktemp("eos") / "model")
+    engine = TransformersEngine.from_ref(str(folder))
+    [[full]] = engine.generate([POLICY_CHAT], SamplingParams(max_tokens=12))
+    k = next(i for i in range(3, 12) if full.token_ids[i] not in full.token_ids[:i])
+    config = GenerationConfig.from_pretrained(folder)
+    config.eos_token_id = [engine.tokenizer.eos_token_id, full.token_ids[k]]
+    config.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def eos_server(eos_model):
+    with ServerProcess(eos_model, role="policy") as proc:
+        yield proc
+
+
+def test_a_policy_over_http_records_the_ids_it_sampled(eos_model, eos_server):
+    """The ids and log-probs from `collab serve` are the transformers engine's, EOS included."""
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.hf import TransformersEngine
+    from collabrl.engines.openai_http import OpenAIEngine
+    from collabrl.protocols.base import Policy
+
+    local = TransformersEngine.from_ref(str(eos_model))
+    prompt = local.encode(POLICY_CHAT)
+    params = SamplingParams(max_tokens=12, logprobs=True)
+    [here] = Policy(local, local.tokenizer).continue_([prompt], [12], params)
+    assert here.meta["finish_reason"] == "stop" and len(here.token_ids) < 12
+    assert here.token_ids[-1] in local.model.generation_config.eos_token_id  # kept, as sampled
+    with OpenAIEngine(eos_server.url, max_retries=0, timeout=60) as remote:
+        policy = Policy(remote, local.tokenizer, owns_engine=False)
+        [there] = policy.continue_([prompt], [12], params)
+    assert there.token_ids == here.token_ids
+    assert there.logprobs == pytest.approx(here.logprobs, abs=1e-4)
+    assert there.meta["finish_reason"] == "stop" and "reencoded" not in there.meta
+
+
+def test_token_ids_come_back_in_vllms_shapes(eos_server):
+    body = {"model": "policy", "prompt": "Count:", "max_tokens": 5, "temperature": 0}
+    new = httpx.post(eos_server.url + "/completions", json={**body, "return_token_ids": True})
+    [choice] = new.json()["choices"]
+    assert choice["prompt_token_ids"] and 1 <= len(choice["token_ids"]) <= 5
+    old = httpx.post(
+        eos_server.url + "/completions",
+        json={**body, "logprobs": 1, "return_tokens_as_token_ids": True},
+    )
+    tokens = old.json()["choices"][0]["logprobs"]["tokens"]
+    assert tokens == [f"token_id:{i}" for i in choice["token_ids"]]  # older vLLM's way
+    chat = {"model": "policy", "messages": POLICY_CHAT, "max_tokens": 3, "return_token_ids": True}
+    reply = httpx.post(eos_server.url + "/chat/completions", json=chat).json()
+    assert reply["prompt_token_ids"] and reply["choices"][0]["token_ids"]
+
+
+def test_chat_template_kwargs_per_request(eos_model, eos_server):
+    """The HTTP engine sends the options; the server renders the chat with them."""
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.openai_http import OpenAIEngine
+    from collabrl.models import load_tokenizer
+
+    tokenizer = load_tokenizer(str(eos_model))
+    quiet = {"enable_thinking": False}
+    expected = tokenizer.apply_chat_template(
+        POLICY_CHAT, add_generation_prompt=True, tokenize=True, return_dict=False, **quiet
+    )
+    params = SamplingParams(max_tokens=2)
+    with OpenAIEngine(eos_server.url, chat_template_kwargs=quiet, max_retries=0) as engine:
+        [[c]] = engine.generate([POLICY_CHAT], params)
+    with OpenAIEngine(eos_server.url, max_retries=0) as engine:
+        [[thinking]] = engine.generate([POLICY_CHAT], params)
+    assert c.prompt_tokens == len(expected) > thinking.prompt_tokens
+    raw = {"model": "policy", "messages": POLICY_CHAT, "max_tokens": 2, "return_token_ids": True}
+    reply = httpx.post(
+        eos_server.url + "/chat/completions", json={**raw, "chat_template_kwargs": quiet}
+    )
+    assert tokenizer.decode(reply.json()["prompt_token_ids"]).endswith(EMPTY_THINK)
+
+
+def test_a_remote_pool_sends_its_chat_template_kwargs(eos_server):
+    from collabrl.config import PoolConfig
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.pool import ExpertPool
+
+    calls = [(1, POLICY_CHAT)]
+    params = SamplingParams(max_tokens=2)
+    with ExpertPool(PoolConfig(endpoints=[eos_server.url], num_experts=1)) as pool:
+        [thinking] = pool.ask_sync(calls, params)
+    quiet = PoolConfig(
+        endpoints=[eos_server.url], num_experts=1, chat_template_kwargs={"enable_thinking": False}
+    )
+    with ExpertPool(quiet) as pool:
+        [record] = pool.ask_sync(calls, params)
+    assert record.ok and record.prompt_tokens > thinking.prompt_tokens

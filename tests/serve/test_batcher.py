@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from collabrl.engines.base import SamplingParams
-from collabrl.serve.batcher import DynamicBatcher
+from collabrl.engines.hf import TransformersEngine
+from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
 
 
 def _run(coro):
@@ -72,3 +74,52 @@ def test_engine_failure_fails_requests_not_the_batcher(tiny_engine):
     bad, good = _run(main())
     assert isinstance(bad[0], Exception)
     assert len(good[0]) == 1
+
+
+def test_a_cancelled_request_is_dropped_before_it_is_generated(tiny_engine):
+    """A client that goes away cancels its request: the queue skips it."""
+
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, max_batch_size=1, wait_s=0.0)
+        batcher.start()
+        busy = asyncio.ensure_future(batcher.submit(["busy"], SamplingParams(max_tokens=200)))
+        await asyncio.sleep(0.1)  # generating
+        # Distinct seeds: each would be a generate call of its own.
+        gone = [
+            asyncio.ensure_future(batcher.submit(["x"], SamplingParams(max_tokens=200, seed=i)))
+            for i in range(5)
+        ]
+        await asyncio.sleep(0)  # queued behind the busy one
+        for request in gone:
+            request.cancel()
+        await busy
+        await batcher.submit(["y"], SamplingParams(max_tokens=2))
+        await batcher.stop()
+        return batcher.batches, batcher.dropped
+
+    assert _run(main()) == (2, 5)
+
+
+def test_stop_answers_every_open_request_at_once(tiny_engine):
+    """One generating and two queued, about 30 s of work: all fail at once on a stop."""
+    engine = TransformersEngine(tiny_engine.model, tiny_engine.tokenizer)
+
+    async def main():
+        batcher = DynamicBatcher(engine, max_batch_size=1, wait_s=0.0)
+        batcher.start()
+        requests = [
+            asyncio.ensure_future(
+                batcher.submit(["Hello"], SamplingParams(max_tokens=2000, seed=i))
+            )
+            for i in range(3)
+        ]
+        await asyncio.sleep(0.3)
+        began = time.monotonic()
+        await batcher.stop()
+        results = await asyncio.gather(*requests, return_exceptions=True)
+        late = await asyncio.gather(batcher.submit(["z"], SamplingParams()), return_exceptions=True)
+        return time.monotonic() - began, results, late
+
+    elapsed, results, late = _run(main())
+    assert elapsed < 2
+    assert all(isinstance(r, ShuttingDown) for r in [*results, *late])

@@ -35,7 +35,7 @@ from collabrl.serve.vllm_launcher import (
 MODEL = "/models/expert"
 # EAPO appendix E's flags, with our host (127.0.0.1, not ::) and tensor parallel (1, not 8);
 # request logging is off by default in current vLLM, so no flag is needed for it.
-DEFAULT_COMMAND = [
+EAPO_FLAGS = [
     "vllm", "serve", MODEL,
     "--host", "127.0.0.1",
     "--port", "8000",
@@ -45,6 +45,9 @@ DEFAULT_COMMAND = [
     "--served-model-name", "expert",
     "--trust-remote-code",
 ]  # fmt: skip
+# Sampled tokens' log-probs after temperature, as the transformers engine and TRL see them.
+PROCESSED = ["--logprobs-mode", "processed_logprobs"]
+DEFAULT_COMMAND = [*EAPO_FLAGS, *PROCESSED]
 
 
 def _config(**changes) -> ServeConfig:
@@ -78,6 +81,7 @@ def test_overrides_reach_their_flags() -> None:
         "--max-model-len", "4096",
         "--tensor-parallel-size", "8",
         "--served-model-name", "big-teacher",
+        *PROCESSED,
         "--dtype", "bfloat16", "--seed", "3",
     ]  # fmt: skip
 
@@ -91,6 +95,10 @@ def test_api_key_flag() -> None:
     command = vllm_command(ServeConfig(), MODEL, "0.11.0", api_key="s3cret")
     assert command == [*DEFAULT_COMMAND, "--api-key", "s3cret"]
     assert vllm_command(ServeConfig(), MODEL, "0.11.0", api_key=None) == DEFAULT_COMMAND
+
+
+# Versions before 0.10.2 have no processed log-probs; an unknown version counts as new.
+OLD_VLLM = ("0.9.2", "0.10.1.1+cu126")
 
 
 @pytest.mark.parametrize(
@@ -114,7 +122,20 @@ def test_request_logging_flag_depends_on_vllm_version(
 ) -> None:
     command = vllm_command(_config(log_requests=log_requests, vllm_args=["--x"]), MODEL, version)
     # The logging flag sits between the fixed flags and the user's extra arguments.
-    assert command == [*DEFAULT_COMMAND, *expected, "--x"]
+    fixed = EAPO_FLAGS if version in OLD_VLLM else DEFAULT_COMMAND
+    assert command == [*fixed, *expected, "--x"]
+
+
+@pytest.mark.parametrize(
+    ("version", "processed"),
+    [(None, True), ("0.10.2", True), ("0.10.2rc1", True), ("0.32.0", True), ("0.10.1", False)],
+)
+def test_processed_logprobs_mode_where_vllm_has_it(version: str | None, processed: bool) -> None:
+    command = vllm_command(ServeConfig(), MODEL, version)
+    if processed:
+        assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
+    else:
+        assert "--logprobs-mode" not in command  # older vLLM refuses flags it does not know
 
 
 @pytest.mark.parametrize(
@@ -157,8 +178,8 @@ def test_lora_is_served_under_the_role_name_and_base_under_name_base() -> None:
     lora = LoraAdapter(path="/adapters/a", rank=8)
     command = vllm_command(ServeConfig(), MODEL, None, lora=lora)
     assert command == [
-        *DEFAULT_COMMAND[:-3], "--served-model-name", "expert-base", "--trust-remote-code",
-        "--enable-lora", "--lora-modules", "expert=/adapters/a",
+        *EAPO_FLAGS[:-3], "--served-model-name", "expert-base", "--trust-remote-code",
+        *PROCESSED, "--enable-lora", "--lora-modules", "expert=/adapters/a",
     ]  # fmt: skip
 
 
