@@ -436,3 +436,26 @@ def test_a_remote_pool_sends_its_chat_template_kwargs(eos_server):
     with ExpertPool(quiet) as pool:
         [record] = pool.ask_sync(calls, params)
     assert record.ok and record.prompt_tokens > thinking.prompt_tokens
+
+
+@pytest.mark.slow  # the real SmolLM2, loaded twice: about 20 s
+def test_smollm2_over_http_records_what_the_transformers_engine_does():
+    """The real embedded model behind `collab serve`: a greedy policy turn over HTTP has
+    the transformers engine's ids (its <|im_end|> EOS included) and log-probs."""
+    from collabrl.engines.base import SamplingParams
+    from collabrl.engines.hf import TransformersEngine
+    from collabrl.engines.openai_http import OpenAIEngine
+    from collabrl.protocols.base import Policy
+
+    local = TransformersEngine.from_ref("smollm2-135m")
+    prompt = local.encode([{"role": "user", "content": "What is the capital of France?"}])
+    params = SamplingParams(max_tokens=24, logprobs=True)
+    [here] = Policy(local, local.tokenizer).continue_([prompt], [24], params)
+    assert here.meta["finish_reason"] == "stop"
+    assert here.token_ids[-1] == local.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    with ServerProcess("smollm2-135m", role="policy") as server:
+        with OpenAIEngine(server.url, max_retries=0, timeout=120) as remote:
+            policy = Policy(remote, local.tokenizer, owns_engine=False)
+            [there] = policy.continue_([prompt], [24], params)
+    assert there.token_ids == here.token_ids and "reencoded" not in there.meta
+    assert there.logprobs == pytest.approx(here.logprobs, abs=1e-4)
