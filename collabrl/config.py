@@ -288,3 +288,101 @@ def _read_set_value(raw: SetValue, kind: Any, key: str) -> Any:
 def _type_error(key: str, value: Any, kind: Any) -> UserError:
     name = getattr(kind, "__name__", str(kind))
     return UserError(f"config key '{key}' must be {name}, got {value!r}", "fix the value")
+
+
+# -- checks and listings ----------------------------------------------------------
+
+# pass@k papers report k up to 1024; far beyond that a run only fills memory with work units.
+MAX_SAMPLES = 1024
+# Token counts and seeds travel through 32-bit integers in vLLM and the HTTP servers.
+_INT32_MAX = 2**31 - 1
+
+
+def check_sampling(sampling: SamplingConfig) -> None:
+    """Refuse sampling values no engine can honour, before any model is loaded."""
+    s = sampling
+    require("sampling.n", s.n, 1 <= s.n <= MAX_SAMPLES, f"between 1 and {MAX_SAMPLES}")
+    require(
+        "sampling.max_tokens",
+        s.max_tokens,
+        1 <= s.max_tokens <= _INT32_MAX,
+        f"between 1 and {_INT32_MAX}",
+    )
+    # NaN fails every comparison, so these also refuse `nan`.
+    require(
+        "sampling.temperature",
+        s.temperature,
+        0 <= s.temperature < float("inf"),
+        "a finite number >= 0",
+    )
+    require("sampling.top_p", s.top_p, 0 < s.top_p <= 1, "in (0, 1]")
+    require("sampling.top_k", s.top_k, s.top_k == -1 or 1 <= s.top_k <= _INT32_MAX, "-1 or >= 1")
+    require("sampling.seed", s.seed, 0 <= s.seed <= _INT32_MAX, f"between 0 and {_INT32_MAX}")
+
+
+def require(key: str, value: Any, ok: bool, must: str) -> None:
+    """Raise the one-line error `KEY must be MUST, got VALUE` unless `ok`; the CLI names the
+    option of KEY in front of it."""
+    if not ok:
+        raise UserError(f"{key} must be {must}, got {value!r}")
+
+
+def check_sections(cls: type, path: Path) -> None:
+    """Refuse a config file in which a section of `cls` is not a mapping (`sampling: 5`).
+
+    Layers merge key by key, so a later layer's `sampling: {n: 4}` would replace the scalar
+    and the mistake would pass unseen. The error names the file and line.
+    """
+    node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+    if isinstance(node, yaml.MappingNode):
+        _check_section_nodes(cls, node, str(path), prefix="")
+
+
+def _check_section_nodes(cls: type, node: yaml.MappingNode, path: str, prefix: str) -> None:
+    hints = typing.get_type_hints(cls)
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or not is_dataclass(hints.get(key_node.value)):
+            continue  # not a section: _from_dict checks plain keys and values
+        key = f"{prefix}{key_node.value}"
+        if not isinstance(value_node, yaml.MappingNode):
+            shown = repr(value_node.value) if isinstance(value_node, yaml.ScalarNode) else "a list"
+            raise UserError(
+                f"{path}:{value_node.start_mark.line + 1}: config section '{key}' must be a "
+                f"mapping of its keys, got {shown}",
+                f"indent its keys below '{key_node.value}:'",
+            )
+        _check_section_nodes(hints[key_node.value], value_node, path, prefix=f"{key}.")
+
+
+def describe_config(config: Any) -> str:
+    """`config` as YAML with every field's help as a comment above it.
+
+    What `collab config show` prints; the text is itself a valid `--config` file.
+    """
+    return "\n".join(_describe_lines(config, indent="")) + "\n"
+
+
+def _describe_lines(config: Any, indent: str) -> list[str]:
+    lines: list[str] = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        lines.append(f"{indent}# {f.metadata.get('help', '')}")
+        if is_dataclass(value):
+            lines.append(f"{indent}{f.name}:")
+            lines.extend(_describe_lines(value, indent + "  "))
+        else:
+            lines.append(f"{indent}{f.name}: {_inline_yaml(value)}")
+    return lines
+
+
+def _inline_yaml(value: Any) -> str:
+    """`value` as YAML on one line (a multi-line text is double-quoted with escapes)."""
+    multiline = isinstance(value, str) and len(value.splitlines()) > 1
+    text = yaml.safe_dump(
+        value,
+        default_flow_style=True,
+        default_style='"' if multiline else None,
+        width=float("inf"),
+        allow_unicode=True,
+    )
+    return text.removesuffix("...\n").strip()

@@ -17,17 +17,20 @@ console = Console()
 
 
 class _DefaultToRun(TyperGroup):
-    """`collab eval aime24` means `collab eval run aime24`; `report` stays a subcommand."""
+    """`collab eval aime24 …` and `collab eval -c x.yaml aime24` mean `collab eval run …`:
+    anything but a subcommand or `--help` goes to `run`."""
 
-    def resolve_command(self, ctx, args):
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = ["run", *args]
-        return super().resolve_command(ctx, args)
+        return super().parse_args(ctx, args)
 
 
 app = typer.Typer(
     cls=_DefaultToRun,
-    help="Evaluate a model on a benchmark, or compare finished runs.",
+    help="Evaluate a model on a benchmark, or compare finished runs. "
+    "`collab eval BENCH [OPTIONS]` is short for `collab eval run BENCH [OPTIONS]`: "
+    "anything that is not a subcommand goes to `run`.",
     no_args_is_help=True,
 )
 
@@ -42,16 +45,17 @@ COLLAB_KEYS = (
 )
 
 
-@app.command("run")
+@app.command("run", cls=opt.config_command("eval"))
 def run(
-    benchmark: str = typer.Argument(..., help="Benchmark name (see `collab benchmarks`) or file."),
-    model: str = typer.Option(None, "--model", "-m", help="Model reference or endpoint URL."),
-    n: int = typer.Option(None, "--n", help="Samples per problem."),
-    max_tokens: int = typer.Option(None, "--max-tokens", help="Maximum new tokens per sample."),
-    temperature: float = typer.Option(None, "--temperature", help="0 means greedy."),
-    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling cut-off."),
-    seed: int = typer.Option(None, "--seed", help="Random seed."),
-    limit: int = typer.Option(None, "--limit", help="Only the first N problems."),
+    ctx: typer.Context,
+    benchmark: str = opt.config_argument("benchmark", required=True),
+    model: str = opt.MODEL,
+    n: int = opt.config_option("sampling.n", "--n"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    top_p: float = opt.config_option("sampling.top_p", "--top-p"),
+    seed: int = opt.SEED,
+    limit: int = opt.config_option("limit", "--limit"),
     protocol: str = opt.PROTOCOL,
     teacher: str = opt.TEACHER,
     expert: list[str] = opt.EXPERT,
@@ -59,41 +63,21 @@ def run(
     planner: str = opt.PLANNER,
     planner_kind: str = opt.PLANNER_KIND,
     tokenizer: str = opt.TOKENIZER,
-    prompt: str = typer.Option(None, "--prompt", help="Template: relay, eapo-eval, plain."),
-    engine: str = typer.Option(None, "--engine", help="auto, transformers, vllm or openai."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Sequences generated together."),
-    api_key: str = typer.Option(None, "--api-key", help="Key of an OpenAI-compatible endpoint."),
-    out: Path = typer.Option(None, "--out", help="Run folder; an existing one is resumed."),
-    judge: str = typer.Option(None, "--judge", help="Base URL of an LLM judge endpoint."),
-    config: Path = typer.Option(None, "--config", "-c", help="YAML config file."),
-    set_: list[str] = typer.Option(None, "--set", help="Override any config key: key.sub=value."),
+    prompt: str = opt.PROMPT,
+    engine: str = opt.ENGINE,
+    batch_size: int = opt.config_option("engine.batch_size", "--batch-size"),
+    api_key: str = opt.API_KEY,
+    out: str = opt.config_option("out", "--out"),
+    judge: str = opt.config_option("judge", "--judge"),
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
 ) -> None:
     """Sample a model on a benchmark; write config.yaml, samples.jsonl and metrics.json."""
-    from collabrl.config import build_config, read_yaml
-    from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
 
-    cli = {
-        "benchmark": benchmark,
-        "model": model,
-        "limit": limit,
-        "prompt": prompt,
-        "out": str(out) if out else None,
-        "judge": judge,
-        "protocol": opt.protocol_layer(
-            protocol, teacher, expert, self_collab, planner, planner_kind, tokenizer
-        ),
-        "sampling": {
-            "n": n,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-        },
-        "engine": {"kind": engine, "batch_size": batch_size, "api_key": api_key},
-    }
-    layers = [read_yaml(config)] if config else []
-    cfg = build_config(EvalConfig, [*layers, opt.without_none(cli)], set_ or [])
+    # The options above reach the config through ctx (see cli/options.py), by their keys.
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)  # every value, before the benchmark or a model is loaded
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

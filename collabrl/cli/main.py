@@ -10,8 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from collabrl import __version__
+from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
 from collabrl.cli.infer import infer
+from collabrl.cli.options import config_command
 from collabrl.cli.serve import serve
 from collabrl.errors import UserError
 
@@ -24,8 +26,9 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(eval_cli.app, name="eval")
-app.command("serve")(serve)
-app.command("infer")(infer)
+app.add_typer(config_cli.app, name="config")
+app.command("serve", cls=config_command("serve"))(serve)
+app.command("infer", cls=config_command("infer"))(infer)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -1,59 +1,151 @@
-"""Helpers shared by the CLI commands."""
+"""Options shared by the commands, each tied to the config key it sets.
+
+An option declared with `config_option("sampling.n", "--n")` shows that config field's own
+help string in `--help` (so options, `collab config show` and configs never drift apart),
+and its value lands at that key in the command-line config layer. The help strings are
+looked up only when help is printed: the config classes of `eval` and `infer` import the
+protocols (torch, openai), which no other `collab` call should wait for.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
+
+from collabrl.errors import UserError
+
+# The config class of each command that has one, as "module:Class" (imported on demand).
+CONFIG_CLASSES = {
+    "eval": "collabrl.eval.config:EvalConfig",
+    "infer": "collabrl.protocols.infer:InferConfig",
+    "serve": "collabrl.serve.config:ServeConfig",
+}
+
+# A config-bound parameter carries its key in its help text until help is printed.
+_KEY_MARK = "config-key:"
 
 
-def without_none(tree: dict[str, Any]) -> dict[str, Any]:
-    """Drop options the user did not give (None), so they don't override config layers."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            value = without_none(value)
-            if value:
-                out[key] = value
-        elif value is not None:
-            out[key] = value
-    return out
+def config_option(key: str, *decls: str) -> Any:
+    """An option that sets config key `key` (dotted); None when not given."""
+    return typer.Option(None, *decls, help=_KEY_MARK + key, show_default=False)
 
 
-# Options that pick a protocol and its collaborators, shared by `infer` and `eval`.
-PROTOCOL = typer.Option(None, "--protocol", "-p", help="solo, relay, consult or strategy.")
-TEACHER = typer.Option(None, "--teacher", help="relay: teacher model reference or URL.")
-EXPERT = typer.Option(
-    None, "--expert", help="consult: expert model or URL; repeat for several (one serves all K)."
+def config_argument(key: str, required: bool = False) -> Any:
+    """A positional argument that sets config key `key`."""
+    return typer.Argument(... if required else None, help=_KEY_MARK + key, show_default=False)
+
+
+# Options every command with a config has.
+CONFIG = typer.Option(
+    None, "--config", "-c", help="YAML config file (its keys: `collab config show COMMAND`)."
 )
-SELF_COLLAB = typer.Option(
-    None, "--self-collab", help="consult: the experts are copies of the policy (EAPO baseline)."
-)
-PLANNER = typer.Option(
-    None, "--planner", help="strategy: rSIM planner folder, backbone model, or URL to prompt."
-)
-PLANNER_KIND = typer.Option(None, "--planner-kind", help="strategy: rsim, prompting or ps+.")
-TOKENIZER = typer.Option(
-    None, "--tokenizer", help="Local tokenizer of a policy served at a URL (for its token ids)."
+SET = typer.Option(
+    None, "--set", help="Override any config key, last of all: key.sub=value (repeatable)."
 )
 
+# Options of the commands whose config has `model`, `engine` and `protocol` (eval, infer).
+MODEL = config_option("model", "--model", "-m")
+ENGINE = config_option("engine.kind", "--engine")
+API_KEY = config_option("engine.api_key", "--api-key")
+PROTOCOL = config_option("protocol.name", "--protocol", "-p")
+TEACHER = config_option("protocol.teacher", "--teacher")
+EXPERT = config_option("protocol.experts", "--expert")
+SELF_COLLAB = config_option("protocol.consult.self_collab", "--self-collab")
+PLANNER = config_option("protocol.planner", "--planner")
+PLANNER_KIND = config_option("protocol.strategy.planner_kind", "--planner-kind")
+TOKENIZER = config_option("protocol.tokenizer", "--tokenizer")
+MAX_TOKENS = config_option("sampling.max_tokens", "--max-tokens")
+TEMPERATURE = config_option("sampling.temperature", "--temperature")
+SEED = config_option("sampling.seed", "--seed")
+PROMPT = config_option("prompt", "--prompt")
 
-def protocol_layer(
-    protocol: str | None,
-    teacher: str | None,
-    experts: list[str] | None,
-    self_collab: bool | None,
-    planner: str | None,
-    planner_kind: str | None,
-    tokenizer: str | None,
-) -> dict[str, Any]:
-    """The `protocol` config layer from the shared options (None: not given)."""
-    return {
-        "name": protocol,
-        "teacher": teacher,
-        "experts": experts or None,
-        "planner": planner,
-        "tokenizer": tokenizer,
-        "consult": {"self_collab": self_collab},
-        "strategy": {"planner_kind": planner_kind},
-    }
+
+def config_command(command: str) -> type[TyperCommand]:
+    """The command class for `command`: its config-bound parameters get their help from
+    the fields of `CONFIG_CLASSES[command]`."""
+    return type(f"{command.title()}Command", (_ConfigCommand,), {"config_class": command})
+
+
+class _ConfigCommand(TyperCommand):
+    config_class = ""  # a key of CONFIG_CLASSES, set by `config_command`
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        from collabrl.config import field_help
+
+        helps = field_help(load_config_class(self.config_class))
+        for param in self.params:
+            key = config_key(param)
+            if key is not None:
+                param.help = helps[key]  # this process only prints help, then exits
+        super().format_help(ctx, formatter)
+
+
+def load_config_class(command: str) -> type:
+    module, _, name = CONFIG_CLASSES[command].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def config_key(param: Any) -> str | None:
+    """The config key a parameter sets, or None for one that sets none (e.g. `--json`)."""
+    text = getattr(param, "help", None) or ""
+    return text.removeprefix(_KEY_MARK) if text.startswith(_KEY_MARK) else None
+
+
+def cli_layer(ctx: typer.Context) -> dict[str, Any]:
+    """The config layer of the config-bound options given on the command line."""
+    layer: dict[str, Any] = {}
+    for param in ctx.command.params:
+        key, value = config_key(param), ctx.params.get(param.name or "")
+        if key is None or not _given(value):
+            continue
+        *sections, leaf = key.split(".")
+        node = layer
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = list(value) if isinstance(value, tuple | list) else value
+    return layer
+
+
+def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> Any:
+    """The running command's config: defaults < `--config` file < options < `--set`."""
+    return load_config(ctx.command.config_class, config, cli_layer(ctx), sets)
+
+
+def load_config(
+    command: str, config: Path | None, layer: dict[str, Any], sets: list[str] | None
+) -> Any:
+    """`command`'s config from a `--config` file, an options layer and `--set` strings."""
+    from collabrl.config import build_config, check_sections, read_yaml
+
+    cls = load_config_class(command)
+    layers = []
+    if config is not None:
+        layers.append(read_yaml(config))
+        check_sections(cls, config)
+    return build_config(cls, [*layers, layer], sets or [])
+
+
+def check(ctx: typer.Context, *checks: Callable[[], None]) -> None:
+    """Run config checks; an error about a key that a given option set names the option."""
+    try:
+        for run_check in checks:
+            run_check()
+    except UserError as err:
+        key = err.problem.split(" ", 1)[0]
+        given = [
+            p for p in ctx.command.params if config_key(p) == key and _given(ctx.params.get(p.name))
+        ]
+        # Typer vendors click, so an option is known by its shape, not its class.
+        if not given or getattr(given[0], "param_type_name", None) != "option":
+            raise  # the value came from --config or --set, which the message's key names
+        raise UserError(f"{given[0].opts[0]}: {err.problem}", err.fix) from err
+
+
+def _given(value: Any) -> bool:
+    """Whether an option was given: None is its default, () a repeatable one not repeated."""
+    return value is not None and value not in ((), [])

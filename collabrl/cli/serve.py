@@ -7,45 +7,35 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from collabrl.cli import options as opt
+
 console = Console()
 
 
 def serve(
-    role: str = typer.Argument("expert", help="expert, teacher, policy, judge or planner."),
-    model: str = typer.Option(None, "--model", "-m", help="Model reference to serve."),
-    engine: str = typer.Option(None, "--engine", help="vllm, transformers or auto."),
-    host: str = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
-    port: int = typer.Option(None, "--port", help="TCP port (default 8000)."),
-    api_key: str = typer.Option(None, "--api-key", help="Require this key (or $COLLABRL_API_KEY)."),
-    served_model_name: str = typer.Option(None, "--served-model-name", help="Default: ROLE."),
-    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size", help="vLLM GPUs."),
-    max_batch_size: int = typer.Option(None, "--max-batch-size", help="Embedded server batch."),
+    ctx: typer.Context,
+    role: str = opt.config_argument("role"),
+    model: str = opt.MODEL,
+    engine: str = opt.config_option("engine", "--engine"),
+    host: str = opt.config_option("host", "--host"),
+    port: int = opt.config_option("port", "--port"),
+    api_key: str = opt.config_option("api_key", "--api-key"),
+    served_model_name: str = opt.config_option("served_model_name", "--served-model-name"),
+    tensor_parallel_size: int = opt.config_option("tensor_parallel_size", "--tensor-parallel-size"),
+    max_batch_size: int = opt.config_option("max_batch_size", "--max-batch-size"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, then exit."),
-    config: Path = typer.Option(None, "--config", "-c", help="YAML config file."),
-    set_: list[str] = typer.Option(None, "--set", help="Override any config key: key=value."),
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
 ) -> None:
     """Serve a model: `vllm serve` on a GPU, the embedded batched server on a CPU."""
-    from collabrl.cli.options import without_none
-    from collabrl.config import build_config, read_yaml
     from collabrl.errors import UserError
-    from collabrl.serve.config import ROLES, ServeConfig
+    from collabrl.serve.config import ROLES
     from collabrl.serve.server import choose_engine, resolve_api_key, serve_embedded
 
-    if role not in ROLES:
-        raise UserError(f"unknown role '{role}'", f"use one of {', '.join(ROLES)}")
-    cli = {
-        "role": role,
-        "model": model,
-        "engine": engine,
-        "host": host,
-        "port": port,
-        "api_key": api_key,
-        "served_model_name": served_model_name,
-        "tensor_parallel_size": tensor_parallel_size,
-        "max_batch_size": max_batch_size,
-    }
-    layers = [read_yaml(config)] if config else []
-    cfg = build_config(ServeConfig, [*layers, without_none(cli)], set_ or [])
+    # The options above reach the config through ctx (see cli/options.py), by their keys.
+    cfg = opt.resolve(ctx, config, set_)
+    if cfg.role not in ROLES:
+        raise UserError(f"unknown role '{cfg.role}'", f"use one of {', '.join(ROLES)}")
     kind = choose_engine(cfg)
     if kind == "vllm":
         _serve_vllm(cfg, dry_run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import EngineConfig, SamplingConfig, check_sampling, option, require
 from collabrl.protocols.config import ProtocolConfig
 
 
@@ -21,7 +21,9 @@ class EvalConfig:
         None, "Prompt template: relay, eapo-eval, plain (default: the benchmark's)."
     )
     limit: int | None = option(None, "Evaluate only the first N problems.")
-    out: str | None = option(None, "Run folder (default: a new folder under runs/).")
+    out: str | None = option(
+        None, "Run folder (default: a new folder under runs/); an existing one is resumed."
+    )
     problem_field: str = option("problem", "Problem column in user-supplied data.")
     answer_field: str = option("answer", "Answer column in user-supplied data.")
     id_field: str = option("id", "Id column in user-supplied data (default: row number).")
@@ -36,6 +38,16 @@ class EvalConfig:
         SamplingConfig(), "How completions are sampled (max_tokens bounds a whole episode)."
     )
     engine: EngineConfig = option(EngineConfig(), "Which engine generates text.")
+
+    def check(self) -> None:
+        """Refuse values no run can use, before the benchmark or any model is loaded (the
+        benchmark, the prompt and the run folder are checked as the run opens them)."""
+        check_sampling(self.sampling)
+        # The runner hands work to the engine in chunks of these sizes.
+        batch, concurrency = self.engine.batch_size, self.engine.max_concurrency
+        require("engine.batch_size", batch, batch >= 1, "at least 1")
+        require("engine.max_concurrency", concurrency, concurrency >= 1, "at least 1")
+        self.protocol.check()
 
 
 # Keys that may change between a run and its resumption without changing what

@@ -26,6 +26,7 @@ from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
 from collabrl.eval.judge import judge_answers
 from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
 from collabrl.eval.usage import episode_usage, usage_metrics
+from collabrl.models import resolve_model
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.rewards.f1 import token_f1
@@ -55,8 +56,13 @@ def run_eval(
     """Run (or resume) an evaluation and write its run folder.
 
     `engine`, when given, is the policy's engine (left open for the caller);
-    otherwise the policy is loaded from `config.model`.
+    otherwise the policy is loaded from `config.model`. Everything that can be checked
+    without a model is checked before the run folder is created, so a refused run leaves
+    nothing behind.
     """
+    config.check()
+    if engine is None and not is_url(config.model):
+        resolve_model(config.model)  # a mistyped --model, without loading it
     bench = load_benchmark(
         config.benchmark,
         Fields(config.problem_field, config.answer_field, config.id_field),
@@ -105,6 +111,19 @@ def _template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
 def prepare_run_folder(config: EvalConfig) -> Path:
     """Create the run folder, or check that an existing one ran the same experiment."""
     out_dir = Path(config.out) if config.out else _default_out(config)
+    try:
+        _check_same_experiment(config, out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, out_dir / records.CONFIG)  # proves the folder is writable, too
+    except OSError as err:
+        raise UserError(
+            f"cannot write the run folder {out_dir}: {err.strerror or err}",
+            "pass --out a folder path you can write (not a file, nor a path under a file)",
+        ) from err
+    return out_dir
+
+
+def _check_same_experiment(config: EvalConfig, out_dir: Path) -> None:
     saved = out_dir / records.CONFIG
     # Only finished samples bind a folder to its experiment: a run that failed
     # before sampling (say, a mistyped --model) must not block the corrected one.
@@ -118,9 +137,6 @@ def prepare_run_folder(config: EvalConfig) -> Path:
                 f"({previous.get(changed[0])!r} there, {current[changed[0]]!r} now)",
                 "use a new --out folder, or repeat the original options to resume it",
             )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, saved)
-    return out_dir
 
 
 def _default_out(config: EvalConfig) -> Path:

@@ -24,8 +24,10 @@ COLLAB = Path(sys.executable).with_name("collab")
 runner = CliRunner()
 
 
-def collab(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+def collab(
+    *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
     return subprocess.run(
         [str(COLLAB), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -101,6 +103,35 @@ def test_unknown_benchmark(tmp_path: Path) -> None:
 def test_unknown_model(tmp_path: Path) -> None:
     result = collab("eval", "gsm8k", "--model", "/nonexistent", "--limit", "1", cwd=tmp_path)
     assert_one_line_error(result, "unknown model '/nonexistent'", "collab models")
+    assert list(tmp_path.iterdir()) == []  # refused before a run folder was made
+
+
+def test_bad_sampling_value_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    result = collab("eval", "gsm8k", "--top-p", "2", cwd=tmp_path)
+    assert_one_line_error(result, "--top-p: sampling.top_p must be in (0, 1], got 2.0")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_naming_a_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("keep me")
+    result = collab("eval", "gsm8k", "--out", "taken", cwd=tmp_path)
+    assert_one_line_error(result, "cannot write the run folder taken", "--out")
+    assert (tmp_path / "taken").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("eval", "aime24", "--protocol", "consult", "--self-collab"),
+        ("infer", "consult", "Hi", "--expert", "smollm2-135m"),
+    ],
+)
+def test_protocol_values_are_refused_before_any_model_loads(tmp_path: Path, args) -> None:
+    home = tmp_path / "home"  # where a model load would convert the embedded weights
+    bad = ("--model", "smollm2-135m", "--set", "protocol.consult.accept_prob=2")
+    result = collab(*args, *bad, cwd=tmp_path, env={"COLLABRL_HOME": str(home)})
+    assert_one_line_error(result, "consult.accept_prob must be in [0, 1], got 2.0")
+    assert not home.exists()
 
 
 def test_bad_option_value(tmp_path: Path) -> None:
@@ -261,6 +292,21 @@ def test_report_table_through_the_cli(tiny_model_dir, tmp_path: Path) -> None:
     assert "pass@1" in report.stdout
 
 
+def test_eval_shorthand_with_options_before_the_benchmark(tiny_model_dir, tmp_path: Path) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"model: {tiny_model_dir}\nlimit: 1\nsampling:\n  max_tokens: 2\n")
+    by_config = collab("eval", "-c", str(config), "aime24", "--out", "a", cwd=tmp_path)
+    assert by_config.returncode == 0, by_config.stderr
+    assert "1 new samples" in by_config.stdout
+    by_model = collab(
+        "eval", "--model", str(tiny_model_dir), "aime24", "--limit", "1", "--max-tokens", "2",
+        "--out", "b", cwd=tmp_path,
+    )  # fmt: skip
+    assert by_model.returncode == 0, by_model.stderr
+    assert "1 new samples" in by_model.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "tiny.yaml"]
+
+
 # --- serve and infer ---------------------------------------------------------------------------
 
 
@@ -296,6 +342,8 @@ def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
         "--served-model-name",
         "expert",
         "--trust-remote-code",
+        "--logprobs-mode",
+        "processed_logprobs",
         "--enable-prefix-caching",
     ]
 

@@ -1,0 +1,29 @@
+"""`collab config show COMMAND`: a command's resolved config, every field with its help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from collabrl.cli import options as opt
+
+app = typer.Typer(help="Inspect the configs of the commands.", no_args_is_help=True)
+
+
+@app.command("show")
+def show(
+    command: str = typer.Argument(..., help=f"{', '.join(opt.CONFIG_CLASSES)}."),
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """Print COMMAND's config after --config and --set, as YAML with each field's help.
+
+    The output is itself a valid --config file.
+    """
+    from collabrl.config import describe_config
+    from collabrl.errors import UserError
+
+    if command not in opt.CONFIG_CLASSES:
+        raise UserError(f"no config for '{command}'", f"use one of {', '.join(opt.CONFIG_CLASSES)}")
+    print(describe_config(opt.load_config(command, config, {}, set_)), end="")
