@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 __all__ = [
     "ProblemSamples",
-    "call_ratio",
     "ks_for",
     "majority_answer",
     "normalize_answer",
@@ -204,21 +203,3 @@ def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
     out["problems"] = float(len(problems))
     out["samples_per_problem"] = float(n)
     return out
-
-
-def call_ratio(helper_tokens: int, total_tokens: int) -> float:
-    """Share of response tokens written by the helper (teacher/expert) model.
-
-    ``total_tokens`` counts all response tokens, the helper's included. A single model has no
-    helper, so its ratio is 0.0; so is a run that produced no tokens at all.
-
-    Raises:
-        ValueError: if a count is negative or ``helper_tokens > total_tokens``.
-    """
-    if helper_tokens < 0 or total_tokens < 0:
-        raise ValueError(f"token counts must be >= 0, got {helper_tokens}, {total_tokens}")
-    if helper_tokens > total_tokens:
-        raise ValueError(f"helper tokens ({helper_tokens}) exceed total ({total_tokens})")
-    if total_tokens == 0:
-        return 0.0
-    return helper_tokens / total_tokens

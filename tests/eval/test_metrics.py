@@ -9,7 +9,6 @@ import pytest
 
 from collabrl.eval.metrics import (
     ProblemSamples,
-    call_ratio,
     ks_for,
     majority_answer,
     normalize_answer,
@@ -229,19 +228,3 @@ def test_summarize_rejects_problem_without_samples() -> None:
 def test_summarize_rejects_misaligned_lists() -> None:
     with pytest.raises(ValueError):
         summarize([ProblemSamples("x", [True, False], [1.0], ["1", "2"])])
-
-
-# --- call_ratio --------------------------------------------------------------------------------
-
-
-def test_call_ratio() -> None:
-    assert call_ratio(25, 100) == 0.25
-    assert call_ratio(0, 100) == 0.0  # a single model never calls a helper
-    assert call_ratio(0, 0) == 0.0
-    assert call_ratio(100, 100) == 1.0
-
-
-@pytest.mark.parametrize(("helper", "total"), [(-1, 10), (1, -1), (11, 10), (1, 0)])
-def test_call_ratio_rejects_bad_counts(helper: int, total: int) -> None:
-    with pytest.raises(ValueError):
-        call_ratio(helper, total)
