@@ -227,3 +227,11 @@ def test_describe_config_keeps_text_with_line_breaks_on_one_line() -> None:
     config = InferConfig(question="first line\nsecond\u2028third: {x}")
     text = describe_config(config)
     assert build_config(InferConfig, [yaml.safe_load(text)]) == config
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parents[2] / "configs" / "eval").glob("*.yaml"))
+)
+def test_every_shipped_config_resolves_and_passes_its_checks(path: Path) -> None:
+    config = opt.load_config("eval", path, {}, [])
+    config.check()
