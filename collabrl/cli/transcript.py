@@ -52,6 +52,7 @@ def print_episode(console: Console, episode: Episode, seconds: float) -> None:
             f"{episode.call_ratio_requested():.3f} requested",
         ),
         ("turns", str(episode.turns)),
+        ("end", str(episode.end)),
         ("time", f"{seconds:.2f} s"),
     ]
     if "strategies" in episode.meta:

@@ -19,7 +19,7 @@ from collabrl.config import build_config, read_yaml, save_config, to_dict
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines import Engine, SamplingParams, is_url
-from collabrl.episode import Author, Episode
+from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
@@ -163,7 +163,7 @@ def _sample(
             episodes = protocol.run(tasks, params)
             seconds = (time.perf_counter() - began) / len(units)
             for unit, episode in zip(units, episodes, strict=True):
-                writer.write(sample_record(unit, episode, seconds, params.max_tokens))
+                writer.write(sample_record(unit, episode, seconds))
             if progress:
                 progress(start + len(units), len(todo))
 
@@ -188,7 +188,7 @@ def _params(config: EvalConfig, seed_offset: int) -> SamplingParams:
     )
 
 
-def sample_record(unit: Unit, episode: Episode, seconds: float, max_tokens: int) -> dict[str, Any]:
+def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any]:
     """One line of samples.jsonl: the score, the usage counts and the whole episode."""
     answer = episode.answer
     return {
@@ -201,19 +201,13 @@ def sample_record(unit: Unit, episode: Episode, seconds: float, max_tokens: int)
         "correct": is_equivalent(answer, unit.item.answer),
         "f1": token_f1(answer, unit.item.answer),
         "prompt_tokens": len(episode.prompt_ids),
-        "finish_reason": _finish_reason(episode, max_tokens),
+        "end": str(episode.end),
+        # "length" when the budget cut the response, as a solo completion's finish reason.
+        "finish_reason": "length" if episode.end is not None and episode.end.truncated else "stop",
         "seconds": round(seconds, 4),
         **episode_usage(episode),
         "episode": episode.to_dict(),
     }
-
-
-def _finish_reason(episode: Episode, max_tokens: int) -> str:
-    """ "length" when the token budget ended the episode, else "stop"."""
-    if len(episode.response_ids) >= max_tokens:
-        return "length"
-    policy = [s for s in episode.segments if s.author is Author.POLICY]
-    return "length" if policy and policy[-1].meta.get("finish_reason") == "length" else "stop"
 
 
 def _judge(config: EvalConfig, out_dir: Path) -> None:

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collabrl.config import option
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import ChatMessage, SamplingParams
-from collabrl.engines.pool import CallRecord, ExpertPool
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
@@ -48,6 +47,9 @@ from collabrl.protocols.parsing import (
     agent_returns_pieces,
     parse_agent_calls,
 )
+
+if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
+    from collabrl.engines.pool import CallRecord, ExpertPool
 
 MODES = ("open", "locked")
 QUERY_BUDGET_SPENT = "query budget spent"

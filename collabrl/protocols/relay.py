@@ -21,12 +21,11 @@ trajectory a trainer sees is exactly the one the policy was conditioned on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collabrl.config import PoolConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
-from collabrl.engines.pool import CallRecord, ExpertPool
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
@@ -40,6 +39,9 @@ from collabrl.protocols.base import (
     segment_end,
 )
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
+
+if TYPE_CHECKING:
+    from collabrl.engines.pool import CallRecord, ExpertPool
 
 
 @dataclass
@@ -155,6 +157,8 @@ class RelayProtocol:
         **endpoint: str | None,
     ) -> ExpertPool:
         """The teacher as a one-expert pool: timeouts, retries, failures as records."""
+        from collabrl.engines.pool import ExpertPool
+
         pool = PoolConfig(
             endpoints=[ref],
             num_experts=1,

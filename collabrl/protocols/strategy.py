@@ -26,6 +26,7 @@ The strategy set and its keyword counting live in `strategies.py`; the planners 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from collabrl.config import option
 from collabrl.data.prompts import PromptTemplate
@@ -42,7 +43,6 @@ from collabrl.protocols.base import (
     round_seed,
     segment_end,
 )
-from collabrl.protocols.planner import Planner, PlannerChoice
 from collabrl.protocols.strategies import (
     STEP_DELIMITER,
     STRATEGIES,
@@ -51,6 +51,9 @@ from collabrl.protocols.strategies import (
     count_strategies,
     observe_step,
 )
+
+if TYPE_CHECKING:  # the planners bring in torch: not needed to check a config
+    from collabrl.protocols.planner import Planner, PlannerChoice
 
 
 def reasoner_steps(episode: Episode) -> list[str]:
