@@ -19,6 +19,8 @@ EXPECTED_COUNTS = {
     "gsm8k": 1319,
     "minerva": 272,
     "olympiadbench": 675,
+    "arith": 420,
+    "arith_train": 3225,
 }
 
 ROWS = [
