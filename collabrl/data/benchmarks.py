@@ -32,6 +32,7 @@ class BenchmarkSpec:
     description: str
     prompt: str = "relay"
     extract_fallback: tuple[str, ...] = ()
+    split: str = "test"  # "train" marks a training set; the rest are evaluation benchmarks
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def registry() -> dict[str, BenchmarkSpec]:
             description=entry["description"],
             prompt=entry.get("prompt", "relay"),
             extract_fallback=tuple(entry.get("extract_fallback", ())),
+            split=entry.get("split", "test"),
         )
         for name, entry in raw.items()
     }

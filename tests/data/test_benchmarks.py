@@ -51,6 +51,11 @@ def test_registry_lists_exactly_the_shipped_benchmarks() -> None:
         assert spec.description
 
 
+def test_only_arith_train_is_marked_as_a_training_set() -> None:
+    assert {name for name, spec in registry().items() if spec.split == "train"} == {"arith_train"}
+    assert {spec.split for spec in registry().values()} == {"train", "test"}
+
+
 @pytest.mark.parametrize(("name", "count"), sorted(EXPECTED_COUNTS.items()))
 def test_registered_benchmark_loads_every_item(name: str, count: int) -> None:
     bench = load_benchmark(name)
