@@ -32,6 +32,12 @@ def option(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+# pass@k papers report k up to 1024; far beyond that a run only fills memory with work units.
+MAX_SAMPLES = 1024
+# Token counts and seeds travel through 32-bit integers in vLLM and the HTTP servers.
+_INT32_MAX = 2**31 - 1
+
+
 @dataclass
 class SamplingConfig:
     """How completions are sampled."""
@@ -42,6 +48,29 @@ class SamplingConfig:
     top_p: float = option(1.0, "Nucleus sampling cut-off.")
     top_k: int = option(-1, "Top-k cut-off; -1 disables it.")
     seed: int = option(0, "Random seed; runs with the same seed and engine repeat exactly.")
+
+    def check(self) -> None:
+        """Refuse sampling values no engine can honour, before any model is loaded."""
+        s = self
+        require("sampling.n", s.n, 1 <= s.n <= MAX_SAMPLES, f"between 1 and {MAX_SAMPLES}")
+        require(
+            "sampling.max_tokens",
+            s.max_tokens,
+            1 <= s.max_tokens <= _INT32_MAX,
+            f"between 1 and {_INT32_MAX}",
+        )
+        # NaN fails every comparison, so these also refuse `nan`.
+        require(
+            "sampling.temperature",
+            s.temperature,
+            0 <= s.temperature < float("inf"),
+            "a finite number >= 0",
+        )
+        require("sampling.top_p", s.top_p, 0 < s.top_p <= 1, "in (0, 1]")
+        require(
+            "sampling.top_k", s.top_k, s.top_k == -1 or 1 <= s.top_k <= _INT32_MAX, "-1 or >= 1"
+        )
+        require("sampling.seed", s.seed, 0 <= s.seed <= _INT32_MAX, f"between 0 and {_INT32_MAX}")
 
 
 @dataclass
@@ -291,33 +320,6 @@ def _type_error(key: str, value: Any, kind: Any) -> UserError:
 
 
 # -- checks and listings ----------------------------------------------------------
-
-# pass@k papers report k up to 1024; far beyond that a run only fills memory with work units.
-MAX_SAMPLES = 1024
-# Token counts and seeds travel through 32-bit integers in vLLM and the HTTP servers.
-_INT32_MAX = 2**31 - 1
-
-
-def check_sampling(sampling: SamplingConfig) -> None:
-    """Refuse sampling values no engine can honour, before any model is loaded."""
-    s = sampling
-    require("sampling.n", s.n, 1 <= s.n <= MAX_SAMPLES, f"between 1 and {MAX_SAMPLES}")
-    require(
-        "sampling.max_tokens",
-        s.max_tokens,
-        1 <= s.max_tokens <= _INT32_MAX,
-        f"between 1 and {_INT32_MAX}",
-    )
-    # NaN fails every comparison, so these also refuse `nan`.
-    require(
-        "sampling.temperature",
-        s.temperature,
-        0 <= s.temperature < float("inf"),
-        "a finite number >= 0",
-    )
-    require("sampling.top_p", s.top_p, 0 < s.top_p <= 1, "in (0, 1]")
-    require("sampling.top_k", s.top_k, s.top_k == -1 or 1 <= s.top_k <= _INT32_MAX, "-1 or >= 1")
-    require("sampling.seed", s.seed, 0 <= s.seed <= _INT32_MAX, f"between 0 and {_INT32_MAX}")
 
 
 def require(key: str, value: Any, ok: bool, must: str) -> None:

@@ -39,12 +39,11 @@ def infer(
 ) -> None:
     """Run one problem through a protocol and print who wrote what."""
     from collabrl.cli.transcript import print_episode
-    from collabrl.config import check_sampling
     from collabrl.protocols.infer import infer_one
 
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
-    opt.check(ctx, lambda: check_sampling(cfg.sampling), cfg.protocol.check)
+    opt.check(ctx, cfg.check)  # every value, before any model is loaded
     episode, seconds = infer_one(cfg)
     if as_json:
         print(json.dumps(episode.to_dict(), ensure_ascii=False))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, check_sampling, option, require
+from collabrl.config import EngineConfig, SamplingConfig, option, require
 from collabrl.protocols.config import ProtocolConfig
 
 
@@ -42,7 +42,7 @@ class EvalConfig:
     def check(self) -> None:
         """Refuse values no run can use, before the benchmark or any model is loaded (the
         benchmark, the prompt and the run folder are checked as the run opens them)."""
-        check_sampling(self.sampling)
+        self.sampling.check()
         # The runner hands work to the engine in chunks of these sizes.
         batch, concurrency = self.engine.batch_size, self.engine.max_concurrency
         require("engine.batch_size", batch, batch >= 1, "at least 1")

@@ -31,6 +31,11 @@ class InferConfig:
     )
     engine: EngineConfig = option(EngineConfig(), "The policy's engine.")
 
+    def check(self) -> None:
+        """Refuse values no run can use, before any model is loaded."""
+        self.sampling.check()
+        self.protocol.check()
+
 
 def infer_one(config: InferConfig) -> tuple[Episode, float]:
     """Run the problem once; return the episode and the seconds it took."""

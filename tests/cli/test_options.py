@@ -19,7 +19,6 @@ from collabrl.cli.main import app
 from collabrl.config import (
     SamplingConfig,
     build_config,
-    check_sampling,
     check_sections,
     describe_config,
     field_help,
@@ -159,9 +158,9 @@ def test_out_that_cannot_be_a_folder_is_refused(out: str, tmp_path: Path, monkey
     assert (tmp_path / "a-file").read_text() == "not a folder"
 
 
-def test_check_sampling_accepts_the_defaults_and_the_limits() -> None:
-    check_sampling(SamplingConfig())
-    check_sampling(SamplingConfig(n=1024, max_tokens=1, temperature=2.0, top_p=1e-9, top_k=1))
+def test_sampling_check_accepts_the_defaults_and_the_limits() -> None:
+    SamplingConfig().check()
+    SamplingConfig(n=1024, max_tokens=1, temperature=2.0, top_p=1e-9, top_k=1).check()
 
 
 # --- config files: a section given as a scalar --------------------------------------------------
