@@ -126,10 +126,11 @@ def _index(against: dict[str, list[Item]], n: int) -> _Index:
 
 
 def _match(item: Item, index: _Index, n: int) -> tuple[How, Source] | None:
-    source = index.exact.get(normalise(item.problem))
+    text = normalise(item.problem)  # once: both comparisons read it, as `_index` does
+    source = index.exact.get(text)
     if source is not None:
         return "exact", source
-    for gram in ngrams(words(item.problem), n):
+    for gram in ngrams(_WORD.findall(text), n):
         source = index.ngram.get(gram)
         if source is not None:
             return "ngram", source
