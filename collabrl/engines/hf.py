@@ -95,7 +95,7 @@ class TransformersEngine:
         """Most tokens (prompt and completion) the model can attend to, when known.
 
         The model config's `max_position_embeddings` and the tokenizer's
-        `model_max_length` may each be missing or a placeholder (transformers puts
+        `model_max_length` may each be missing or the "unknown" sentinel (transformers puts
         1e30 where the tokenizer does not know); the smaller real one wins.
         """
         limits = [

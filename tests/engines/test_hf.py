@@ -478,6 +478,8 @@ def test_an_interruptible_generate_stops_when_told(tiny_engine: TransformersEngi
     assert len(full.token_ids) == 12
 
 
-def test_context_length_ignores_the_tokenizers_placeholder(tiny_engine: TransformersEngine) -> None:
+def test_context_length_ignores_the_tokenizers_unknown_sentinel(
+    tiny_engine: TransformersEngine,
+) -> None:
     assert tiny_engine.tokenizer.model_max_length > 10**20  # transformers' "unknown"
     assert tiny_engine.context_length == 2048  # the model's max_position_embeddings
