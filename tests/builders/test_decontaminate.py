@@ -28,7 +28,8 @@ def _by_id(items: list[Item]) -> dict[str, Item]:
 def test_evaluation_sets_are_the_registry_without_training_sets(
     evals: dict[str, list[Item]],
 ) -> None:
-    assert list(evals) == [name for name in registry() if name != "arith_train"]
+    assert list(evals) == [name for name, spec in registry().items() if spec.split != "train"]
+    assert "arith" in evals and "math_train" not in evals
     assert len(evals["math500"]) == 500
 
 

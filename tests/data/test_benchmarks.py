@@ -21,7 +21,12 @@ EXPECTED_COUNTS = {
     "olympiadbench": 675,
     "arith": 420,
     "arith_train": 3225,
+    "gsm8k_train": 7473,
+    "math_train": 7498,
+    "dapo_math_17k": 17917,
 }
+
+TRAINING_SETS = {"arith_train", "gsm8k_train", "math_train", "dapo_math_17k"}
 
 ROWS = [
     {"qid": "q-a", "question": "What is {x} if x = 2?", "solution": "2", "extra": 1},
@@ -51,8 +56,8 @@ def test_registry_lists_exactly_the_shipped_benchmarks() -> None:
         assert spec.description
 
 
-def test_only_arith_train_is_marked_as_a_training_set() -> None:
-    assert {name for name, spec in registry().items() if spec.split == "train"} == {"arith_train"}
+def test_the_training_sets_are_marked_as_such() -> None:
+    assert {name for name, spec in registry().items() if spec.split == "train"} == TRAINING_SETS
     assert {spec.split for spec in registry().values()} == {"train", "test"}
 
 
