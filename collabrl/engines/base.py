@@ -46,6 +46,19 @@ class SamplingParams:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
+    @classmethod
+    def of(cls, config: Any, **changes: Any) -> SamplingParams:
+        """The params of a `SamplingConfig` (its n is the caller's: samples per problem
+        are units of work, each sampled once)."""
+        return cls(
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            seed=config.seed,
+            **changes,
+        )
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0

@@ -1,5 +1,5 @@
 """The run folder: `config.yaml`, `samples.jsonl` (appended as samples finish) and
-`metrics.json`.
+`metrics.json`. Builders' folders (`collabrl.builders.folder`) open the same way.
 
 Samples are appended one JSON line at a time and flushed, so a run killed with
 `kill -9` keeps every finished sample; at worst the last line is cut short,
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from collabrl.config import build_config, read_yaml, save_config, to_dict
 from collabrl.errors import UserError
 
 SAMPLES = "samples.jsonl"
@@ -70,3 +73,44 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     os.replace(tmp, path)
+
+
+def prepare_folder(
+    config: Any, out_dir: Path, resumable: frozenset[str], bound_by: tuple[Path, ...]
+) -> None:
+    """Create `out_dir` and save `config` in it, or refuse to mix two experiments there.
+
+    Only finished work (records in a `bound_by` file) binds a folder to its experiment: a run
+    that failed before doing any (say, a mistyped --model) must not block the corrected
+    one. Keys in `resumable` (resources, bookkeeping) may change between runs.
+    """
+    saved = out_dir / CONFIG
+    try:
+        if saved.exists() and any(read_records(path) for path in bound_by):
+            previous = to_dict(build_config(type(config), [read_yaml(saved)]))
+            current = to_dict(config)
+            changed = [k for k in current if k not in resumable and current[k] != previous.get(k)]
+            if changed:
+                key = changed[0]
+                raise UserError(
+                    f"{out_dir} holds a run with a different {key} "
+                    f"({previous.get(key)!r} there, {current[key]!r} now)",
+                    "use a new --out folder, or repeat the original options to resume it",
+                )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, saved)  # proves the folder is writable, too
+    except OSError as err:
+        raise UserError(
+            f"cannot write the run folder {out_dir}: {err.strerror or err}",
+            "pass --out a folder path you can write (not a file, nor a path under a file)",
+        ) from err
+
+
+def out_folder(out: str | None, kind: str, data: str, model: str) -> Path:
+    """`out`, or a new folder under runs/ named after the job, data, model and time."""
+    if out:
+        return Path(out)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    model_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(model.rstrip("/")).name)[:40]
+    data_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(data).stem)
+    return Path("runs") / f"{kind}-{data_name}-{model_name}-{stamp}"

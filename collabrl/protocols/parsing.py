@@ -59,6 +59,11 @@ class RelayCall:
         return self.error is None and self.n is not None
 
 
+def format_relay_call(n: int) -> str:
+    """The command the policy writes to hand the teacher n tokens: `<call>n</call>`."""
+    return f"{CALL_OPEN}{n}{CALL_CLOSE}"
+
+
 def parse_relay_call(text: str, max_n: int) -> RelayCall | None:
     """Parse the last `<call>n</call>` in `text`; None when no `<call>` appears at all.
 
