@@ -23,6 +23,8 @@ class Item:
     id: str
     problem: str
     answer: str
+    # A worked solution, where the data has one: what the `reference` stand-in writes.
+    solution: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Fields:
     problem: str = "problem"
     answer: str = "answer"
     id: str = "id"
+    solution: str = "solution"  # optional: a missing column means no solution
 
 
 @dataclass
@@ -209,7 +212,14 @@ def _to_item(row: Row, fields: Fields, index: int) -> Item:
         id=_text(row, fields.id, row.data.get(fields.id, index)),
         problem=_text(row, fields.problem, row.data[fields.problem]),
         answer=_text(row, fields.answer, row.data[fields.answer]),
+        solution=_optional_text(row, fields.solution),
     )
+
+
+def _optional_text(row: Row, column: str) -> str | None:
+    """An optional column as text; absent or null (a gap in a Parquet column) is None."""
+    value = row.data.get(column)
+    return None if value is None else _text(row, column, value)
 
 
 def _text(row: Row, column: str, value: Any) -> str:

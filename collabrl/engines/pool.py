@@ -4,7 +4,7 @@ Expert ids run 1..K and map onto endpoints by the pool's assignment. An endpoint
 an OpenAI-compatible server (base URL) or a local model reference loaded in-process; both
 kinds are created lazily and shared by every expert that maps to them.
 
-`ask` sends a batch of (expert id, prompt) calls concurrently and always returns one
+`ask` sends a batch of (expert id, prompt[, reference]) calls concurrently and always returns one
 `CallRecord` per call, in order: a failed, timed-out or unroutable call is recorded as
 "unavailable" with the reason, never raised, because a rollout must go on when an expert
 is down (the policy then sees that the expert could not answer).
@@ -12,6 +12,10 @@ is down (the policy then sees that the expert could not answer).
 Local engines are synchronous and hold one model, so the calls of one `ask` that go to
 the same local model are sent as one batched `generate`, on a worker thread, under a
 per-model lock (torch generation must not run twice at once on one model).
+
+The endpoint `reference` is the stand-in collaborator (`engines/reference.py`): the pool
+answers it itself, from the reference a call carries, counting tokens with the pool's
+tokenizer. It is never resolved as a model or a URL, and never cached (it costs nothing).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import openai
 
@@ -40,14 +44,30 @@ from collabrl.engines import create_engine, is_url
 from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
 from collabrl.engines.loop import LoopThread
 from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
+from collabrl.engines.reference import REFERENCE, REFERENCE_NAME, Reference, reference_completion
 from collabrl.errors import UserError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 Outcome = Literal["ok", "unavailable", "cached"]
-Call = tuple[int, Prompt]
 T = TypeVar("T")
+
+
+class Call(NamedTuple):
+    """One question to one expert; `reference` is what the `reference` stand-in answers
+    from (the item's gold answer), ignored by every real endpoint."""
+
+    expert_id: int
+    prompt: Prompt
+    reference: Reference | None = None
+
 
 ASSIGNMENTS = ("round_robin", "per_expert")
 UNKNOWN_EXPERT = "unknown expert id"
+NO_REFERENCE = "the reference stand-in needs the item's reference answer"
+# The stand-in counts tokens in this tokenizer when the pool is given none.
+DEFAULT_TOKENIZER = "smollm2-135m"
 # HTTP statuses worth another try: the server is busy or broke mid-request.
 _TRANSIENT_STATUS = (408, 409, 429)
 
@@ -127,6 +147,8 @@ def endpoint_index(expert_id: int, num_experts: int, num_endpoints: int) -> int 
 
 
 def endpoint_name(endpoint: EndpointConfig) -> str:
+    if endpoint.ref == REFERENCE:
+        return REFERENCE_NAME
     if is_url(endpoint.ref) and endpoint.served_model:
         return f"{endpoint.served_model}@{endpoint.ref}"
     return endpoint.ref
@@ -242,9 +264,18 @@ class ResponseCache:
 class ExpertPool:
     """K experts over a list of endpoints; see the module docstring."""
 
-    def __init__(self, config: PoolConfig, engine: EngineConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: PoolConfig,
+        engine: EngineConfig | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
+        """`tokenizer` counts the `reference` stand-in's tokens (the policy's, so a call
+        for n tokens gets n policy tokens); without one, the embedded default's is loaded
+        at the stand-in's first call."""
         check_pool_config(config)
         self.config = config
+        self._tokenizer = tokenizer
         engine = engine or EngineConfig()
         # The pool's chat-template options (a protocol's, for its collaborators) go to every
         # endpoint's engine, over those of the engine config.
@@ -277,16 +308,18 @@ class ExpertPool:
     async def ask(self, calls: list[Call], params: SamplingParams) -> list[CallRecord]:
         """Send every call concurrently; one record per call, in order, nothing raised.
 
-        Raises only for misuse: a closed pool, or `params.n != 1` (a call has one answer).
+        A call is a `Call` or a plain (expert id, prompt) tuple. Raises only for misuse: a
+        closed pool, or `params.n != 1` (a call has one answer).
         """
         self._check_open()
         if params.n != 1:
             raise ValueError(f"an expert call has one answer: params.n must be 1, got {params.n}")
+        calls = [Call(*c) for c in calls]
         records: list[CallRecord | None] = [None] * len(calls)
         remote: list[int] = []
         local: dict[str, list[int]] = {}
-        for i, (expert_id, prompt) in enumerate(calls):
-            records[i] = self._settle_early(expert_id, prompt, params)
+        for i, (expert_id, prompt, reference) in enumerate(calls):
+            records[i] = self._settle_early(expert_id, prompt, reference, params)
             if records[i] is not None:
                 continue
             endpoint = self.endpoint_for(expert_id)
@@ -339,9 +372,14 @@ class ExpertPool:
         return runner.submit(coro)
 
     def _settle_early(
-        self, expert_id: int, prompt: Prompt, params: SamplingParams
+        self,
+        expert_id: int,
+        prompt: Prompt,
+        reference: Reference | None,
+        params: SamplingParams,
     ) -> CallRecord | None:
-        """The record of a call that needs no engine: unroutable, malformed or cached."""
+        """The record of a call that needs no engine: unroutable, malformed, for the
+        reference stand-in, or cached."""
         endpoint = self.endpoint_for(expert_id)
         if endpoint is None:
             return CallRecord(expert_id, "", prompt, None, "unavailable", UNKNOWN_EXPERT)
@@ -351,6 +389,8 @@ class ExpertPool:
         except ValueError as err:  # checked per call: one bad prompt must not sink a batch
             reason = f"invalid prompt: {err}"
             return CallRecord(expert_id, name, prompt, None, "unavailable", reason)
+        if endpoint.ref == REFERENCE:
+            return self._ask_reference(expert_id, prompt, reference, params)
         entry = self._cached(endpoint, prompt, params)
         if entry is None:
             return None
@@ -365,10 +405,41 @@ class ExpertPool:
             finish_reason=entry.get("finish_reason"),
         )
 
+    def _ask_reference(
+        self,
+        expert_id: int,
+        prompt: Prompt,
+        reference: Reference | None,
+        params: SamplingParams,
+    ) -> CallRecord:
+        """The stand-in's answer, or "unavailable" for a call that brought no reference."""
+        if reference is None:
+            return CallRecord(expert_id, REFERENCE_NAME, prompt, None, "unavailable", NO_REFERENCE)
+        started = time.perf_counter()
+        completion = reference_completion(reference, params.max_tokens, self._reference_tokenizer())
+        return CallRecord(
+            expert_id,
+            REFERENCE_NAME,
+            prompt,
+            completion.text,
+            "ok",
+            latency_s=time.perf_counter() - started,
+            completion_tokens=completion.completion_tokens,
+            finish_reason=completion.finish_reason,
+        )
+
+    def _reference_tokenizer(self) -> PreTrainedTokenizerBase:
+        with self._lock:
+            if self._tokenizer is None:
+                from collabrl.models import load_tokenizer
+
+                self._tokenizer = load_tokenizer(DEFAULT_TOKENIZER)
+            return self._tokenizer
+
     async def _ask_remote(
         self, index: int, call: Call, params: SamplingParams
     ) -> list[tuple[int, CallRecord]]:
-        expert_id, prompt = call
+        expert_id, prompt = call.expert_id, call.prompt
         endpoint = self.endpoint_for(expert_id)
         assert endpoint is not None
         started = time.perf_counter()
@@ -388,9 +459,9 @@ class ExpertPool:
         self, items: list[tuple[int, Call]], params: SamplingParams
     ) -> list[tuple[int, CallRecord]]:
         """All calls to one local model as one batched generate."""
-        endpoint = self.endpoint_for(items[0][1][0])
+        endpoint = self.endpoint_for(items[0][1].expert_id)
         assert endpoint is not None
-        prompts = [prompt for _, (_, prompt) in items]
+        prompts = [call.prompt for _, call in items]
         started = time.perf_counter()
         outputs: list[list[Completion]] | None = None
         try:
@@ -410,16 +481,16 @@ class ExpertPool:
             (
                 i,
                 _record(
-                    expert_id,
+                    call.expert_id,
                     endpoint,
-                    prompt,
+                    call.prompt,
                     outputs[j][0] if outputs else None,
                     error,
                     attempts,
                     started,
                 ),
             )
-            for j, (i, (expert_id, prompt)) in enumerate(items)
+            for j, (i, call) in enumerate(items)
         ]
 
     async def _with_retries(

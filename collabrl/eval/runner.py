@@ -7,18 +7,17 @@ re-run into the same folder only does what is missing.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from collabrl.config import build_config, read_yaml, save_config, to_dict
+from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines import Engine, SamplingParams, is_url
+from collabrl.engines.reference import STAND_IN_NOTE, Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval import records
@@ -95,6 +94,8 @@ def run_eval(
     if config.judge:
         _judge(config, out_dir)
     metrics = compute_metrics(out_dir, bench, config.sampling.n)
+    if config.protocol.uses_reference():
+        metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     records.write_json(out_dir / records.METRICS, metrics)
     return EvalResult(out_dir, metrics, len(todo))
 
@@ -110,40 +111,9 @@ def _template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
 
 def prepare_run_folder(config: EvalConfig) -> Path:
     """Create the run folder, or check that an existing one ran the same experiment."""
-    out_dir = Path(config.out) if config.out else _default_out(config)
-    try:
-        _check_same_experiment(config, out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, out_dir / records.CONFIG)  # proves the folder is writable, too
-    except OSError as err:
-        raise UserError(
-            f"cannot write the run folder {out_dir}: {err.strerror or err}",
-            "pass --out a folder path you can write (not a file, nor a path under a file)",
-        ) from err
+    out_dir = records.out_folder(config.out, "eval", config.benchmark, config.model)
+    records.prepare_folder(config, out_dir, RESUMABLE_KEYS, (out_dir / records.SAMPLES,))
     return out_dir
-
-
-def _check_same_experiment(config: EvalConfig, out_dir: Path) -> None:
-    saved = out_dir / records.CONFIG
-    # Only finished samples bind a folder to its experiment: a run that failed
-    # before sampling (say, a mistyped --model) must not block the corrected one.
-    if saved.exists() and records.read_records(out_dir / records.SAMPLES):
-        previous = to_dict(build_config(EvalConfig, [read_yaml(saved)]))
-        current = to_dict(config)
-        changed = [k for k in current if k not in RESUMABLE_KEYS and current[k] != previous.get(k)]
-        if changed:
-            raise UserError(
-                f"{out_dir} holds a run with a different {changed[0]} "
-                f"({previous.get(changed[0])!r} there, {current[changed[0]]!r} now)",
-                "use a new --out folder, or repeat the original options to resume it",
-            )
-
-
-def _default_out(config: EvalConfig) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(config.model.rstrip("/")).name)[:40]
-    bench = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(config.benchmark).stem)
-    return Path("runs") / f"eval-{bench}-{model}-{stamp}"
 
 
 def _sample(
@@ -153,13 +123,16 @@ def _sample(
     samples_path: Path,
     progress: ProgressFn | None,
 ) -> None:
-    chunk = _chunk_size(config)
+    chunk = chunk_size(config.engine, config.model)
     with records.RecordWriter(samples_path) as writer:
         for start in range(0, len(todo), chunk):
             units = todo[start : start + chunk]
-            params = _params(config, seed_offset=start)
+            params = SamplingParams.of(config.sampling, seed=config.sampling.seed + start)
             began = time.perf_counter()
-            tasks = [Task(u.item.id, u.item.problem, u.sample) for u in units]
+            tasks = [
+                Task(u.item.id, u.item.problem, u.sample, Reference(u.item.answer, u.item.solution))
+                for u in units
+            ]
             episodes = protocol.run(tasks, params)
             seconds = (time.perf_counter() - began) / len(units)
             for unit, episode in zip(units, episodes, strict=True):
@@ -168,24 +141,13 @@ def _sample(
                 progress(start + len(units), len(todo))
 
 
-def _chunk_size(config: EvalConfig) -> int:
-    kind = config.engine.kind
-    if kind == "openai" or (kind == "auto" and is_url(config.model)):
-        return config.engine.max_concurrency
-    if kind == "vllm":
+def chunk_size(engine: EngineConfig, model: str) -> int:
+    """How many units go to the engine at once: a kill loses at most one chunk."""
+    if engine.kind == "openai" or (engine.kind == "auto" and is_url(model)):
+        return engine.max_concurrency
+    if engine.kind == "vllm":
         return 256  # vLLM schedules internally; chunks only bound what a kill loses
-    return config.engine.batch_size
-
-
-def _params(config: EvalConfig, seed_offset: int) -> SamplingParams:
-    s = config.sampling
-    return SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        seed=s.seed + seed_offset,
-    )
+    return engine.batch_size
 
 
 def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any]:

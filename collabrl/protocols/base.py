@@ -25,6 +25,7 @@ from collabrl.engines.base import (
     SamplingParams,
     encode_prompt,
 )
+from collabrl.engines.reference import Reference
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
@@ -42,6 +43,8 @@ class Task:
     problem_id: str
     question: str
     sample: int = 0
+    # The gold answer (and solution): only the `reference` stand-in collaborator reads it.
+    reference: Reference | None = None
 
 
 class CollabProtocol(Protocol):

@@ -82,6 +82,7 @@ def _build(
                 config.teacher,
                 config.relay,
                 config.chat_template_kwargs,
+                tokenizer=policy.tokenizer,
                 api_key=engine.api_key,
             )
         return RelayProtocol(policy, teacher, template, config.relay, extract)
@@ -97,7 +98,8 @@ def _build(
                     timeout=config.consult.expert_timeout,
                     api_key=engine.api_key,
                     chat_template_kwargs=config.chat_template_kwargs,
-                )
+                ),
+                tokenizer=policy.tokenizer,  # the `reference` stand-in counts policy tokens
             )
         return ConsultProtocol(policy, pool, config.consult, extract_fallback)
     from collabrl.protocols.planner import load_planner

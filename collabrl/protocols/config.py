@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collabrl.config import option
+from collabrl.engines.reference import REFERENCE
 from collabrl.errors import UserError
 from collabrl.protocols.consult import ConsultConfig
 from collabrl.protocols.relay import RelayConfig
@@ -19,11 +20,16 @@ class ProtocolConfig:
     """A protocol and the models it brings in beside the policy."""
 
     name: str = option("solo", "solo | relay | consult | strategy (see docs/protocols/).")
-    teacher: str | None = option(None, "relay: the teacher, a model reference or a base URL.")
+    teacher: str | None = option(
+        None,
+        "relay: the teacher, a model reference or a base URL; 'reference' is a stand-in "
+        "that writes the gold answer (demos and tests only).",
+    )
     experts: list[str] = option(
         [],
         "consult: expert model references or base URLs; one entry serves all K experts, "
-        "several are assigned round robin.",
+        "several are assigned round robin; 'reference' is a stand-in that writes the gold "
+        "answer (demos and tests only).",
     )
     planner: str | None = option(
         None,
@@ -65,3 +71,12 @@ class ProtocolConfig:
             )
         if self.name == "strategy" and self.strategy.planner_kind != "ps+" and not self.planner:
             raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+
+    def uses_reference(self) -> bool:
+        """Whether a collaborator that this protocol runs is the `reference` stand-in,
+        which reads each task's gold answer (outputs must say so)."""
+        if self.name == "relay":
+            return self.teacher == REFERENCE and not self.relay.teacher_free
+        if self.name == "consult" and self.consult.mode == "open":
+            return not self.consult.self_collab and REFERENCE in self.experts
+        return False

@@ -50,6 +50,7 @@ from collabrl.protocols.parsing import (
 
 if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
     from collabrl.engines.pool import CallRecord, ExpertPool
+    from collabrl.engines.reference import Reference
 
 MODES = ("open", "locked")
 QUERY_BUDGET_SPENT = "query budget spent"
@@ -383,7 +384,7 @@ class ConsultProtocol:
             if self.config.mode == "open":
                 episode.meta["accept_prob"] = self.config.accept_prob
         if self.config.mode == "open":
-            self._run_open(episodes, [episode_rng(t, params) for t in tasks], params)
+            self._run_open(episodes, tasks, params)
         else:
             self._run_locked(episodes, params)
         for episode in episodes:
@@ -399,14 +400,15 @@ class ConsultProtocol:
             # Whether the evaluation prompt still draws out the trained calling habit.
             episode.meta["attempted_calls"] = AGENT_CALLS_OPEN in segment.text
 
-    def _run_open(
-        self, episodes: list[Episode], rngs: list[random.Random], params: SamplingParams
-    ) -> None:
+    def _run_open(self, episodes: list[Episode], tasks: list[Task], params: SamplingParams) -> None:
+        rngs = [episode_rng(t, params) for t in tasks]
+
         def after_policy(i: int, segment: Segment) -> ConsultTurn | None:
             return self._after_policy(episodes[i], segment, params)
 
         def serve(pauses: list[tuple[int, ConsultTurn]], round_no: int) -> list[int]:
-            answers = self._ask([turn for _, turn in pauses], params, round_no)
+            turns = [(turn, tasks[i].reference) for i, turn in pauses]
+            answers = self._ask(turns, params, round_no)
             return [
                 i
                 for (i, turn), records in zip(pauses, answers, strict=True)
@@ -439,10 +441,20 @@ class ConsultProtocol:
         return None
 
     def _ask(
-        self, turns: list[ConsultTurn], params: SamplingParams, round_no: int
+        self,
+        turns: list[tuple[ConsultTurn, Reference | None]],
+        params: SamplingParams,
+        round_no: int,
     ) -> list[list[CallRecord]]:
-        """Every query of the round in one pool call; the records split back per turn."""
-        calls = [(q.expert_id, expert_messages(q.query)) for t in turns for q in t.queries]
+        """Every query of the round in one pool call; the records split back per turn.
+
+        Each turn comes with its task's reference, which only the `reference` stand-in reads.
+        """
+        calls = [
+            (q.expert_id, expert_messages(q.query), reference)
+            for turn, reference in turns
+            for q in turn.queries
+        ]
         if not calls:
             return [[] for _ in turns]
         assert self.pool is not None  # open mode always has one
@@ -453,7 +465,7 @@ class ConsultProtocol:
         )
         records = self.pool.ask_sync(calls, expert)
         out: list[list[CallRecord]] = []
-        for turn in turns:
+        for turn, _ in turns:
             out.append(records[: len(turn.queries)])
             records = records[len(turn.queries) :]
         return out

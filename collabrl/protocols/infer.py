@@ -9,6 +9,7 @@ from collabrl.config import EngineConfig, SamplingConfig, option
 from collabrl.data.benchmarks import Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.protocols.base import Task
@@ -48,14 +49,7 @@ def infer_one(config: InferConfig) -> tuple[Episode, float]:
         get_prompt(name) if name else None,
         fallback,
     )
-    s = config.sampling
-    params = SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        seed=s.seed,
-    )
+    params = SamplingParams.of(config.sampling)
     try:
         began = time.perf_counter()
         [episode] = protocol.run([task], params)
@@ -71,10 +65,16 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
     if config.benchmark is None:
         if not config.question:
             raise UserError("no problem given", "pass a QUESTION, or --bench NAME [--item ID]")
+        if config.protocol.uses_reference():
+            raise UserError(
+                "the reference stand-in needs a benchmark item (it answers from the gold answer)",
+                "pass --bench NAME [--item ID] instead of a QUESTION",
+            )
         return Task("cli", config.question), (), None
     bench = load_benchmark(config.benchmark, Fields())
     item = _pick(bench.items, config.item or "0")
-    return Task(item.id, item.problem), bench.extract_fallback, bench.prompt
+    task = Task(item.id, item.problem, reference=Reference(item.answer, item.solution))
+    return task, bench.extract_fallback, bench.prompt
 
 
 def _pick(items: list[Item], key: str) -> Item:

@@ -41,6 +41,8 @@ from collabrl.protocols.base import (
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from collabrl.engines.pool import CallRecord, ExpertPool
 
 
@@ -154,9 +156,14 @@ class RelayProtocol:
         ref: str,
         config: RelayConfig,
         chat_template_kwargs: dict[str, Any] | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         **endpoint: str | None,
     ) -> ExpertPool:
-        """The teacher as a one-expert pool: timeouts, retries, failures as records."""
+        """The teacher as a one-expert pool: timeouts, retries, failures as records.
+
+        `tokenizer` (the policy's) counts the `reference` stand-in's tokens, so that
+        `<call>n</call>` grants it n tokens of the policy's own.
+        """
         from collabrl.engines.pool import ExpertPool
 
         pool = PoolConfig(
@@ -166,7 +173,7 @@ class RelayProtocol:
             chat_template_kwargs=dict(chat_template_kwargs or {}),
             **endpoint,
         )
-        return ExpertPool(pool)
+        return ExpertPool(pool, tokenizer=tokenizer)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -215,7 +222,10 @@ class RelayProtocol:
         params: SamplingParams,
         round_no: int,
     ) -> None:
-        """Send this round's calls, grouped by token count, all at once."""
+        """Send this round's calls, grouped by token count, all at once.
+
+        Each call carries its task's reference, which only the `reference` stand-in reads.
+        """
         if not calls:
             return
         assert self.teacher is not None  # relay_step grants no call in teacher-free mode
@@ -230,6 +240,7 @@ class RelayProtocol:
                         teacher_messages(
                             self.template, tasks[i].question, episodes[i].response_text
                         ),
+                        tasks[i].reference,
                     )
                     for i, _ in members
                 ],

@@ -33,7 +33,8 @@ ROWS = [
     {"qid": "q-b", "question": "1 + 1 = ?", "solution": "2", "extra": 2},
     {"qid": "q-c", "question": "Name a prime.", "solution": "3", "extra": 3},
 ]
-CUSTOM = Fields(problem="question", answer="solution", id="qid")
+# Here "solution" holds the answer; the worked-solution column is named apart (absent).
+CUSTOM = Fields(problem="question", answer="solution", id="qid", solution="worked")
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -104,6 +105,23 @@ def test_registered_names_ignore_custom_fields() -> None:
     assert custom.items == load_benchmark("aime24", limit=2).items
 
 
+@pytest.mark.parametrize(
+    ("name", "has_solutions"),
+    [
+        ("gsm8k", True),
+        ("gsm8k_train", True),
+        ("math500", True),
+        ("minerva", True),
+        ("arith", False),
+    ],
+)
+def test_solutions_are_read_where_the_data_has_them(name: str, has_solutions: bool) -> None:
+    [item] = load_benchmark(name, limit=1).items
+    assert (item.solution is not None) == has_solutions
+    if name == "gsm8k":
+        assert item.solution.endswith("#### 18") and item.answer == "18"
+
+
 def test_unknown_name_is_a_user_error() -> None:
     with pytest.raises(UserError) as info:
         load_benchmark("gsm9k")
@@ -128,6 +146,19 @@ def test_jsonl_limit_and_blank_lines(tmp_path: Path) -> None:
     path.write_text("\n" + json.dumps(ROWS[0]) + "\n\n   \n" + json.dumps(ROWS[1]) + "\n")
     assert len(load_benchmark(str(path), CUSTOM).items) == 2
     assert load_benchmark(str(path), CUSTOM, limit=1).items == _expected_items(ROWS[:1])
+
+
+def test_solution_column_is_optional_and_must_be_text(tmp_path: Path) -> None:
+    rows = [
+        {"problem": "p", "answer": 1, "solution": "since 1"},
+        {"problem": "q", "answer": 2, "solution": None},
+        {"problem": "r", "answer": 3},
+    ]
+    items = load_benchmark(str(_write_jsonl(tmp_path / "sol.jsonl", rows))).items
+    assert [i.solution for i in items] == ["since 1", None, None]
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [{"problem": "p", "answer": 1, "solution": [1]}])
+    with pytest.raises(UserError, match="'solution' is list, not text"):
+        load_benchmark(str(bad))
 
 
 def test_row_number_is_the_id_without_an_id_column(tmp_path: Path) -> None:

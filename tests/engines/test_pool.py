@@ -13,7 +13,9 @@ import pytest
 from collabrl.config import PoolConfig, build_config
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.pool import (
+    NO_REFERENCE,
     UNKNOWN_EXPERT,
+    Call,
     CallRecord,
     ExpertPool,
     ResponseCache,
@@ -21,6 +23,7 @@ from collabrl.engines.pool import (
     is_transient,
     stats,
 )
+from collabrl.engines.reference import REFERENCE, Reference, reference_completion
 from collabrl.errors import UserError
 from tests.engines.templates import thinking_model_dir
 from tests.servers import ServerProcess, free_port
@@ -111,6 +114,38 @@ def test_params_with_several_samples_are_refused() -> None:
     with ExpertPool(PoolConfig(endpoints=["http://a:1/v1"])) as pool:
         with pytest.raises(ValueError, match="n must be 1"):
             pool.ask_sync([(1, "x")], SamplingParams(n=2))
+
+
+# --- the reference stand-in (no model) ---------------------------------------------------------
+
+
+def test_reference_stand_in_answers_from_the_call_reference(smol_tokenizer) -> None:
+    reference = Reference("4", "Two and two make four.")
+    config = PoolConfig(endpoints=[REFERENCE], num_experts=2)
+    with ExpertPool(config, tokenizer=smol_tokenizer) as pool:
+        records = pool.ask_sync(
+            [Call(1, CHAT, reference), (2, CHAT, Reference("5")), Call(2, CHAT)],
+            SamplingParams(max_tokens=100),
+        )
+        assert pool.generate_calls == 0  # no engine was built or asked
+    full, short, missing = records
+    assert full.outcome == "ok" and full.finish_reason == "stop"
+    assert full.text == reference_completion(reference, 100, smol_tokenizer).text
+    assert full.endpoint == short.endpoint == missing.endpoint == "reference (stand-in)"
+    assert full.completion_tokens == len(smol_tokenizer.encode(full.text, add_special_tokens=False))
+    assert short.text == "The final answer is $\\boxed{5}$."
+    # A call without a reference: a record, not an exception.
+    assert (missing.outcome, missing.text, missing.error) == ("unavailable", None, NO_REFERENCE)
+
+
+def test_reference_stand_in_is_cut_to_max_tokens_and_never_cached(
+    smol_tokenizer, tmp_path: Path
+) -> None:
+    config = PoolConfig(endpoints=[REFERENCE], cache_dir=str(tmp_path / "cache"))
+    with ExpertPool(config, tokenizer=smol_tokenizer) as pool:
+        [cut] = pool.ask_sync([Call(1, "x", Reference("1234"))], SamplingParams(max_tokens=3))
+    assert cut.outcome == "ok" and cut.finish_reason == "length" and cut.completion_tokens == 3
+    assert not (tmp_path / "cache").exists()
 
 
 # --- endpoints that fail without a model ------------------------------------------------------

@@ -21,6 +21,7 @@ from collabrl.config import EngineConfig, PoolConfig
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.pool import ExpertPool
+from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Author, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
@@ -445,6 +446,21 @@ def test_failed_expert_reads_unavailable(smol_tokenizer, tmp_path):
     assert returns_blocks(episode)[0] == "\n" + format_agent_returns([(1, None)]) + "\n"
     assert (episode.meta["expert_failures"], episode.meta["rejected"]) == (1, 0)
     assert episode.answer == "2"
+
+
+def test_reference_expert_returns_the_gold_answer(smol_tokenizer):
+    config = PoolConfig(endpoints=[REFERENCE], num_experts=K)
+    policy, _ = scripted(smol_tokenizer, [calls((2, "6 * 7?")), "Answer: 42"])
+    task = Task("p", "What is 6 * 7?", reference=Reference("42"))
+    with ExpertPool(config, tokenizer=smol_tokenizer) as experts:
+        [episode] = ConsultProtocol(policy, experts, ConsultConfig()).run([task], PARAMS)
+    [call] = episode.calls
+    assert call.meta["outcome"] == "ok" and call.meta["endpoint"] == "reference (stand-in)"
+    [block] = returns_blocks(episode)
+    reply = "The final answer is $\\boxed{42}$."
+    assert block == "\n" + format_agent_returns([(2, reply)]) + "\n"
+    assert block.strip().startswith(AGENT_RETURNS_OPEN) and "boxed{42}" in block
+    assert episode.answer == "42"
 
 
 def test_token_budget_bounds_every_author(smol_tokenizer, pool):

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Author
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.parsing import CALL_CLOSE
 from collabrl.protocols.relay import RelayConfig, RelayProtocol, relay_step, teacher_messages
+from collabrl.rewards.verify import is_equivalent
 from tests.protocols.scripted import RecordingEngine, ScriptedEngine
 from tests.servers import ServerProcess, free_port
 
@@ -302,6 +304,50 @@ def test_unreachable_teacher_is_a_failed_call_and_the_episode_goes_on(smol_token
     [call] = episode.calls
     assert call.meta["outcome"] == "unavailable" and call.meta["error"]
     assert call.token_ids == [] and episode.answer == "5"
+
+
+def _reference_relay(tokenizer, replies: list[str]) -> RelayProtocol:
+    """A scripted policy with the `reference` stand-in as its teacher."""
+    cfg = RelayConfig()
+    teacher = RelayProtocol.teacher_pool(REFERENCE, cfg, tokenizer=tokenizer)
+    policy = Policy(ScriptedEngine(tokenizer, replies), tokenizer)
+    return RelayProtocol(policy, teacher, TEMPLATE, cfg, TEMPLATE.extract)
+
+
+GOLD = Task("p", QUESTION, reference=Reference("5", "Two plus three is five."))
+
+
+def test_reference_teacher_writes_the_gold_answer_and_ends_the_episode(smol_tokenizer) -> None:
+    relay = _reference_relay(smol_tokenizer, ["Let me ask. <call>50</call>", "unused"])
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER]
+    [call] = episode.calls
+    assert call.text == "Two plus three is five.\n\nThe final answer is $\\boxed{5}$."
+    assert call.meta["endpoint"] == "reference (stand-in)" and call.meta["teacher_eos"] is True
+    assert call.meta["teacher_tokens"] == len(call.token_ids) < 50
+    assert episode.end == "teacher_eos"
+    assert episode.answer == "5" and is_equivalent(episode.answer, GOLD.reference.answer)
+
+
+def test_reference_teacher_cut_short_lets_the_policy_go_on(smol_tokenizer) -> None:
+    relay = _reference_relay(smol_tokenizer, ["Hmm <call>3</call>", " so \\boxed{5}."])
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    [call] = episode.calls
+    assert call.meta["teacher_tokens"] == 3 and call.meta["teacher_eos"] is False
+    assert call.text == "Two plus three"
+    assert episode.end == "eos" and episode.answer == "5"
+
+
+def test_reference_teacher_without_a_reference_is_a_failed_call(smol_tokenizer) -> None:
+    relay = _reference_relay(smol_tokenizer, ["a <call>5</call>", " \\boxed{5}"])
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay.close()
+    [call] = episode.calls
+    assert call.meta["outcome"] == "unavailable" and "reference answer" in call.meta["error"]
+    assert episode.answer == "5"
 
 
 def test_batched_episodes_each_keep_their_own_history(smol_tokenizer, tiny_model_dir) -> None:
