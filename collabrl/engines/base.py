@@ -49,15 +49,16 @@ class SamplingParams:
     @classmethod
     def of(cls, config: Any, **changes: Any) -> SamplingParams:
         """The params of a `SamplingConfig` (its n is the caller's: samples per problem
-        are units of work, each sampled once)."""
-        return cls(
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            seed=config.seed,
-            **changes,
-        )
+        are units of work, each sampled once); `changes` override any field, the seed
+        included (the eval runner offsets it per chunk)."""
+        fields = {
+            "max_tokens": config.max_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "top_k": config.top_k,
+            "seed": config.seed,
+        }
+        return cls(**{**fields, **changes})
 
     @property
     def greedy(self) -> bool:
