@@ -47,3 +47,20 @@ def test_router_report_from_student_and_teacher_runs(tmp_path: Path, tiny_model_
 def test_eval_unknown_protocol_is_one_line(tmp_path: Path) -> None:
     result = collab("eval", "gsm8k", "--protocol", "duet", "--limit", "1", cwd=tmp_path)
     assert_one_line_error(result, "unknown protocol 'duet'")
+
+
+def test_relay_eval_with_the_reference_stand_in(tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "stand-in"
+    result = collab(
+        "eval", "arith", "--limit", "2", "--out", str(out), "--model", str(tiny_model_dir),
+        "--protocol", "relay", "--teacher", "reference", "--max-tokens", "8", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "stand-in" in metrics["stand_in"] and metrics["problems"] == 2
+
+
+def test_infer_with_the_reference_stand_in_needs_a_benchmark_item(tmp_path: Path) -> None:
+    result = collab("infer", "relay", "What is 2+2?", "--teacher", "reference", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "the reference stand-in needs a benchmark item")

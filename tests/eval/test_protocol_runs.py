@@ -19,14 +19,16 @@ CALL = (
 )
 
 
-def _config(model: str, out: Path, protocol: dict, limit: int = 2, batch: int = 2) -> EvalConfig:
+def _config(
+    model: str, out: Path, protocol: dict, limit: int = 2, batch: int = 2, max_tokens: int = 120
+) -> EvalConfig:
     layer = {
         "benchmark": "gsm8k",
         "model": model,
         "limit": limit,
         "out": str(out),
         "protocol": protocol,
-        "sampling": {"n": 1, "max_tokens": 120, "seed": 0},
+        "sampling": {"n": 1, "max_tokens": max_tokens, "seed": 0},
         "engine": {"batch_size": batch},
     }
     return build_config(EvalConfig, [layer])
@@ -89,3 +91,33 @@ def test_expert_server_killed_during_a_consult_eval(smol_tokenizer, tiny_model_d
     outcomes = [e.calls[0].meta["outcome"] for e in episodes]
     assert outcomes == ["ok", "ok"] + ["unavailable"] * 4
     assert all(e.answer == "4" for e in episodes)  # every episode still finished
+
+
+def test_reference_teachers_and_experts_answer_each_item_and_are_labelled(
+    smol_tokenizer, tmp_path
+) -> None:
+    """Each task carries its own item's reference; metrics.json says the helper is a stand-in."""
+    relay = _config("scripted", tmp_path / "relay", {"name": "relay", "teacher": "reference"})
+    policy = ScriptedEngine(smol_tokenizer, lambda prompt: "Let me ask. <call>100</call>")
+    result = run_eval(relay, engine=policy)
+    assert result.metrics["pass@1"] == 1.0 and "gold answer" in result.metrics["stand_in"]
+    lines = [json.loads(line) for line in (tmp_path / "relay" / records.SAMPLES).open()]
+    for line in lines:
+        [call] = Episode.from_dict(line["episode"]).calls
+        assert line["end"] == "teacher_eos" and f"\\boxed{{{line['gold']}}}" in call.text
+        assert call.meta["endpoint"] == "reference (stand-in)"
+
+    protocol = {"name": "consult", "experts": ["reference"]}
+    # The expert's reply is GSM8K's whole worked solution: room for it in the budget.
+    consult = _config("scripted", tmp_path / "consult", protocol, limit=1, max_tokens=400)
+    replies = [CALL, "Answer: 18"]
+    result = run_eval(consult, engine=ScriptedEngine(smol_tokenizer, replies))
+    [episode] = _episodes(tmp_path / "consult")
+    assert episode.calls[0].meta["outcome"] == "ok" and "boxed{18}" in episode.calls[0].text
+    assert "stand_in" in result.metrics
+
+
+def test_runs_without_the_reference_stand_in_carry_no_label(smol_tokenizer, tmp_path) -> None:
+    config = _config("scripted", tmp_path / "solo", {"name": "solo", "teacher": "reference"})
+    result = run_eval(config, engine=ScriptedEngine(smol_tokenizer, lambda prompt: "18"))
+    assert "stand_in" not in result.metrics
