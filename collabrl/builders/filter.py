@@ -1,0 +1,374 @@
+"""`collab filter`: RelayLLM's teacher filtering (§3.2.2) and decontamination.
+
+RelayLLM keeps only the training problems its teacher solves: 10 responses per
+problem, kept when the pass rate is at least 50%, so that calling the teacher during
+training can help. The teacher answers with the relay solver prompt; a response is
+correct when the answer extracted from it (the prompt's extractors, then the
+data's fallback) is equivalent to the reference answer.
+
+    config.yaml       the resolved config; a re-run with another experiment is refused
+    samples.jsonl     every scored teacher response, appended one chunk at a time
+    pass_rates.jsonl  every problem: item_id, pass_rate, passed, k, kept
+    rows.jsonl        the kept problems as data rows (`--data F/rows.jsonl` loads them)
+    dropped.jsonl     with --decontaminate: the rows dropped and what they matched
+    dataset/          rows.jsonl as a `datasets` folder
+    stats.json        counts, the pass-rate histogram's numbers, decontamination counts
+    stats.png         the same, drawn
+
+Samples are the unit of work. The threshold only reads them, so a re-run with another
+`--threshold` re-filters without asking the teacher. Problems go to the teacher in
+fixed chunks, their calls grouped by sample index (sample s is asked with seed
+`seed + s`), so a kill loses at most the chunk in flight. A group partly done is
+asked again whole and only its missing samples are kept, so a resumed run samples
+what an uninterrupted one does. A call that fails is not written: the problem stays
+out (it has fewer than k samples) until a re-run retries it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
+from collabrl.builders.folder import DATASET, BuildFolder, reasons, summary
+from collabrl.builders.plots import Panel, save_panels
+from collabrl.builders.policy import check_model
+from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option, require
+from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
+from collabrl.data.prompts import get_prompt
+from collabrl.engines import is_url
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import REFERENCE, STAND_IN_NOTE, Reference
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.eval.runner import chunk_size
+from collabrl.rewards.extract import extract_answer
+from collabrl.rewards.verify import is_equivalent
+
+if TYPE_CHECKING:
+    from collabrl.engines.pool import CallRecord
+
+PASS_RATES = "pass_rates.jsonl"
+DROPPED = "dropped.jsonl"
+# Seconds the teacher URL's `GET /models` may take before the run is refused.
+PROBE_TIMEOUT = 5.0
+
+
+@dataclass
+class FilterConfig:
+    """RelayLLM's teacher filtering, and decontamination against the evaluation sets."""
+
+    teacher: str | None = option(
+        None,
+        "Teacher: a model reference (loaded in-process), a `collab serve` or vLLM URL, or "
+        "`reference` (a stand-in that answers from the gold answer). Unset: only "
+        "--decontaminate.",
+    )
+    data: str = option(
+        "dapo_math_17k", "Training problems: a registered name or a .jsonl/.parquet/folder path."
+    )
+    limit: int | None = option(None, "Use only the first N problems.")
+    out: str | None = option(
+        None, "Output folder (default: a new folder under runs/); an existing one is resumed."
+    )
+    k: int = option(10, "Teacher responses sampled per problem (the paper's 10).")
+    threshold: float = option(
+        0.5,
+        "Keep problems whose pass rate is at least this (the paper's 0.5); a re-run "
+        "with another threshold re-filters the saved samples.",
+    )
+    decontaminate: bool = option(
+        False,
+        "First drop rows that overlap a shipped evaluation benchmark (exact or 13-gram).",
+    )
+    prompt: str = option("relay", "Solver prompt template the teacher answers with.")
+    timeout: float = option(
+        600.0, "Seconds one teacher call may take (a local CPU model writes ~15 tokens/s)."
+    )
+    sampling: SamplingConfig = option(
+        SamplingConfig(max_tokens=8192, temperature=1.0),
+        "How the teacher samples (the paper's rollout settings; n must stay 1: see k). "
+        "Sample s uses seed + s.",
+    )
+    engine: EngineConfig = option(EngineConfig(), "The teacher's engine.")
+
+    def check(self) -> None:
+        """Refuse values no run can use, before any data or model is loaded."""
+        if self.teacher is None and not self.decontaminate:
+            raise UserError("nothing to do", "pass --teacher MODEL_OR_URL and/or --decontaminate")
+        self.sampling.check()
+        require("sampling.n", self.sampling.n, self.sampling.n == 1, "1 (set k instead)")
+        require("k", self.k, self.k >= 1, "at least 1")
+        require("threshold", self.threshold, 0 <= self.threshold <= 1, "in [0, 1]")
+        require("timeout", self.timeout, self.timeout > 0, "> 0 seconds")
+        require("limit", self.limit, self.limit is None or self.limit >= 1, "at least 1")
+        get_prompt(self.prompt)
+
+
+# Resources, bookkeeping and choices that only read the saved samples.
+RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "timeout", "threshold", "decontaminate"})
+
+
+@dataclass
+class FilterResult:
+    out_dir: Path
+    stats: dict[str, Any]
+    new_samples: int
+    failed: int  # teacher calls that failed in this run: re-run to retry them
+
+
+def build_filter(
+    config: FilterConfig, progress: Callable[[int, int], None] | None = None
+) -> FilterResult:
+    """Filter (or resume filtering) in the output folder; see the module docstring."""
+    config.check()
+    if config.teacher is not None:
+        check_teacher(config.teacher, config.engine)
+    bench = load_benchmark(config.data, limit=config.limit)
+    out = records.out_folder(config.out, "filter", config.data, config.teacher or "decontaminated")
+    folder = BuildFolder(out)
+    samples_path = out / records.SAMPLES
+    records.prepare_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path))
+    items, cleaned = bench.items, None
+    if config.decontaminate:
+        cleaned = decontaminate(bench.items, evaluation_sets())
+        write_lines(out / DROPPED, dropped_rows(cleaned))
+        items = cleaned.kept
+    new, failures = 0, []
+    if config.teacher is None:
+        write_lines(folder.rows_path, [data_row(item) for item in items])
+        rates: list[dict[str, Any]] = []
+    else:
+        new, failures = sample_teacher(config, bench, items, samples_path, progress)
+        rates = pass_rates(items, records.read_records(samples_path), config)
+        write_lines(out / PASS_RATES, rates)
+        by_id = {item.id: item for item in items}
+        kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
+        write_lines(folder.rows_path, kept)
+    shutil.rmtree(out / DATASET, ignore_errors=True)  # a stale export must not outlive its rows
+    rows = folder.export()
+    stats = filter_stats(config, len(bench.items), len(rows), rates, failures, cleaned)
+    folder.write_stats(stats)
+    plot(out, config, rates, cleaned, stats)
+    return FilterResult(out, stats, new, len(failures))
+
+
+def check_teacher(teacher: str, engine: EngineConfig) -> None:
+    """A mistyped model or an unreachable URL is one error before any work is done."""
+    if teacher == REFERENCE:
+        return
+    if not is_url(teacher):
+        check_model(teacher)
+        return
+    import openai
+
+    from collabrl.engines.openai_http import map_error, normalize_base_url, resolve_api_key
+
+    base = normalize_base_url(teacher)
+    client = openai.OpenAI(
+        base_url=base,
+        api_key=resolve_api_key(engine.api_key),
+        timeout=PROBE_TIMEOUT,
+        max_retries=0,
+    )
+    try:
+        client.models.list()
+    except openai.OpenAIError as err:
+        raise map_error(err, base, "") from err
+    finally:
+        client.close()
+
+
+def sample_teacher(
+    config: FilterConfig,
+    bench: Benchmark,
+    items: list[Item],
+    samples_path: Path,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Ask the teacher for every missing sample; return the number written and the
+    failed calls (each with its reason)."""
+    from collabrl.engines.pool import Call, ExpertPool
+
+    done = {(r["item_id"], r["sample"]) for r in records.read_records(samples_path)}
+    todo = sum((item.id, s) not in done for item in items for s in range(config.k))
+    if not todo:
+        return 0, []
+    template = get_prompt(config.prompt)
+    extractors = (*template.extract, *bench.extract_fallback)
+    pool = PoolConfig(
+        endpoints=[config.teacher],
+        num_experts=1,
+        timeout=config.timeout,
+        api_key=config.engine.api_key,
+        served_model=config.engine.served_model,
+    )
+    chunk = chunk_size(config.engine, config.teacher)
+    written, failures = 0, []
+    with ExpertPool(pool, config.engine) as teacher, records.RecordWriter(samples_path) as out:
+        for start in range(0, len(items), chunk):
+            members = items[start : start + chunk]
+            groups = [s for s in range(config.k) if any((i.id, s) not in done for i in members)]
+            if not groups:
+                continue
+            calls = [
+                Call(1, template.messages(i.problem), Reference(i.answer, i.solution))
+                for i in members
+            ]
+            answers = teacher.ask_groups_sync(
+                [
+                    (calls, SamplingParams.of(config.sampling, seed=config.sampling.seed + s))
+                    for s in groups
+                ]
+            )
+            for s, group in zip(groups, answers, strict=True):
+                for item, record in zip(members, group, strict=True):
+                    if (item.id, s) in done:
+                        continue
+                    if not record.ok:
+                        failures.append({"item_id": item.id, "sample": s, "reason": record.error})
+                        continue
+                    out.write(score(item, s, record, extractors))
+                    written += 1
+            if progress:
+                progress(written + len(failures), todo)
+    return written, failures
+
+
+def score(
+    item: Item, sample: int, record: CallRecord, extractors: tuple[str, ...]
+) -> dict[str, Any]:
+    """One line of samples.jsonl: the response, its extracted answer and whether it is right."""
+    answer = extract_answer(record.text, extractors)
+    return {
+        "item_id": item.id,
+        "sample": sample,
+        "text": record.text,
+        "answer": answer,
+        "correct": is_equivalent(answer, item.answer),
+        "finish_reason": record.finish_reason,
+        "completion_tokens": record.completion_tokens,
+        "latency_s": round(record.latency_s, 3),
+    }
+
+
+def pass_rates(
+    items: list[Item], samples: list[dict[str, Any]], config: FilterConfig
+) -> list[dict[str, Any]]:
+    """Every problem's pass rate over its first k samples; kept only with all k scored."""
+    correct: dict[tuple[str, int], bool] = {
+        (r["item_id"], r["sample"]): r["correct"] for r in samples if r["sample"] < config.k
+    }
+    rates = []
+    for item in items:
+        scored = [correct[item.id, s] for s in range(config.k) if (item.id, s) in correct]
+        rate = sum(scored) / len(scored) if scored else 0.0
+        rates.append(
+            {
+                "item_id": item.id,
+                "pass_rate": rate,
+                "passed": sum(scored),
+                "k": len(scored),
+                "kept": len(scored) == config.k and rate >= config.threshold,
+            }
+        )
+    return rates
+
+
+def data_row(item: Item, pass_rate: float | None = None) -> dict[str, Any]:
+    """A problem as `load_benchmark` reads it back, with its pass rate when it has one."""
+    row: dict[str, Any] = {"id": item.id, "problem": item.problem, "answer": item.answer}
+    if item.solution is not None:
+        row["solution"] = item.solution
+    if pass_rate is not None:
+        row["pass_rate"] = pass_rate
+    return row
+
+
+def dropped_rows(cleaned: Decontamination) -> list[dict[str, Any]]:
+    """The rows decontamination dropped, each with the evaluation problem it matched."""
+    return [
+        {**data_row(d.item), "benchmark": d.benchmark, "how": d.how, "eval_id": d.eval_id}
+        for d in cleaned.dropped
+    ]
+
+
+def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace a JSON-lines file whole (temp file + rename): these files are rewritten
+    from the samples on every run, and a kill must leave the previous version."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with records.RecordWriter(tmp) as writer:
+        for row in rows:
+            writer.write(row)
+    os.replace(tmp, path)
+
+
+def filter_stats(
+    config: FilterConfig,
+    problems: int,
+    kept: int,
+    rates: list[dict[str, Any]],
+    failures: list[dict[str, Any]],
+    cleaned: Decontamination | None,
+) -> dict[str, Any]:
+    """What the filter did: counts (`dropped` by either step), the pass-rate histogram,
+    decontamination counts."""
+    stats: dict[str, Any] = {
+        "builder": "teacher filtering (RelayLLM §3.2.2)",
+        "teacher": config.teacher,
+        "data": config.data,
+        "problems": problems,
+        "kept": kept,
+        "dropped": problems - kept,
+    }
+    if config.teacher is not None:
+        histogram = {f"{c}/{config.k}": 0 for c in range(config.k + 1)}
+        for r in rates:
+            if r["k"] == config.k:
+                histogram[f"{r['passed']}/{config.k}"] += 1
+        stats |= {
+            "k": config.k,
+            "threshold": config.threshold,
+            "below_threshold": sum(r["k"] == config.k and not r["kept"] for r in rates),
+            "incomplete": sum(r["k"] < config.k for r in rates),
+            "failed_samples": len(failures),
+            "failure_reasons": reasons(failures),
+            "pass_rate": summary([r["pass_rate"] for r in rates if r["k"] == config.k]),
+            "pass_rate_histogram": histogram,
+        }
+    if cleaned is not None:
+        stats["decontamination"] = {
+            "dropped": len(cleaned.dropped),
+            "per_benchmark": cleaned.counts(),
+        }
+    if config.teacher == REFERENCE:
+        stats["stand_in"] = STAND_IN_NOTE
+    return stats
+
+
+def plot(
+    out: Path,
+    config: FilterConfig,
+    rates: list[dict[str, Any]],
+    cleaned: Decontamination | None,
+    stats: dict[str, Any],
+) -> None:
+    """stats.png: the pass-rate histogram, and the decontamination bars when used."""
+    panels = []
+    if config.teacher is not None:
+        # One bin per possible pass rate c/k.
+        edges = tuple((c - 0.5) / config.k for c in range(config.k + 2))
+        values = tuple(r["pass_rate"] for r in rates if r["k"] == config.k)
+        panels.append(Panel("teacher pass rate", "pass rate", values, bins=edges))
+    if cleaned is not None:
+        counts = tuple(
+            (name, sum(c.values())) for name, c in cleaned.counts().items() if sum(c.values())
+        )
+        panels.append(Panel("dropped as contaminated", "benchmark", counts=counts))
+    title = f"filter: {stats['kept']} of {stats['problems']} problems kept"
+    save_panels(out / "stats.png", panels, title)
