@@ -247,13 +247,24 @@ def _from_dict(cls: type[T], data: dict[str, Any], prefix: str) -> T:
         if is_dataclass(kind):
             if not isinstance(data[f.name], dict):
                 raise UserError(f"config key '{key}' must be a mapping", "see `collab --help`")
-            kwargs[f.name] = _from_dict(kind, data[f.name], prefix=f"{key}.")
+            # Keys not given keep the field's own default (SamplingConfig(max_tokens=256)
+            # in one config, another elsewhere), not the nested class's defaults.
+            merged = to_dict(_default_of(f))
+            _deep_merge(merged, data[f.name])
+            kwargs[f.name] = _from_dict(kind, merged, prefix=f"{key}.")
         else:
             kwargs[f.name] = _coerce(data[f.name], kind, key)
     try:
         return cls(**kwargs)
     except TypeError as err:  # a required field is missing
         raise UserError(f"incomplete config for {prefix or cls.__name__}: {err}") from err
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    """A field's default value (built fresh from its factory, when it has one)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def _coerce(value: Any, kind: Any, key: str) -> Any:

@@ -307,3 +307,13 @@ def test_pool_mapping_field_from_set() -> None:
 def test_a_mapping_field_given_something_else_is_a_user_error(value: str) -> None:
     with pytest.raises(UserError, match="'engine.chat_template_kwargs' must be dict"):
         build_config(EvalConfig, [], [f"engine.chat_template_kwargs={value}"])
+
+
+def test_a_nested_section_given_in_part_keeps_its_fields_own_defaults() -> None:
+    from collabrl.protocols.infer import InferConfig
+
+    # InferConfig's sampling defaults to max_tokens=256; giving only the temperature
+    # must not reset it to SamplingConfig's class default.
+    config = build_config(InferConfig, [{"sampling": {"temperature": 0.5}}])
+    assert config.sampling.max_tokens == 256
+    assert config.sampling.temperature == 0.5

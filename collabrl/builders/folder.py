@@ -79,6 +79,15 @@ class BuildFolder:
         records.write_json(self.path / STATS, stats)
 
 
+@dataclass
+class BuildResult:
+    """A finished (or resumed) build: its folder, its stats, the units sampled now."""
+
+    out_dir: Path
+    stats: dict[str, Any]
+    new_units: int
+
+
 def sft_row(prompt: list[ChatMessage], completion: str, **columns: Any) -> dict[str, Any]:
     """One conversational prompt–completion row, bookkeeping columns after."""
     return {

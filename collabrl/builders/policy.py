@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from collabrl.config import EngineConfig
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import is_url
+from collabrl.engines.base import Engine
 from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
@@ -20,14 +22,24 @@ def check_model(model: str) -> None:
         resolve_model(model)
 
 
+class PolicyConfig(Protocol):
+    """What a builder's config says about its policy."""
+
+    model: str
+    tokenizer: str | None
+    engine: EngineConfig
+
+
 @contextmanager
 def open_policy(
-    model: str, engine: EngineConfig, tokenizer: str | None, template: PromptTemplate
+    config: PolicyConfig, template: PromptTemplate, engine: Engine | None = None
 ) -> Iterator[SoloProtocol]:
-    """The policy answering alone with `template`, closed when the block ends."""
-    protocol = build_protocol(
-        ProtocolConfig(name="solo", tokenizer=tokenizer), model, engine, template
-    )
+    """The policy answering alone with `template`, closed when the block ends.
+
+    An `engine` built by the caller is used instead of loading the model, and left open.
+    """
+    solo = ProtocolConfig(name="solo", tokenizer=config.tokenizer)
+    protocol = build_protocol(solo, config.model, config.engine, template, policy_engine=engine)
     try:
         yield protocol
     finally:

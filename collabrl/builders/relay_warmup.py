@@ -23,15 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.builders.folder import BuildFolder, reasons, sft_row, summary
+from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel, save_panels
 from collabrl.builders.policy import check_model, open_policy
-from collabrl.builders.sampling import sample_missing, units_of
+from collabrl.builders.sampling import Unit, sample_missing, units_of, write_rows
 from collabrl.config import EngineConfig, SamplingConfig, option, require
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.data.prompts import get_prompt
-from collabrl.engines.base import SamplingParams
-from collabrl.eval.records import RecordWriter, out_folder
+from collabrl.engines.base import Engine, SamplingParams
+from collabrl.episode import Episode
+from collabrl.eval.records import out_folder
 from collabrl.eval.runner import chunk_size
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, format_relay_call
 
@@ -196,19 +197,15 @@ def response_ids(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[int
     return list(ids[:end])
 
 
-@dataclass
-class BuildResult:
-    out_dir: Path
-    stats: dict[str, Any]
-    new_units: int
-
-
 def build_relay_warmup(
-    config: RelayWarmupConfig, progress: Callable[[int, int], None] | None = None
+    config: RelayWarmupConfig,
+    progress: Callable[[int, int], None] | None = None,
+    engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set in its folder; see the module docstring."""
     config.check()
-    check_model(config.model)
+    if engine is None:
+        check_model(config.model)
     bench = load_benchmark(config.data, limit=config.limit)
     template = get_prompt(config.prompt)
     out = out_folder(config.out, "warmup-relay", config.data, config.model)
@@ -217,9 +214,12 @@ def build_relay_warmup(
     done = folder.done()
     todo = sum(u.key not in done for u in units)
     if todo:
-        with open_policy(config.model, config.engine, config.tokenizer, template) as protocol:
+        with open_policy(config, template, engine) as protocol:
             tokenizer = protocol.policy.require_tokenizer("relay warm-up")
-            _sample(config, folder, protocol, tokenizer, units, done, progress, todo)
+            chunk = chunk_size(config.engine, config.model)
+            params = SamplingParams.of(config.sampling)
+            batches = sample_missing(protocol, units, done, chunk, params)
+            write_rows(folder, batches, _row_maker(config, tokenizer), progress, todo)
     rows = folder.export()
     stats = relay_stats(config, rows, folder.rejected(), len(units))
     folder.write_stats(stats)
@@ -227,42 +227,32 @@ def build_relay_warmup(
     return BuildResult(folder.path, stats, todo)
 
 
-def _sample(config, folder, protocol, tokenizer, units, done, progress, todo) -> None:
-    finished = 0
-    with RecordWriter(folder.rows_path) as rows, RecordWriter(folder.rejected_path) as rejected:
-        params = SamplingParams.of(config.sampling)
-        chunk = chunk_size(config.engine, config.model)
-        for batch in sample_missing(protocol, units, done, chunk, params):
-            for unit, episode in batch:
-                ids = response_ids(tokenizer, episode.response_ids)
-                key = {"item_id": unit.item.id, "sample": unit.sample}
-                reason = _unusable(episode.response_text, ids, config.insertions)
-                if reason is None:
-                    # One generator per unit: its points do not depend on chunking or resume.
-                    rng = random.Random(f"{config.sampling.seed}:{unit.item.id}:{unit.sample}")
-                    try:
-                        text, placed, redrawn = insert_calls(
-                            tokenizer, ids, config.insertions, rng, config.max_exponent
-                        )
-                    except ValueError as err:
-                        reason = str(err)
-                if reason is not None:
-                    rejected.write({**key, "reason": reason})
-                    continue
-                rows.write(
-                    sft_row(
-                        episode.meta["prompt"],
-                        text,
-                        **key,
-                        insertions=[vars(p) for p in placed],
-                        response_tokens=len(ids),
-                        end=str(episode.end),
-                        redrawn=redrawn,
-                    )
-                )
-            finished += len(batch)
-            if progress:
-                progress(finished, todo)
+def _row_maker(
+    config: RelayWarmupConfig, tokenizer: PreTrainedTokenizerBase
+) -> Callable[[Unit, Episode], dict[str, Any] | str]:
+    def make_row(unit: Unit, episode: Episode) -> dict[str, Any] | str:
+        ids = response_ids(tokenizer, episode.response_ids)
+        reason = _unusable(episode.response_text, ids, config.insertions)
+        if reason is not None:
+            return reason
+        # One generator per unit: its points depend neither on chunking nor on resuming.
+        rng = random.Random(f"{config.sampling.seed}:{unit.item.id}:{unit.sample}")
+        try:
+            text, placed, redrawn = insert_calls(
+                tokenizer, ids, config.insertions, rng, config.max_exponent
+            )
+        except ValueError as err:
+            return str(err)
+        return sft_row(
+            episode.meta["prompt"],
+            text,
+            insertions=[vars(p) for p in placed],
+            response_tokens=len(ids),
+            end=str(episode.end),
+            redrawn=redrawn,
+        )
+
+    return make_row
 
 
 def _unusable(text: str, ids: list[int], insertions: int) -> str | None:

@@ -1,4 +1,4 @@
-"""Sample a policy over units of work in fixed, seeded chunks.
+"""Sample a policy over units of work in fixed, seeded chunks, and write what comes out.
 
 Chunk boundaries are fixed over the whole list of units and chunk c is sampled with
 seed `seed + start of c`, so a build interrupted and resumed samples exactly what an
@@ -9,12 +9,15 @@ sampled again whole, and only its missing units are handed back.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from collabrl.builders.folder import BuildFolder
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
+from collabrl.eval.records import RecordWriter
 from collabrl.protocols.base import CollabProtocol, Task
 
 
@@ -51,3 +54,41 @@ def sample_missing(
         seed = None if params.seed is None else params.seed + start
         episodes = protocol.run(tasks, dataclasses.replace(params, seed=seed))
         yield [(u, e) for u, e in zip(members, episodes, strict=True) if u.key not in done]
+
+
+# What a unit becomes: a training row, or the reason it gave none.
+MakeRow = Callable[[Unit, Episode], "dict[str, Any] | str"]
+
+
+def write_rows(
+    folder: BuildFolder,
+    batches: Iterator[list[tuple[Unit, Episode]]],
+    make_row: MakeRow,
+    progress: Callable[[int, int], None] | None,
+    todo: int,
+    rows_wanted: int | None = None,
+) -> None:
+    """Turn each sampled unit into a row or a rejection, appended as it comes.
+
+    Stops once the folder holds `rows_wanted` rows (None: when the units run out);
+    progress then counts rows against it, otherwise units against `todo`.
+    """
+    rows = len(folder.rows())
+    finished = 0
+    with RecordWriter(folder.rows_path) as row_file, RecordWriter(folder.rejected_path) as rejects:
+        for batch in batches:
+            for unit, episode in batch:
+                key = {"item_id": unit.item.id, "sample": unit.sample}
+                if rows_wanted is not None and rows >= rows_wanted:
+                    return
+                made = make_row(unit, episode)
+                if isinstance(made, str):
+                    rejects.write({**key, "reason": made})
+                else:
+                    row_file.write({**made, **key})
+                    rows += 1
+            finished += len(batch)
+            if progress:
+                progress(finished, todo) if rows_wanted is None else progress(rows, rows_wanted)
+            if rows_wanted is not None and rows >= rows_wanted:
+                return

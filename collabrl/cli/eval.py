@@ -7,11 +7,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from typer.core import TyperGroup
 
 from collabrl.cli import options as opt
+from collabrl.cli.progress import progress_bar
 
 console = Console()
 
@@ -78,18 +78,8 @@ def run(
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before the benchmark or a model is loaded
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"{cfg.benchmark} · {cfg.model}", total=None)
-        result = run_eval(
-            cfg, progress=lambda done, total: bar.update(task, completed=done, total=total)
-        )
+    with progress_bar(console, f"{cfg.benchmark} · {cfg.model}") as progress:
+        result = run_eval(cfg, progress=progress)
     _print_summary(result.metrics, result.out_dir, result.new_samples)
 
 

@@ -1,0 +1,119 @@
+"""`collab build-warmup relay|rsim`: warm-up SFT sets sampled from the policy itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from collabrl.cli import options as opt
+from collabrl.cli.progress import progress_bar
+
+console = Console()
+
+app = typer.Typer(
+    help="Build a warm-up SFT set from the policy's own samples (rows TRL's SFTTrainer "
+    "takes as they are). An existing --out folder is resumed.",
+    no_args_is_help=True,
+)
+
+DATA = opt.config_option("data", "--data")
+LIMIT = opt.config_option("limit", "--limit")
+OUT = opt.config_option("out", "--out")
+BATCH_SIZE = opt.config_option("engine.batch_size", "--batch-size")
+
+
+@app.command("relay", cls=opt.config_command("build-warmup-relay"))
+def relay(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    responses: int = opt.config_option("responses_per_problem", "--responses-per-problem"),
+    insertions: int = opt.config_option("insertions", "--insertions"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    seed: int = opt.SEED,
+    tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
+    engine: str = opt.ENGINE,
+    batch_size: int = BATCH_SIZE,
+    out: str = OUT,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """RelayLLM §3.1: insert `<call>n</call>` at random token indices of the policy's own
+    responses (n = d·10^k, clipped to the tokens left)."""
+    from collabrl.builders.relay_warmup import build_relay_warmup
+
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)
+    with progress_bar(console, f"relay warm-up · {cfg.model} on {cfg.data}") as progress:
+        result = build_relay_warmup(cfg, progress)
+    s = result.stats
+    _print(
+        result.out_dir,
+        result.new_units,
+        [
+            ("rows", s["rows"]),
+            ("responses rejected", sum(s["rejected"].values())),
+            ("commands", s["insertions"]),
+            ("n clipped", s["clipped"]),
+            ("median n", s["n"]["median"]),
+            ("median position", round(s["relative_position"]["median"], 3)),
+            ("points redrawn", sum(s["redrawn_points"].values())),
+        ],
+    )
+
+
+@app.command("rsim", cls=opt.config_command("build-warmup-rsim"))
+def rsim(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    data: str = DATA,
+    rows: int = opt.config_option("rows", "--rows"),
+    limit: int = LIMIT,
+    samples: int = opt.config_option("samples_per_problem", "--samples-per-problem"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    seed: int = opt.SEED,
+    tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
+    engine: str = opt.ENGINE,
+    batch_size: int = BATCH_SIZE,
+    out: str = OUT,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """rSIM appendix A.1: keep the reasoner's samples that follow the `\\n\\n` step format
+    and are incorrect, until --rows of them."""
+    from collabrl.builders.rsim_warmup import build_rsim_warmup
+
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)
+    with progress_bar(console, f"rSIM warm-up · {cfg.model} on {cfg.data}") as progress:
+        result = build_rsim_warmup(cfg, progress)
+    s = result.stats
+    _print(
+        result.out_dir,
+        result.new_units,
+        [
+            ("rows", f"{s['rows']} of {s['rows_wanted']}"),
+            ("samples drawn", s["sampled"]),
+            *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
+            ("median steps", s["steps"]["median"]),
+        ],
+    )
+    if not s["complete"]:
+        console.print(
+            f"[yellow]the data ran out before {s['rows_wanted']} rows[/]: "
+            "raise --limit or --samples-per-problem, then re-run into the same --out"
+        )
+
+
+def _print(out_dir: Path, new_units: int, rows: list[tuple[str, object]]) -> None:
+    table = Table("", "value")
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+    console.print(f"{new_units} new samples · folder: {out_dir} (rows.jsonl, dataset/, stats.png)")
