@@ -12,6 +12,7 @@ from rich.table import Table
 from collabrl import __version__
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
+from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
 from collabrl.cli.options import config_command
 from collabrl.cli.serve import serve
@@ -29,6 +30,7 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("serve", cls=config_command("serve"))(serve)
 app.command("infer", cls=config_command("infer"))(infer)
+app.command("filter", cls=config_command("filter"))(filter_data)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -24,6 +24,7 @@ CONFIG_CLASSES = {
     "eval": "collabrl.eval.config:EvalConfig",
     "infer": "collabrl.protocols.infer:InferConfig",
     "serve": "collabrl.serve.config:ServeConfig",
+    "filter": "collabrl.builders.filter:FilterConfig",
 }
 
 # A config-bound parameter carries its key in its help text until help is printed.

@@ -1,0 +1,62 @@
+"""`collab filter`: keep the training problems a teacher solves, and/or decontaminate them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from collabrl.cli import options as opt
+from collabrl.cli.progress import progress_bar
+
+console = Console()
+
+
+def filter_data(
+    ctx: typer.Context,
+    teacher: str = opt.config_option("teacher", "--teacher"),
+    data: str = opt.config_option("data", "--data"),
+    k: int = opt.config_option("k", "--k"),
+    threshold: float = opt.config_option("threshold", "--threshold"),
+    limit: int = opt.config_option("limit", "--limit"),
+    out: str = opt.config_option("out", "--out"),
+    decontaminate: bool = opt.config_option("decontaminate", "--decontaminate"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    seed: int = opt.SEED,
+    engine: str = opt.ENGINE,
+    batch_size: int = opt.config_option("engine.batch_size", "--batch-size"),
+    api_key: str = opt.API_KEY,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """Sample a teacher k times per problem and keep the problems it solves often enough
+    (RelayLLM §3.2.2); --decontaminate first drops rows that overlap an evaluation set."""
+    from collabrl.builders.filter import build_filter
+
+    # The options above reach the config through ctx (see cli/options.py), by their keys.
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)  # every value, before the data or a model is loaded
+    with progress_bar(console, f"filter · {cfg.teacher or 'decontaminate'}") as progress:
+        result = build_filter(cfg, progress=progress)
+    _print_summary(result.stats, result.out_dir, result.new_samples, result.failed)
+
+
+def _print_summary(stats: dict, out_dir: Path, new_samples: int, failed: int) -> None:
+    table = Table("", "value", title=f"collab filter · {stats['data']}")
+    table.add_row("problems", str(stats["problems"]))
+    if "decontamination" in stats:
+        table.add_row("contaminated (dropped)", str(stats["decontamination"]["dropped"]))
+    if stats["teacher"] is not None:
+        table.add_row("teacher", stats["teacher"])
+        table.add_row("mean pass rate", f"{stats['pass_rate']['mean']:.3f}")
+        table.add_row(f"below threshold {stats['threshold']:g}", str(stats["below_threshold"]))
+    table.add_row("kept", str(stats["kept"]))
+    console.print(table)
+    if "stand_in" in stats:
+        console.print(f"[yellow]{stats['stand_in']}[/]")
+    if failed:
+        console.print(f"[red]{failed} samples failed; re-run the same command to retry them[/]")
+    console.print(f"{new_samples} new samples · output folder: {out_dir}")
