@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from collabrl import __version__
+from collabrl.cli import build as build_cli
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
 from collabrl.cli.filter import filter_data
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
+app.add_typer(build_cli.app, name="build-warmup")
 app.command("serve", cls=config_command("serve"))(serve)
 app.command("infer", cls=config_command("infer"))(infer)
 app.command("filter", cls=config_command("filter"))(filter_data)

@@ -24,6 +24,8 @@ CONFIG_CLASSES = {
     "eval": "collabrl.eval.config:EvalConfig",
     "infer": "collabrl.protocols.infer:InferConfig",
     "serve": "collabrl.serve.config:ServeConfig",
+    "build-warmup-relay": "collabrl.builders.relay_warmup:RelayWarmupConfig",
+    "build-warmup-rsim": "collabrl.builders.rsim_warmup:RsimWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
 }
 
@@ -69,7 +71,8 @@ PROMPT = config_option("prompt", "--prompt")
 def config_command(command: str) -> type[TyperCommand]:
     """The command class for `command`: its config-bound parameters get their help from
     the fields of `CONFIG_CLASSES[command]`."""
-    return type(f"{command.title()}Command", (_ConfigCommand,), {"config_class": command})
+    name = command.title().replace("-", "")
+    return type(f"{name}Command", (_ConfigCommand,), {"config_class": command})
 
 
 class _ConfigCommand(TyperCommand):
