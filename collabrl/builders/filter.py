@@ -27,14 +27,13 @@ out (it has fewer than k samples) until a re-run retries it.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
-from collabrl.builders.folder import DATASET, BuildFolder, reasons, summary
+from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
 from collabrl.builders.plots import Panel, save_panels
 from collabrl.builders.policy import check_model
 from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option, require
@@ -113,17 +112,9 @@ class FilterConfig:
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "timeout", "threshold", "decontaminate"})
 
 
-@dataclass
-class FilterResult:
-    out_dir: Path
-    stats: dict[str, Any]
-    new_samples: int
-    failed: int  # teacher calls that failed in this run: re-run to retry them
-
-
 def build_filter(
     config: FilterConfig, progress: Callable[[int, int], None] | None = None
-) -> FilterResult:
+) -> BuildResult:
     """Filter (or resume filtering) in the output folder; see the module docstring."""
     config.check()
     if config.teacher is not None:
@@ -149,12 +140,11 @@ def build_filter(
         by_id = {item.id: item for item in items}
         kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
         write_lines(folder.rows_path, kept)
-    shutil.rmtree(out / DATASET, ignore_errors=True)  # a stale export must not outlive its rows
     rows = folder.export()
     stats = filter_stats(config, len(bench.items), len(rows), rates, failures, cleaned)
     folder.write_stats(stats)
     plot(out, config, rates, cleaned, stats)
-    return FilterResult(out, stats, new, len(failures))
+    return BuildResult(out, stats, new)
 
 
 def check_teacher(teacher: str, engine: EngineConfig) -> None:

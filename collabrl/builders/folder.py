@@ -18,6 +18,7 @@ bookkeeping columns beside them, which the trainer drops (`remove_unused_columns
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,13 +67,21 @@ class BuildFolder:
         return {(r["item_id"], r["sample"]) for r in [*self.rows(), *self.rejected()]}
 
     def export(self) -> list[dict[str, Any]]:
-        """Write rows.jsonl as a `datasets` folder too; return the rows."""
+        """Write rows.jsonl as a `datasets` folder too (replacing the previous export:
+        a stale one must not outlive its rows); return the rows."""
         import datasets
 
         rows = self.rows()
+        shutil.rmtree(self.path / DATASET, ignore_errors=True)
         if rows:
-            # A rebuilt folder replaces the previous export whole.
-            datasets.Dataset.from_list(rows).save_to_disk(str(self.path / DATASET))
+            # The command's own bar shows progress; datasets' bar would print under it.
+            shown = datasets.is_progress_bar_enabled()
+            datasets.disable_progress_bars()
+            try:
+                datasets.Dataset.from_list(rows).save_to_disk(str(self.path / DATASET))
+            finally:
+                if shown:
+                    datasets.enable_progress_bars()
         return rows
 
     def write_stats(self, stats: dict[str, Any]) -> None:
@@ -85,7 +94,7 @@ class BuildResult:
 
     out_dir: Path
     stats: dict[str, Any]
-    new_units: int
+    new_samples: int
 
 
 def sft_row(prompt: list[ChatMessage], completion: str, **columns: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def relay(
     s = result.stats
     _print(
         result.out_dir,
-        result.new_units,
+        result.new_samples,
         [
             ("rows", s["rows"]),
             ("responses rejected", sum(s["rejected"].values())),
@@ -96,7 +96,7 @@ def rsim(
     s = result.stats
     _print(
         result.out_dir,
-        result.new_units,
+        result.new_samples,
         [
             ("rows", f"{s['rows']} of {s['rows_wanted']}"),
             ("samples drawn", s["sampled"]),
@@ -111,9 +111,11 @@ def rsim(
         )
 
 
-def _print(out_dir: Path, new_units: int, rows: list[tuple[str, object]]) -> None:
+def _print(out_dir: Path, new_samples: int, rows: list[tuple[str, object]]) -> None:
     table = Table("", "value")
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
-    console.print(f"{new_units} new samples · folder: {out_dir} (rows.jsonl, dataset/, stats.png)")
+    console.print(
+        f"{new_samples} new samples · folder: {out_dir} (rows.jsonl, dataset/, stats.png)"
+    )

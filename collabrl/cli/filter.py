@@ -41,10 +41,10 @@ def filter_data(
     opt.check(ctx, cfg.check)  # every value, before the data or a model is loaded
     with progress_bar(console, f"filter · {cfg.teacher or 'decontaminate'}") as progress:
         result = build_filter(cfg, progress=progress)
-    _print_summary(result.stats, result.out_dir, result.new_samples, result.failed)
+    _print_summary(result.stats, result.out_dir, result.new_samples)
 
 
-def _print_summary(stats: dict, out_dir: Path, new_samples: int, failed: int) -> None:
+def _print_summary(stats: dict, out_dir: Path, new_samples: int) -> None:
     table = Table("", "value", title=f"collab filter · {stats['data']}")
     table.add_row("problems", str(stats["problems"]))
     if "decontamination" in stats:
@@ -57,6 +57,7 @@ def _print_summary(stats: dict, out_dir: Path, new_samples: int, failed: int) ->
     console.print(table)
     if "stand_in" in stats:
         console.print(f"[yellow]{stats['stand_in']}[/]")
+    failed = stats.get("failed_samples", 0)
     if failed:
         console.print(f"[red]{failed} samples failed; re-run the same command to retry them[/]")
     console.print(f"{new_samples} new samples · output folder: {out_dir}")

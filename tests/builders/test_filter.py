@@ -119,7 +119,7 @@ def test_keeps_problems_at_or_above_the_threshold(
     ]
     assert len(read_records(out / "samples.jsonl")) == 4 * K
     assert teacher.calls == K  # one batched generate per sample index
-    assert result.new_samples == 4 * K and result.failed == 0
+    assert result.new_samples == 4 * K and result.stats["failed_samples"] == 0
     stats = json.loads((out / "stats.json").read_text())
     assert (stats["problems"], stats["kept"], stats["dropped"]) == (4, 2, 2)
     assert stats["pass_rate_histogram"] == {"0/4": 1, "1/4": 1, "2/4": 1, "3/4": 0, "4/4": 1}
@@ -156,7 +156,7 @@ def test_failed_calls_are_counted_not_written_and_retried_by_a_rerun(
 
     result = build_filter(config(data, out))
 
-    assert result.failed == 4 and result.stats["failed_samples"] == 4
+    assert result.stats["failed_samples"] == 4
     assert result.stats["failure_reasons"] == {"ValueError: teacher down": 4}
     assert result.stats["incomplete"] == 4 and result.stats["kept"] == 0
     assert all(r["sample"] != 1 for r in read_records(out / "samples.jsonl"))
@@ -165,7 +165,7 @@ def test_failed_calls_are_counted_not_written_and_retried_by_a_rerun(
     teacher.fail_samples = frozenset()
     result = build_filter(config(data, out))
 
-    assert result.failed == 0 and result.new_samples == 4
+    assert result.stats["failed_samples"] == 0 and result.new_samples == 4
     assert rates(out) == {
         "p0": (1.0, True),
         "p1": (0.5, True),
@@ -253,7 +253,7 @@ def test_decontamination_runs_before_the_teacher(
 
     result = build_filter(config(data, out, decontaminate=True))
 
-    assert result.failed == 0
+    assert result.stats["failed_samples"] == 0
     assert "leak" not in rates(out)
     assert len(read_records(out / "samples.jsonl")) == 4 * K
     assert result.stats["decontamination"]["dropped"] == 1
@@ -308,7 +308,7 @@ def test_the_real_smollm2_teacher_on_arith(tmp_path: Path) -> None:
         )
     )
 
-    assert result.new_samples == 40 and result.failed == 0
+    assert result.new_samples == 40 and result.stats["failed_samples"] == 0
     passes = read_records(out / "pass_rates.jsonl")
     assert len(passes) == 20 and all(r["k"] == 2 for r in passes)
     assert result.stats["kept"] == sum(r["pass_rate"] >= 0.5 for r in passes)

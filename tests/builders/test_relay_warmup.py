@@ -165,7 +165,7 @@ def test_a_killed_build_resumes_to_the_same_rows(
     (tmp_path / ROWS).write_text("".join(lines[:3]) + lines[3][:25])  # torn mid-line
     result = build_relay_warmup(_config(tiny_model_dir, tmp_path))
     assert (tmp_path / ROWS).read_text() == (built / ROWS).read_text()
-    assert result.new_units == 8 - 3
+    assert result.new_samples == 8 - 3
 
 
 def test_another_experiment_in_the_same_folder_is_refused(

@@ -88,7 +88,7 @@ def test_only_incorrect_step_formatted_samples_become_rows(smol_tokenizer, tmp_p
         "fewer than 2 steps",
         "no \\boxed{} answer in the last step",
     }
-    assert stats["sampled"] == 60 == result.new_units
+    assert stats["sampled"] == 60 == result.new_samples
     # Every sample was asked with the five-shot prompt.
     assert all(EXAMPLES[0][0] in smol_tokenizer.decode(p) for p in engine.prompts)
 
