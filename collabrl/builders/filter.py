@@ -2,9 +2,10 @@
 
 RelayLLM keeps only the training problems its teacher solves: 10 responses per
 problem, kept when the pass rate is at least 50%, so that calling the teacher during
-training can help. The teacher answers with the relay solver prompt; a response is
-correct when the answer extracted from it (the prompt's extractors, then the
-data's fallback) is equivalent to the reference answer.
+training can help. The teacher answers with the data's prompt (the relay solver
+prompt for the math sets, as in the paper); a response is correct when the answer
+extracted from it (the prompt's extractors, then the data's fallback) is equivalent
+to the reference answer.
 
     config.yaml       the resolved config; a re-run with another experiment is refused
     samples.jsonl     every scored teacher response, appended one chunk at a time
@@ -84,7 +85,11 @@ class FilterConfig:
         False,
         "First drop rows that overlap a shipped evaluation benchmark (exact or 13-gram).",
     )
-    prompt: str = option("relay", "Solver prompt template the teacher answers with.")
+    prompt: str | None = option(
+        None,
+        "Prompt template the teacher answers with (default: the data's own: the relay "
+        "solver prompt for the math sets, plain for arith, whose problems ask for \\boxed{}).",
+    )
     timeout: float = option(
         600.0, "Seconds one teacher call may take (a local CPU model writes ~15 tokens/s)."
     )
@@ -105,7 +110,8 @@ class FilterConfig:
         require("threshold", self.threshold, 0 <= self.threshold <= 1, "in [0, 1]")
         require("timeout", self.timeout, self.timeout > 0, "> 0 seconds")
         require("limit", self.limit, self.limit is None or self.limit >= 1, "at least 1")
-        get_prompt(self.prompt)
+        if self.prompt is not None:
+            get_prompt(self.prompt)
 
 
 # Resources, bookkeeping and choices that only read the saved samples.
@@ -188,7 +194,7 @@ def sample_teacher(
     todo = sum((item.id, s) not in done for item in items for s in range(config.k))
     if not todo:
         return 0, []
-    template = get_prompt(config.prompt)
+    template = get_prompt(config.prompt or bench.prompt)
     extractors = (*template.extract, *bench.extract_fallback)
     pool = PoolConfig(
         endpoints=[config.teacher],
