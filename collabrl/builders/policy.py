@@ -1,15 +1,21 @@
-"""The policy a warm-up builder samples: the solo protocol over a model reference or URL."""
+"""What the warm-up builders share: their folder opened on their data, and the policy,
+answering alone (the solo protocol over a model reference or URL), sampled into it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from collabrl.config import EngineConfig
+from collabrl.builders.folder import BuildFolder
+from collabrl.builders.sampling import MakeRow, Unit, sample_missing, write_rows
+from collabrl.config import EngineConfig, SamplingConfig
+from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import is_url
-from collabrl.engines.base import Engine
+from collabrl.engines.base import Engine, SamplingParams
+from collabrl.eval.records import out_folder
+from collabrl.eval.runner import chunk_size
 from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
@@ -23,11 +29,55 @@ def check_model(model: str) -> None:
 
 
 class PolicyConfig(Protocol):
-    """What a builder's config says about its policy."""
+    """What a warm-up builder's config says about its data and its policy."""
 
     model: str
+    data: str
+    limit: int | None
+    out: str | None
     tokenizer: str | None
+    sampling: SamplingConfig
     engine: EngineConfig
+
+    def check(self) -> None: ...
+
+
+def open_build(
+    config: PolicyConfig, kind: str, resumable: frozenset[str], engine: Engine | None
+) -> tuple[Benchmark, BuildFolder]:
+    """Check the config, load the data and open the folder, before any model loads."""
+    config.check()
+    if engine is None:
+        check_model(config.model)
+    bench = load_benchmark(config.data, limit=config.limit)
+    out = out_folder(config.out, kind, config.data, config.model)
+    return bench, BuildFolder.open(config, out, resumable)
+
+
+def sample_into(
+    folder: BuildFolder,
+    config: PolicyConfig,
+    template: PromptTemplate,
+    units: list[Unit],
+    row_maker: Callable[[SoloProtocol], MakeRow],
+    progress: Callable[[int, int], None] | None,
+    engine: Engine | None = None,
+    rows_wanted: int | None = None,
+) -> int:
+    """Sample the units not done yet into the folder; how many were sampled now.
+
+    `row_maker` gets the opened policy (its tokenizer, say) and returns what turns a
+    sampled unit into a row or a rejection.
+    """
+    done = folder.done()
+    todo = sum(u.key not in done for u in units)
+    if not todo or (rows_wanted is not None and len(folder.rows()) >= rows_wanted):
+        return 0
+    with open_policy(config, template, engine) as policy:
+        chunk = chunk_size(config.engine, config.model)
+        batches = sample_missing(policy, units, done, chunk, SamplingParams.of(config.sampling))
+        write_rows(folder, batches, row_maker(policy), progress, todo, rows_wanted)
+    return len(folder.done()) - len(done)
 
 
 @contextmanager

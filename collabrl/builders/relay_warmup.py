@@ -17,24 +17,23 @@ stops on `</call>`, never sees. Such points are redrawn and counted in stats.jso
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
+from collabrl.builders.folder import BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel, save_panels
-from collabrl.builders.policy import check_model, open_policy
-from collabrl.builders.sampling import Unit, sample_missing, units_of, write_rows
+from collabrl.builders.policy import open_build, sample_into
+from collabrl.builders.sampling import MakeRow, Unit, units_of
 from collabrl.config import EngineConfig, SamplingConfig, option, require
-from collabrl.data.benchmarks import load_benchmark
 from collabrl.data.prompts import get_prompt
-from collabrl.engines.base import Engine, SamplingParams
+from collabrl.engines.base import Engine
 from collabrl.episode import Episode
-from collabrl.eval.records import out_folder
-from collabrl.eval.runner import chunk_size
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, format_relay_call
+from collabrl.protocols.solo import SoloProtocol
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -203,56 +202,51 @@ def build_relay_warmup(
     engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set in its folder; see the module docstring."""
-    config.check()
-    if engine is None:
-        check_model(config.model)
-    bench = load_benchmark(config.data, limit=config.limit)
-    template = get_prompt(config.prompt)
-    out = out_folder(config.out, "warmup-relay", config.data, config.model)
-    folder = BuildFolder.open(config, out, RESUMABLE_KEYS)
+    bench, folder = open_build(config, "warmup-relay", RESUMABLE_KEYS, engine)
     units = units_of(bench.items, config.responses_per_problem)
-    done = folder.done()
-    todo = sum(u.key not in done for u in units)
-    if todo:
-        with open_policy(config, template, engine) as protocol:
-            tokenizer = protocol.policy.require_tokenizer("relay warm-up")
-            chunk = chunk_size(config.engine, config.model)
-            params = SamplingParams.of(config.sampling)
-            batches = sample_missing(protocol, units, done, chunk, params)
-            write_rows(folder, batches, _row_maker(config, tokenizer), progress, todo)
+    template = get_prompt(config.prompt)
+    new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
     rows = folder.export()
     stats = relay_stats(config, rows, folder.rejected(), len(units))
     folder.write_stats(stats)
     _plot(folder.path, rows, stats)
-    return BuildResult(folder.path, stats, todo)
+    return BuildResult(folder.path, stats, new)
 
 
-def _row_maker(
-    config: RelayWarmupConfig, tokenizer: PreTrainedTokenizerBase
-) -> Callable[[Unit, Episode], dict[str, Any] | str]:
-    def make_row(unit: Unit, episode: Episode) -> dict[str, Any] | str:
-        ids = response_ids(tokenizer, episode.response_ids)
-        reason = _unusable(episode.response_text, ids, config.insertions)
-        if reason is not None:
-            return reason
-        # One generator per unit: its points depend neither on chunking nor on resuming.
-        rng = random.Random(f"{config.sampling.seed}:{unit.item.id}:{unit.sample}")
-        try:
-            text, placed, redrawn = insert_calls(
-                tokenizer, ids, config.insertions, rng, config.max_exponent
-            )
-        except ValueError as err:
-            return str(err)
-        return sft_row(
-            episode.meta["prompt"],
-            text,
-            insertions=[vars(p) for p in placed],
-            response_tokens=len(ids),
-            end=str(episode.end),
-            redrawn=redrawn,
+def _row_maker(config: RelayWarmupConfig) -> Callable[[SoloProtocol], MakeRow]:
+    """Rows need the policy's tokenizer: insertion points are its token indices."""
+
+    def for_policy(policy: SoloProtocol) -> MakeRow:
+        tokenizer = policy.policy.require_tokenizer("relay warm-up")
+        return functools.partial(_make_row, config, tokenizer)
+
+    return for_policy
+
+
+def _make_row(
+    config: RelayWarmupConfig, tokenizer: PreTrainedTokenizerBase, unit: Unit, episode: Episode
+) -> dict[str, Any] | str:
+    """A row from the unit's response, or why it gives none."""
+    ids = response_ids(tokenizer, episode.response_ids)
+    reason = _unusable(episode.response_text, ids, config.insertions)
+    if reason is not None:
+        return reason
+    # One generator per unit: its points depend neither on chunking nor on resuming.
+    rng = random.Random(f"{config.sampling.seed}:{unit.item.id}:{unit.sample}")
+    try:
+        text, placed, redrawn = insert_calls(
+            tokenizer, ids, config.insertions, rng, config.max_exponent
         )
-
-    return make_row
+    except ValueError as err:
+        return str(err)
+    return sft_row(
+        episode.meta["prompt"],
+        text,
+        insertions=[vars(p) for p in placed],
+        response_tokens=len(ids),
+        end=str(episode.end),
+        redrawn=redrawn,
+    )
 
 
 def _unusable(text: str, ids: list[int], insertions: int) -> str | None:

@@ -20,15 +20,12 @@ from typing import Any
 
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel, save_panels
-from collabrl.builders.policy import check_model, open_policy
-from collabrl.builders.sampling import Unit, sample_missing, units_of, write_rows
+from collabrl.builders.policy import open_build, sample_into
+from collabrl.builders.sampling import Unit, units_of
 from collabrl.config import EngineConfig, SamplingConfig, option, require
-from collabrl.data.benchmarks import load_benchmark
 from collabrl.data.prompts import PromptTemplate
-from collabrl.engines.base import ChatMessage, Engine, SamplingParams
+from collabrl.engines.base import ChatMessage, Engine
 from collabrl.episode import EndReason, Episode
-from collabrl.eval.records import out_folder
-from collabrl.eval.runner import chunk_size
 from collabrl.protocols.strategies import STEP_DELIMITER
 from collabrl.protocols.strategy import STEP_PROMPT
 from collabrl.rewards.extract import extract_answer
@@ -161,24 +158,14 @@ def build_rsim_warmup(
     engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set; see the module docstring."""
-    config.check()
-    if engine is None:
-        check_model(config.model)
-    bench = load_benchmark(config.data, limit=config.limit)
-    out = out_folder(config.out, "warmup-rsim", config.data, config.model)
-    folder = BuildFolder.open(config, out, RESUMABLE_KEYS)
+    bench, folder = open_build(config, "warmup-rsim", RESUMABLE_KEYS, engine)
     items = list(bench.items)
     random.Random(config.sampling.seed).shuffle(items)  # MATH is ordered by subject
     units = units_of(items, config.samples_per_problem)
-    done = folder.done()
-    wanted = config.rows - len(folder.rows())
-    new = 0
-    if wanted > 0 and len(done) < len(units):
-        with open_policy(config, FEW_SHOT_PROMPT, engine) as policy:
-            chunk = chunk_size(config.engine, config.model)
-            batches = sample_missing(policy, units, done, chunk, SamplingParams.of(config.sampling))
-            write_rows(folder, batches, _row_maker(config), progress, len(units), config.rows)
-        new = len(folder.done()) - len(done)
+    make_row = _row_maker(config)
+    new = sample_into(
+        folder, config, FEW_SHOT_PROMPT, units, lambda _: make_row, progress, engine, config.rows
+    )
     rows = folder.export()
     stats = rsim_stats(config, rows, folder.rejected(), len(units))
     folder.write_stats(stats)
