@@ -103,6 +103,8 @@ def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
     for key, value in metrics.get("judge", {}).items():
         table.add_row(f"judge/{key}", f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+    if "stand_in" in metrics:
+        console.print(f"[yellow]{metrics['stand_in']}[/]")
     console.print(f"{new_samples} new samples · run folder: {out_dir}")
 
 

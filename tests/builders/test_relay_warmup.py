@@ -22,6 +22,7 @@ from collabrl.builders.relay_warmup import (
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.parsing import parse_relay_call
+from tests.builders.sft import train_one_step
 
 RESPONSE = (
     "To find 8 + 6, start from 8 and count on six more: 9, 10, 11, 12, 13, 14. "
@@ -124,30 +125,9 @@ def test_a_build_writes_rows_dataset_stats_and_a_plot(built: Path) -> None:
 
 def test_rows_train_with_trl_sft_trainer(built: Path, tiny_model_dir: Path, tmp_path) -> None:
     import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
 
     data = datasets.load_from_disk(str(built / DATASET))
-    args = SFTConfig(
-        output_dir=str(tmp_path),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-    )
-    trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        args=args,
-        train_dataset=data,
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-    )
-    # Conversational prompt-completion: the loss covers the completion only (TRL folds
-    # the completion mask into the labels, -100 on the prompt).
-    labels = trainer.train_dataset[0]["labels"]
-    assert labels[0] == -100 and labels[-1] != -100
-    assert trainer.train().training_loss > 0
+    train_one_step(data, tiny_model_dir, tmp_path)
     # The JSONL loads as it is, too.
     jsonl = datasets.load_dataset("json", data_files=str(built / ROWS), split="train")
     assert jsonl.num_rows == data.num_rows

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collabrl.builders.folder import ROWS, STATS
+from collabrl.builders.folder import DATASET, ROWS, STATS
 from collabrl.builders.rsim_warmup import (
     EXAMPLES,
     FEW_SHOT_PROMPT,
@@ -20,6 +20,7 @@ from collabrl.builders.rsim_warmup import (
 from collabrl.config import SamplingConfig
 from collabrl.engines.base import Prompt
 from collabrl.protocols.strategy import STEP_PROMPT
+from tests.builders.sft import train_one_step
 from tests.protocols.scripted import ScriptedEngine
 
 WRONG = "First add the tens.\n\nThen add the ones.\n\nSo the sum is $\\boxed{1000}$."
@@ -91,6 +92,14 @@ def test_only_incorrect_step_formatted_samples_become_rows(smol_tokenizer, tmp_p
     assert stats["sampled"] == 60 == result.new_samples
     # Every sample was asked with the five-shot prompt.
     assert all(EXAMPLES[0][0] in smol_tokenizer.decode(p) for p in engine.prompts)
+
+
+def test_rows_train_with_trl_sft_trainer(smol_tokenizer, tiny_model_dir: Path, tmp_path) -> None:
+    import datasets
+
+    engine = ScriptedEngine(smol_tokenizer, lambda prompt: WRONG)
+    build_rsim_warmup(_config(tmp_path / "w", limit=4), engine=engine)
+    train_one_step(datasets.load_from_disk(str(tmp_path / "w" / DATASET)), tiny_model_dir, tmp_path)
 
 
 def test_sampling_stops_at_the_rows_wanted_and_resumes_to_more(smol_tokenizer, tmp_path) -> None:

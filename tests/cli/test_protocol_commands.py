@@ -58,6 +58,7 @@ def test_relay_eval_with_the_reference_stand_in(tmp_path: Path, tiny_model_dir: 
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert "stand-in" in metrics["stand_in"] and metrics["problems"] == 2
+    assert "stand-in" in result.stdout  # the summary says it too
 
 
 def test_infer_with_the_reference_stand_in_needs_a_benchmark_item(tmp_path: Path) -> None:
