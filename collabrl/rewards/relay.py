@@ -1,0 +1,141 @@
+"""RelayLLM's rewards (paper §3.2.3): the simple reward and the difficulty-aware one.
+
+Both score one sample from two plain values, whether its answer is right and its call
+ratio ρ(y) ∈ [0, 1]. The difficulty-aware reward also needs the *scenario* of the
+sample's prompt group, decided over every sample of that group, so a trainer scores a
+batch with `group_rewards`, which groups the samples by prompt key itself.
+
+Deviation from the released code (`math_help_group.py`), which decides one scenario for
+the whole batch: we decide it per prompt group, as the paper's text does ("the
+collective performance of the sampled group 𝒢").
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from collabrl.episode import Episode
+from collabrl.rewards.verify import is_equivalent
+
+# Scenario 1's "boosted bonus (r = 1.5) for independent success".
+INDEPENDENT_SUCCESS_REWARD = 1.5
+# Scenario 2's "penalty on samples that fail to call the teacher (r = −1.0 when ρ(y) = 0)".
+STUBBORN_PENALTY = -1.0
+
+RewardKind = Literal["simple", "difficulty_aware"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One sample, as the rewards see it: right or wrong, and its call ratio ρ(y)."""
+
+    correct: bool
+    call_ratio: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.call_ratio <= 1.0:
+            raise ValueError(f"call ratio must be in [0, 1], got {self.call_ratio}")
+
+    @property
+    def called(self) -> bool:
+        """The sample invoked the large model. The paper tells callers from non-callers by
+        ρ alone ("dependent success (ρ(y) > 0)", "fail to call ... when ρ(y) = 0"), so a
+        call that brought back no token does not count."""
+        return self.call_ratio > 0.0
+
+
+class Scenario(StrEnum):
+    """A prompt group's difficulty, from the correctness of its samples (§3.2.3)."""
+
+    STUDENT_SOLVABLE = "student_solvable"  # some sample is right without calling
+    TEACHER_DEPENDENT = "teacher_dependent"  # right answers only among samples that called
+    TEACHER_UNSOLVABLE = "teacher_unsolvable"  # no sample is right
+
+
+def relay_outcome(episode: Episode, gold: str) -> Outcome:
+    """An episode's outcome: its extracted answer checked against `gold`, and the realised
+    call ratio, which is the paper's ρ ("the ratio of large-model generated tokens to the
+    total response length")."""
+    return Outcome(is_equivalent(episode.answer, gold), episode.call_ratio_realised())
+
+
+def simple_reward(correct: bool, call_ratio: float) -> float:
+    """Eq. (3): r_simple(y) = 1(a = g) − ρ(y): correctness, less the cost of calling."""
+    return float(correct) - call_ratio
+
+
+def scenario(group: Sequence[Outcome]) -> Scenario:
+    """The scenario of one prompt group: all of its samples, not a slice of them.
+
+    Scenario 1 "is identified if there exists at least one sample in the group 𝒢 that
+    answers correctly *without* invoking the large model"; scenario 2 is when "correct
+    answers appear *only* in samples that call the large model"; scenario 3 when "no
+    sample in 𝒢 yields the correct answer".
+    """
+    if not group:
+        raise ValueError("a prompt group needs at least one sample")
+    if any(o.correct and not o.called for o in group):
+        return Scenario.STUDENT_SOLVABLE
+    if any(o.correct for o in group):
+        return Scenario.TEACHER_DEPENDENT
+    return Scenario.TEACHER_UNSOLVABLE
+
+
+def difficulty_aware_reward(outcome: Outcome, group_scenario: Scenario) -> float:
+    """The difficulty-aware reward of one sample whose group is in `group_scenario`.
+
+    - Student-solvable: 1.5 for independent success; "dependent success (ρ(y) > 0) still
+      receives the simple reward", 1 − ρ; "incorrect responses receive zero reward".
+    - Teacher-dependent: −1 "when ρ(y) = 0" (such a sample is wrong, or the group would
+      be student-solvable); "effective expert calling that leads to a correct answer is
+      rewarded with r_simple", 1 − ρ. The text gives no value for a sample that called
+      and was still wrong: it gets 0, as in the authors' released code
+      (`math_help_group.py`: "做错的0", wrong ones 0), not r_simple = −ρ.
+    - Teacher-unsolvable: "a small exploration reward (r = ρ(y)) to samples that
+      attempted to call the large model", and 0 to the others.
+    """
+    if group_scenario is Scenario.STUDENT_SOLVABLE:
+        if not outcome.correct:
+            return 0.0
+        if outcome.called:
+            return simple_reward(True, outcome.call_ratio)
+        return INDEPENDENT_SUCCESS_REWARD
+    if group_scenario is Scenario.TEACHER_DEPENDENT:
+        if not outcome.called:
+            return STUBBORN_PENALTY
+        return simple_reward(True, outcome.call_ratio) if outcome.correct else 0.0
+    return outcome.call_ratio if outcome.called else 0.0
+
+
+def group_scenarios(samples: Sequence[tuple[str, Outcome]]) -> list[Scenario]:
+    """Each sample's group scenario, in input order; `samples` are (group key, outcome).
+
+    Samples may come in any order, a group's samples need not be adjacent, and a group
+    is decided over all of its samples here. A caller on several processes must gather
+    the whole batch first: a group whose samples are split across processes is decided
+    over their union, never over one process's share (which could miss the one sample
+    that solved it alone).
+    """
+    groups: defaultdict[str, list[Outcome]] = defaultdict(list)
+    for key, outcome in samples:
+        groups[key].append(outcome)
+    decided = {key: scenario(group) for key, group in groups.items()}
+    return [decided[key] for key, _ in samples]
+
+
+def group_rewards(samples: Sequence[tuple[str, Outcome]], kind: RewardKind) -> list[float]:
+    """The reward of every sample of a gathered batch, in input order.
+
+    `samples` are (group key, outcome) pairs, as for `group_scenarios`, whose gathering
+    rule applies. `kind="simple"` ignores the groups (Eq. 3 scores each sample alone).
+    """
+    if kind == "simple":
+        return [simple_reward(o.correct, o.call_ratio) for _, o in samples]
+    if kind == "difficulty_aware":
+        scenarios = group_scenarios(samples)
+        return [difficulty_aware_reward(o, s) for (_, o), s in zip(samples, scenarios, strict=True)]
+    raise ValueError(f"unknown RelayLLM reward kind {kind!r}; known: simple, difficulty_aware")

@@ -1,0 +1,135 @@
+"""RelayLLM's rewards (§3.2.3) against hand-computed values, one test per branch."""
+
+import random
+
+import pytest
+
+from collabrl.episode import Author, Episode, Segment
+from collabrl.rewards.relay import (
+    Outcome,
+    Scenario,
+    difficulty_aware_reward,
+    group_rewards,
+    group_scenarios,
+    relay_outcome,
+    scenario,
+    simple_reward,
+)
+
+S1, S2, S3 = Scenario.STUDENT_SOLVABLE, Scenario.TEACHER_DEPENDENT, Scenario.TEACHER_UNSOLVABLE
+
+
+@pytest.mark.parametrize(
+    "correct, ratio, expected",
+    [(True, 0.0, 1.0), (True, 0.25, 0.75), (False, 0.0, 0.0), (False, 0.25, -0.25)],
+)
+def test_simple_reward(correct: bool, ratio: float, expected: float) -> None:
+    assert simple_reward(correct, ratio) == pytest.approx(expected)
+
+
+def test_called_means_a_positive_ratio() -> None:
+    assert Outcome(True, 0.01).called
+    assert not Outcome(True, 0.0).called
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5])
+def test_outcome_rejects_a_ratio_outside_0_1(ratio: float) -> None:
+    with pytest.raises(ValueError, match="call ratio"):
+        Outcome(True, ratio)
+
+
+@pytest.mark.parametrize(
+    "group, expected",
+    [
+        ([Outcome(True, 0.0), Outcome(True, 0.5), Outcome(False, 0.0)], S1),
+        ([Outcome(False, 0.0), Outcome(True, 0.5), Outcome(False, 0.2)], S2),
+        ([Outcome(False, 0.0), Outcome(False, 0.5)], S3),
+        ([Outcome(True, 0.0)], S1),
+    ],
+)
+def test_scenario(group: list[Outcome], expected: Scenario) -> None:
+    assert scenario(group) is expected
+
+
+def test_scenario_of_an_empty_group_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        scenario([])
+
+
+@pytest.mark.parametrize(
+    "outcome, group_scenario, expected",
+    [
+        # Student-solvable: 1.5 independent, 1 − ρ dependent, 0 wrong (called or not).
+        (Outcome(True, 0.0), S1, 1.5),
+        (Outcome(True, 0.2), S1, 0.8),
+        (Outcome(False, 0.0), S1, 0.0),
+        (Outcome(False, 0.3), S1, 0.0),
+        # Teacher-dependent: −1 without calling, 1 − ρ right with a call, 0 wrong with one.
+        (Outcome(False, 0.0), S2, -1.0),
+        (Outcome(True, 0.4), S2, 0.6),
+        (Outcome(False, 0.4), S2, 0.0),
+        # Teacher-unsolvable: exploration reward ρ for callers, 0 otherwise.
+        (Outcome(False, 0.3), S3, 0.3),
+        (Outcome(False, 0.0), S3, 0.0),
+    ],
+)
+def test_difficulty_aware_reward(
+    outcome: Outcome, group_scenario: Scenario, expected: float
+) -> None:
+    assert difficulty_aware_reward(outcome, group_scenario) == pytest.approx(expected)
+
+
+def test_group_split_across_processes_is_decided_over_its_union() -> None:
+    # Prompt "a": process 0 holds only wrong or calling samples (alone it would look
+    # teacher-dependent); process 1 holds the sample that solved it without calling.
+    slice_0 = [("a", Outcome(False, 0.0)), ("a", Outcome(True, 0.5)), ("b", Outcome(False, 0.0))]
+    slice_1 = [("a", Outcome(True, 0.0)), ("b", Outcome(True, 0.25)), ("b", Outcome(False, 0.1))]
+    batch = slice_0 + slice_1
+    random.Random(0).shuffle(batch)
+
+    rewards = group_rewards(batch, "difficulty_aware")
+
+    expected = {
+        # "a" is student-solvable: wrong 0, dependent 1 − 0.5, independent 1.5.
+        ("a", Outcome(False, 0.0)): 0.0,
+        ("a", Outcome(True, 0.5)): 0.5,
+        ("a", Outcome(True, 0.0)): 1.5,
+        # "b" is teacher-dependent: non-caller −1, right caller 1 − 0.25, wrong caller 0.
+        ("b", Outcome(False, 0.0)): -1.0,
+        ("b", Outcome(True, 0.25)): 0.75,
+        ("b", Outcome(False, 0.1)): 0.0,
+    }
+    assert rewards == pytest.approx([expected[sample] for sample in batch])
+    assert group_scenarios(batch) == [S1 if key == "a" else S2 for key, _ in batch]
+    # Process 0's share alone would have misjudged "a" and punished its non-caller.
+    assert group_scenarios(slice_0)[0] is S2
+
+
+def test_group_rewards_unsolvable_group_gets_exploration_rewards() -> None:
+    batch = [("c", Outcome(False, 0.0)), ("c", Outcome(False, 0.4))]
+    assert group_rewards(batch, "difficulty_aware") == pytest.approx([0.0, 0.4])
+
+
+def test_group_rewards_simple_ignores_groups() -> None:
+    batch = [("a", Outcome(True, 0.0)), ("a", Outcome(True, 0.5)), ("b", Outcome(False, 0.2))]
+    assert group_rewards(batch, "simple") == pytest.approx([1.0, 0.5, -0.2])
+
+
+def test_group_rewards_rejects_an_unknown_kind() -> None:
+    with pytest.raises(ValueError, match="unknown RelayLLM reward kind"):
+        group_rewards([("a", Outcome(True, 0.0))], "accuracy")  # type: ignore[arg-type]
+
+
+def test_relay_outcome_reads_the_answer_and_the_realised_ratio() -> None:
+    episode = Episode(
+        problem_id="p",
+        prompt_ids=[1],
+        segments=[
+            Segment(Author.POLICY, "x", [2, 3, 4]),
+            Segment(Author.TEACHER, "y", [5]),
+            Segment(Author.POLICY, "z", [6, 7, 8, 9]),
+        ],
+        answer="4",
+    )
+    assert relay_outcome(episode, "4") == Outcome(True, 0.125)
+    assert relay_outcome(episode, "5") == Outcome(False, 0.125)
