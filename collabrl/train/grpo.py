@@ -1,0 +1,144 @@
+"""`collab train grpo|relay`: TRL's GRPOTrainer over a protocol's Episodes.
+
+One trainer for the methods that differ only in their protocol and reward: `grpo`
+(the solo protocol, correctness reward: both papers' self-exploratory baseline) and
+`relay` (RelayLLM: the relay protocol with a teacher, its simple or difficulty-aware
+reward). The rollout (`train/rollout.py`) runs the protocol on the live model; the
+reward functions (`train/rewards.py`) read the Episodes' extras.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabrl.config import EngineConfig, option, require
+from collabrl.data.benchmarks import Benchmark, load_benchmark
+from collabrl.data.prompts import get_prompt
+from collabrl.engines.base import SamplingParams
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.protocols.config import ProtocolConfig
+
+METHODS = ("grpo", "relay")
+
+
+@dataclass
+class GRPOTrainConfig:
+    """A GRPO run: the policy, its data, the protocol it rolls out with, the reward."""
+
+    method: str = option("grpo", "grpo (solo protocol) | relay (RelayLLM).")
+    model: str = option("smollm2-135m", "The policy to train: a local model reference.")
+    data: str = option(
+        "arith_train", "Training problems: a registered name or a .jsonl/.parquet/folder path."
+    )
+    limit: int | None = option(None, "Use only the first N problems.")
+    prompt: str | None = option(None, "Policy prompt template (default: the data's own).")
+    out: str | None = option(
+        None, "Run folder (default: a new folder under runs/); --resume continues one."
+    )
+    reward: str = option(
+        "difficulty_aware",
+        "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, per prompt group).",
+    )
+    steps: int = option(20, "Optimizer steps (TRL max_steps).")
+    prompts_per_step: int = option(4, "Problems per step; each gets num_generations samples.")
+    num_generations: int = option(4, "G: samples per problem, the group GRPO normalises over.")
+    max_tokens: int = option(128, "Tokens per episode, every author's (max_completion_length).")
+    temperature: float = option(1.0, "Policy sampling temperature during rollouts.")
+    learning_rate: float = option(1e-6, "AdamW learning rate (RelayLLM appendix E: 1e-6).")
+    beta: float = option(0.0, "KL coefficient to the reference model (0: no reference model).")
+    seed: int = option(0, "Seed of the data order, the rollouts and the initialisation.")
+    resume: bool = option(False, "Continue from the last checkpoint in the run folder.")
+    save_steps: int = option(10, "Save a checkpoint every N steps (what --resume starts from).")
+    report_to: str = option("none", "TRL/transformers loggers: none, tensorboard, wandb, trackio.")
+    protocol: ProtocolConfig = option(
+        ProtocolConfig(), "The rollout protocol's collaborators (teacher for relay)."
+    )
+    engine: EngineConfig = option(EngineConfig(), "Rollout batch size (engine.batch_size).")
+    trl: dict[str, Any] = option(
+        {}, "Any other GRPOConfig argument, passed last (e.g. {loss_type: dapo})."
+    )
+
+    def check(self) -> None:
+        """Refuse values no run can use, before any data or model is loaded."""
+        if self.method not in METHODS:
+            raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
+        if self.reward not in ("simple", "difficulty_aware"):
+            raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
+        require("steps", self.steps, self.steps >= 1, "at least 1")
+        require("prompts_per_step", self.prompts_per_step, self.prompts_per_step >= 1, "at least 1")
+        require("num_generations", self.num_generations, self.num_generations >= 2, "at least 2")
+        require("max_tokens", self.max_tokens, self.max_tokens >= 1, "at least 1")
+        require("temperature", self.temperature, self.temperature > 0, "> 0 (GRPO samples)")
+        require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
+        require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
+        if self.prompt is not None:
+            get_prompt(self.prompt)
+        from collabrl.train.trainer import rollout_protocol
+
+        rollout_protocol(self).check()
+
+
+# Resources and bookkeeping: a resumed run may change them.
+RESUMABLE_KEYS = frozenset({"out", "resume", "report_to", "engine", "steps", "save_steps"})
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    steps: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def dataset_of(bench: Benchmark) -> Any:
+    """The training set TRL sees: one row per problem, its id as the prompt (the rollout
+    looks the problem up by id, see train/rollout.py)."""
+    import datasets
+
+    return datasets.Dataset.from_list([{"prompt": item.id} for item in bench.items])
+
+
+def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
+    """TRL's GRPOConfig for the run: CPU-safe defaults, then the `trl` block."""
+    import torch
+    from trl import GRPOConfig
+
+    cpu = not torch.cuda.is_available()
+    settings: dict[str, Any] = {
+        "output_dir": str(out / "checkpoints"),
+        "max_steps": config.steps,
+        "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
+        "num_generations": config.num_generations,
+        "max_completion_length": config.max_tokens,
+        "temperature": config.temperature,
+        "learning_rate": config.learning_rate,
+        "beta": config.beta,
+        "seed": config.seed,
+        "logging_steps": 1,
+        "save_steps": config.save_steps,
+        "save_strategy": "steps",
+        "report_to": [] if config.report_to == "none" else [config.report_to],
+        # Truncation is the Episode's to say (a teacher's last token is not an EOS).
+        "mask_truncated_completions": False,
+        # On a CPU, bf16 makes a step ~10x slower.
+        "bf16": not cpu and torch.cuda.is_bf16_supported(),
+        "use_cpu": cpu,
+        "gradient_checkpointing": False,
+        **config.trl,
+    }
+    return GRPOConfig(**settings)
+
+
+def train_grpo(config: GRPOTrainConfig) -> TrainResult:
+    """Run (or resume) a GRPO training run into its folder."""
+    from collabrl.train.trainer import run_grpo
+
+    config.check()
+    bench = load_benchmark(config.data, limit=config.limit)
+    out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
+    if config.resume and not (out / "checkpoints").is_dir():
+        raise UserError(f"--resume: {out} has no checkpoints", "drop --resume to start a run")
+    records.prepare_folder(config, out, RESUMABLE_KEYS, (out / "metrics.jsonl",))
+    return run_grpo(config, bench, out, SamplingParams(max_tokens=config.max_tokens))

@@ -1,0 +1,73 @@
+"""TRL reward functions over the rollout's extras (train/rollout.py `episode_extras`).
+
+The rules themselves are pure functions in `collabrl.rewards`; these adapters only read
+TRL's keyword lists, log the episodes' diagnostics through TRL's `log_metric`, and, for
+RelayLLM's difficulty-aware reward, gather every process's samples first: a prompt
+group may be split across processes, and its scenario is decided over the whole group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
+
+RewardFunc = Callable[..., list[float]]
+
+
+def reward_functions(method: str, reward: str) -> list[RewardFunc]:
+    """The reward of a method: correctness for grpo, RelayLLM's for relay."""
+    if method == "grpo":
+        return [accuracy]
+    return [relay_simple] if reward == "simple" else [relay_difficulty_aware]
+
+
+def log_episodes(kwargs: dict[str, Any]) -> None:
+    """Batch means of what the episodes did, as TRL metrics (`episodes/...`)."""
+    log = kwargs.get("log_metric")
+    if log is None:
+        return
+    for key in ("correct", "call_ratio", "call_ratio_requested", "calls", "format_errors"):
+        values = [float(v) for v in kwargs[key]]
+        name = "accuracy" if key == "correct" else key
+        log(f"episodes/{name}", sum(values) / len(values))
+
+
+def accuracy(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """1 when the episode's answer is equivalent to the reference, else 0."""
+    log_episodes(kwargs)
+    return [float(c) for c in kwargs["correct"]]
+
+
+def relay_simple(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """RelayLLM's simple reward, 1(a=g) − ρ(y), on the realised call ratio."""
+    log_episodes(kwargs)
+    pairs = zip(kwargs["correct"], kwargs["call_ratio"], strict=True)
+    return [simple_reward(correct, ratio) for correct, ratio in pairs]
+
+
+def relay_difficulty_aware(
+    prompts: list[Any], completions: list[Any], **kwargs: Any
+) -> list[float]:
+    """RelayLLM's difficulty-aware reward, each group's scenario decided over the group's
+    samples from every process."""
+    from accelerate.utils import gather_object
+
+    log_episodes(kwargs)
+    local = [
+        (problem, Outcome(bool(c), float(r)))
+        for problem, c, r in zip(
+            kwargs["problem_id"], kwargs["correct"], kwargs["call_ratio"], strict=True
+        )
+    ]
+    everyone = gather_object([local])  # one list per process, in process order
+    rewards = group_rewards([s for part in everyone for s in part], "difficulty_aware")
+    start = sum(len(part) for part in everyone[: _process_index()])
+    return rewards[start : start + len(local)]
+
+
+def _process_index() -> int:
+    from accelerate import PartialState
+
+    return PartialState().process_index

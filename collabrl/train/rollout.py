@@ -1,0 +1,168 @@
+"""A protocol as TRL's `rollout_func`: the Episodes a GRPO step learns from.
+
+The protocol that serves `collab infer` and `collab eval` runs unchanged; this module
+only translates. TRL hands the rollout the prompts of this process's batch (each
+prompt repeated once per sample of its group, by TRL's sampler), and gets back, per
+sample, the Episode's own ids and masks:
+
+    prompt_ids      the prompt as the policy saw it
+    completion_ids  every response token, whoever wrote it (the policy's context)
+    env_mask        1 on tokens the policy sampled, 0 on teacher/expert/environment text
+    logprobs        the policy's sampling log-probs, 0.0 on tokens it did not sample
+    + extras        answer, correctness, F1, call ratios, calls, end reason, …
+
+so the loss (TRL's `loss_mask = completion_mask * env_mask`) never touches a token
+the policy did not write, and rewards read the Episode's own answer rather than
+TRL's decoding of the completion (which holds teacher text and call commands).
+
+The dataset's `prompt` column is the item id: the rollout looks the item up (its
+problem, reference answer and solution), so tasks carry what a collaborator such as
+the reference stand-in needs. Generation happens only inside TRL's
+`unwrap_model_for_generation`: with gradient checkpointing on, a model used outside
+it runs without its KV cache and silently writes garbage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from collabrl.data.benchmarks import Item
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import Reference
+from collabrl.episode import Author, Episode
+from collabrl.protocols.base import CollabProtocol, Task
+from collabrl.rewards.f1 import token_f1
+from collabrl.rewards.verify import is_equivalent
+from collabrl.train.episodes import trainable
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
+    from collabrl.engines.hf import TransformersEngine
+
+
+def response_logprobs(episode: Episode) -> list[float] | None:
+    """Log-probs aligned with `response_ids`: the policy's own, 0.0 where others wrote
+    (those tokens are masked out of the loss). None when a policy segment has none."""
+    values: list[float] = []
+    for segment in episode.segments:
+        if segment.author is Author.POLICY:
+            if segment.logprobs is None:
+                return None
+            values.extend(segment.logprobs)
+        else:
+            values.extend([0.0] * len(segment.token_ids))
+    return values
+
+
+def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
+    """What rewards and logs read from one Episode: scored on its own answer."""
+    answer = episode.answer
+    return {
+        "problem_id": episode.problem_id,
+        "answer": answer,
+        "gold": item.answer,
+        "correct": is_equivalent(answer, item.answer),
+        "f1": token_f1(answer, item.answer),
+        "call_ratio": episode.call_ratio_realised(),
+        "call_ratio_requested": episode.call_ratio_requested(),
+        "calls": len(episode.calls),
+        "accepted_calls": sum(1 for s in episode.calls if s.meta.get("accepted", True)),
+        "format_errors": int(episode.meta.get("format_errors", 0)),
+        "end": str(episode.end),
+        "response_text": episode.response_text,
+    }
+
+
+class ProtocolRollout:
+    """TRL's `rollout_func` over a protocol whose policy engine holds the live model.
+
+    Collaborators (teacher, experts, planner) are built once with the protocol; each
+    call re-binds the engine to the model TRL unwraps for generation.
+    """
+
+    def __init__(
+        self,
+        protocol: CollabProtocol,
+        engine: TransformersEngine,
+        items: list[Item],
+        params: SamplingParams,
+        num_generations: int,
+        on_episodes: Callable[[list[Episode]], None] | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.engine = engine
+        self.items = {item.id: item for item in items}
+        self.params = dataclasses.replace(params, logprobs=True)
+        self.num_generations = num_generations
+        self.on_episodes = on_episodes  # a hook for the trainer's own records
+
+    def tasks(self, prompts: list[str], offset: int) -> list[Task]:
+        """One task per prompt; the sample index is the position in its group, counted
+        over the whole batch (`offset`: this process's first position)."""
+        out = []
+        for i, item_id in enumerate(prompts):
+            item = self.items[item_id]
+            reference = Reference(item.answer, item.solution)
+            sample = (offset + i) % self.num_generations
+            out.append(Task(item.id, item.problem, sample, reference))
+        return out
+
+    def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, list[Any]]:
+        import torch
+        from trl.models.utils import unwrap_model_for_generation
+
+        offset = trainer.accelerator.process_index * len(prompts)
+        tasks = self.tasks(prompts, offset)
+        params = dataclasses.replace(self.params, seed=self._step_seed(trainer))
+        with (
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+        ):
+            self.engine.model = model
+            self.engine.reset()  # the weights changed since the last step
+            episodes = self.protocol.run(tasks, params)
+        trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
+        if self.on_episodes is not None:
+            self.on_episodes(episodes)
+        return self.to_trl(episodes)
+
+    def _step_seed(self, trainer: GRPOTrainer) -> int | None:
+        if self.params.seed is None:
+            return None
+        return self.params.seed + 1009 * trainer.state.global_step
+
+    def to_trl(self, episodes: list[Episode]) -> dict[str, list[Any]]:
+        """TRL's rollout output for the episodes, in order."""
+        out: dict[str, list[Any]] = {
+            "prompt_ids": [],
+            "completion_ids": [],
+            "env_mask": [],
+            "logprobs": [],
+        }
+        logprobs_complete = True
+        for episode in episodes:
+            ids, mask = episode.response_ids, episode.loss_mask()
+            logprobs = response_logprobs(episode)
+            if not ids:
+                # TRL needs one token per completion; an empty episode trains on nothing.
+                ids, mask, logprobs = [self._eos_id()], [0], [0.0]
+            logprobs_complete = logprobs_complete and logprobs is not None
+            out["prompt_ids"].append(list(episode.prompt_ids))
+            out["completion_ids"].append(list(ids))
+            out["env_mask"].append(mask)
+            out["logprobs"].append(logprobs)
+            for key, value in episode_extras(episode, self.items[episode.problem_id]).items():
+                out.setdefault(key, []).append(value)
+        if not logprobs_complete:
+            out["logprobs"] = None  # TRL then recomputes what it needs
+        return out
+
+    def _eos_id(self) -> int:
+        return int(self.engine.tokenizer.eos_token_id)
