@@ -1,0 +1,196 @@
+"""EAPO's schedules: ρ_s and the turn budget, and the callback that drives a protocol."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import DefaultFlowCallback, TrainerCallback, TrainerControl, TrainerState
+from transformers.trainer_callback import CallbackHandler
+
+from collabrl.config import PoolConfig
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.pool import ExpertPool
+from collabrl.engines.reference import REFERENCE, Reference
+from collabrl.episode import EndReason
+from collabrl.errors import UserError
+from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.consult import ConsultConfig, ConsultProtocol
+from collabrl.train.schedules import ScheduleCallback, ScheduleConfig, accept_prob, turn_budget
+from tests.protocols.scripted import ScriptedEngine
+from tests.protocols.test_consult import calls
+
+# ----------------------------------------------------------------------------- rho
+
+
+def test_inverse_is_one_over_s() -> None:
+    config = ScheduleConfig()  # the paper's schedule is the default
+    assert [accept_prob(s, config) for s in range(1, 6)] == [1.0, 1 / 2, 1 / 3, 1 / 4, 1 / 5]
+
+
+def test_constant_and_off() -> None:
+    constant = ScheduleConfig(accept="constant", accept_value=0.3)
+    assert {accept_prob(s, constant) for s in (1, 2, 1000)} == {0.3}
+    off = ScheduleConfig(accept="off")
+    assert {accept_prob(s, off) for s in (1, 2, 1000)} == {0.0}
+
+
+def test_linear_endpoints_and_midpoint() -> None:
+    config = ScheduleConfig(accept="linear", accept_end=0.3, accept_steps=5)
+    assert accept_prob(1, config) == 1.0
+    assert accept_prob(3, config) == pytest.approx(0.65)  # halfway from 1 to 0.3
+    assert accept_prob(5, config) == 0.3  # exact, not 0.30000000000000004
+    assert accept_prob(50, config) == 0.3  # held after the window
+
+
+def test_steps_count_from_one() -> None:
+    for accept in ("inverse", "constant", "linear", "off"):
+        with pytest.raises(ValueError, match="from 1"):
+            accept_prob(0, ScheduleConfig(accept=accept, accept_steps=3))
+    with pytest.raises(ValueError, match="from 1"):
+        turn_budget(0, ScheduleConfig(anneal_steps=3))
+
+
+def test_unresolved_run_length_is_a_bug() -> None:
+    with pytest.raises(ValueError, match="for_run"):
+        turn_budget(1, ScheduleConfig())
+    resolved = ScheduleConfig(accept="linear").for_run(10)
+    assert (resolved.accept_steps, resolved.anneal_steps) == (10, 10)
+    assert ScheduleConfig(anneal_steps=4).for_run(10).anneal_steps == 4
+
+
+# ----------------------------------------------------------------------------- turn budget
+
+
+def test_turn_budget_start_end_and_rounding() -> None:
+    config = ScheduleConfig(turn_budget_start=6, turn_budget_end=1, anneal_steps=11)
+    # Linear 6 → 1 over steps 1..11 is 6 - (s - 1) / 2: the halves go towards the end value.
+    budgets = [turn_budget(s, config) for s in range(1, 14)]
+    assert budgets == [6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1]
+    assert turn_budget(1, config) == 6 and turn_budget(11, config) == 1
+
+
+def test_turn_budget_without_annealing_or_window() -> None:
+    flat = ScheduleConfig(turn_budget_start=4, turn_budget_end=4, anneal_steps=10)
+    assert {turn_budget(s, flat) for s in range(1, 20)} == {4}
+    one_step = ScheduleConfig(anneal_steps=1)
+    assert turn_budget(1, one_step) == 1  # a window of one step is its end
+
+
+@given(
+    end=st.integers(1, 20),
+    extra=st.integers(0, 30),
+    steps=st.integers(1, 200),
+    step=st.integers(1, 250),
+)
+def test_turn_budget_is_the_nearest_integer_and_monotone(
+    end: int, extra: int, steps: int, step: int
+) -> None:
+    config = ScheduleConfig(turn_budget_start=end + extra, turn_budget_end=end, anneal_steps=steps)
+    budget = turn_budget(step, config)
+    assert end <= budget <= end + extra and budget >= turn_budget(step + 1, config)
+    if steps > 1:
+        exact = end + extra - Fraction(extra * (min(step, steps) - 1), steps - 1)
+        assert abs(budget - exact) <= Fraction(1, 2)
+    if step >= steps:
+        assert budget == end
+
+
+# ----------------------------------------------------------------------------- check
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"accept": "cosine"}, "unknown accept schedule 'cosine'"),
+        ({"accept_value": 1.5}, "schedule.accept_value must be in"),
+        ({"accept_end": float("nan")}, "schedule.accept_end must be in"),
+        ({"accept_steps": -1}, "schedule.accept_steps must be >= 0"),
+        ({"anneal_steps": -1}, "schedule.anneal_steps must be >= 0"),
+        ({"turn_budget_end": 0}, "schedule.turn_budget_end must be >= 1"),
+        ({"turn_budget_start": 2, "turn_budget_end": 3}, "the budget only shrinks"),
+    ],
+)
+def test_check_refuses_impossible_values(changes: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        ScheduleConfig(**changes).check()
+
+
+def test_defaults_pass_check() -> None:
+    ScheduleConfig().check()
+
+
+# ----------------------------------------------------------------------------- the callback
+
+
+def _step(callback: ScheduleCallback, step: int, max_steps: int) -> None:
+    """What the Trainer does before optimizer step `step`: global_step counts steps done."""
+    state = TrainerState(global_step=step - 1, max_steps=max_steps)
+    callback.on_step_begin(None, state, TrainerControl())
+
+
+def test_callback_drives_a_consult_protocol_and_logs(smol_tokenizer) -> None:
+    protocol = ConsultProtocol(
+        Policy(ScriptedEngine(smol_tokenizer, []), smol_tokenizer),
+        None,
+        ConsultConfig(mode="locked"),
+    )
+    callback = ScheduleCallback(ScheduleConfig(turn_budget_start=5), protocol)
+    seen = []
+    for step in range(1, 6):
+        _step(callback, step, max_steps=5)
+        logs = {"loss": 0.1}
+        callback.on_log(None, TrainerState(global_step=step), TrainerControl(), logs=logs)
+        seen.append((protocol.config.accept_prob, protocol.config.turn_budget))
+        assert logs == {"loss": 0.1, "accept_prob": 1 / step, "turn_budget": 6 - step}
+    assert seen == [(1 / s, 6 - s) for s in range(1, 6)]
+    protocol.config.check()  # the values written are ones the protocol accepts
+
+
+class LogRecorder(TrainerCallback):
+    """A reporting callback: keeps the logs it was shown."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        self.logs.append(dict(logs))
+
+
+def test_logs_reach_the_callbacks_after_it(smol_tokenizer) -> None:
+    protocol = ConsultProtocol(
+        Policy(ScriptedEngine(smol_tokenizer, []), smol_tokenizer),
+        None,
+        ConsultConfig(mode="locked"),
+    )
+    callback = ScheduleCallback(ScheduleConfig(anneal_steps=3), protocol)
+    recorder = LogRecorder()
+    handler = CallbackHandler([DefaultFlowCallback(), callback, recorder], None, None, None, None)
+    state = TrainerState(global_step=2, max_steps=3)
+    handler.on_step_begin(None, state, TrainerControl())
+    handler.on_log(None, state, TrainerControl(), {"loss": 0.5})
+    assert recorder.logs == [{"loss": 0.5, "accept_prob": 1 / 3, "turn_budget": 1}]
+
+
+def test_open_protocol_runs_with_the_scheduled_values(smol_tokenizer) -> None:
+    """Each simulated step's run sees that step's ρ and turn budget (3, 2, then 1)."""
+    config = ScheduleConfig(turn_budget_start=3, turn_budget_end=1)
+    task = Task("p", "What is 6 * 7?", reference=Reference("42"))
+    params = SamplingParams(max_tokens=400, seed=0)
+    pool = ExpertPool(PoolConfig(endpoints=[REFERENCE], num_experts=3), tokenizer=smol_tokenizer)
+    with pool:
+        # Steps 1 and 2: a call, then the answer; step 3 ends at its call.
+        replies = [calls((1, "6 * 7?")), "Answer: 42"] * 2 + [calls((1, "6 * 7?"))]
+        engine = ScriptedEngine(smol_tokenizer, replies)
+        protocol = ConsultProtocol(Policy(engine, smol_tokenizer), pool, ConsultConfig())
+        callback = ScheduleCallback(config, protocol)
+        episodes = []
+        for step in range(1, 4):
+            _step(callback, step, max_steps=3)
+            episodes.extend(protocol.run([task], params))
+    assert [e.meta["accept_prob"] for e in episodes] == [1.0, 1 / 2, 1 / 3]
+    assert episodes[0].calls[0].meta["accepted"]  # ρ_1 = 1 accepts every answer
+    assert [e.end for e in episodes[:2]] == [EndReason.EOS, EndReason.EOS]
+    assert episodes[2].end == EndReason.TURN_BUDGET  # budget 1: a call ends the episode
