@@ -1,0 +1,134 @@
+"""The rollout adapter: what TRL receives for relay episodes (masks, log-probs, extras),
+and the gradient of a real GRPO loss on teacher tokens — exactly zero."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collabrl.data.benchmarks import Item
+from collabrl.data.prompts import get_prompt
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import REFERENCE
+from collabrl.episode import Author, EndReason, Episode, Segment
+from collabrl.protocols.base import Policy
+from collabrl.protocols.relay import RelayConfig, RelayProtocol
+from collabrl.train.rewards import relay_simple
+from collabrl.train.rollout import ProtocolRollout, response_logprobs
+from tests.protocols.scripted import ScriptedEngine
+
+ITEM = Item("p", "What is 2 + 5?", "7", None)
+TEMPLATE = get_prompt("relay")
+
+
+class ScriptedPolicy(ScriptedEngine):
+    """A scripted policy the rollout can re-bind and reset like the live model's engine."""
+
+    model = None
+
+    def reset(self) -> None:
+        pass
+
+
+def _rollout(tokenizer, replies: list[str], generations: int = 2) -> ProtocolRollout:
+    engine = ScriptedPolicy(tokenizer, replies)
+    config = RelayConfig()
+    teacher = RelayProtocol.teacher_pool(REFERENCE, config, tokenizer=tokenizer)
+    protocol = RelayProtocol(Policy(engine, tokenizer), teacher, TEMPLATE, config, TEMPLATE.extract)
+    return ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=64), generations)
+
+
+# The first sample calls the teacher (who writes the gold answer and ends the episode);
+# the second answers alone, wrongly.
+REPLIES = ["Let me ask. <call>50</call>", "It is \\boxed{8}."]
+
+
+def test_teacher_tokens_are_masked_and_scored_on_the_episode(smol_tokenizer) -> None:
+    rollout = _rollout(smol_tokenizer, list(REPLIES))
+    episodes = rollout.protocol.run(rollout.tasks(["p", "p"], 0), rollout.params)
+    out = rollout.to_trl(episodes)
+    called, alone = episodes
+    assert called.end is EndReason.TEACHER_EOS and alone.end is EndReason.EOS
+    mask = out["env_mask"][0]
+    assert len(mask) == len(out["completion_ids"][0]) == len(called.response_ids)
+    teacher = sum(len(s.token_ids) for s in called.segments if s.author is Author.TEACHER)
+    assert mask.count(0) == teacher > 0
+    assert mask == [int(s.author is Author.POLICY) for s in called.segments for _ in s.token_ids]
+    assert out["correct"] == [True, False] and out["calls"] == [1, 0]
+    assert out["call_ratio"][0] == pytest.approx(teacher / len(called.response_ids))
+    assert out["logprobs"] is None  # the scripted policy reports none; TRL recomputes
+
+
+def test_sample_indices_count_over_the_whole_batch(smol_tokenizer) -> None:
+    rollout = _rollout(smol_tokenizer, [], generations=4)
+    tasks = rollout.tasks(["p", "p"], offset=2)  # this process holds samples 2 and 3
+    assert [t.sample for t in tasks] == [2, 3]
+    assert tasks[0].reference.answer == "7"
+
+
+def test_logprobs_are_aligned_with_the_response_ids() -> None:
+    episode = Episode("p", [1, 2])
+    episode.add(Segment(Author.POLICY, "a", [5, 6], [-0.5, -0.25]))
+    episode.add(Segment(Author.TEACHER, "b", [7, 8, 9], None))
+    episode.add(Segment(Author.POLICY, "c", [10], [-1.0]))
+    assert response_logprobs(episode) == [-0.5, -0.25, 0.0, 0.0, 0.0, -1.0]
+    episode.add(Segment(Author.POLICY, "d", [11], None))
+    assert response_logprobs(episode) is None
+
+
+def test_an_empty_episode_becomes_one_masked_token(smol_tokenizer) -> None:
+    rollout = _rollout(smol_tokenizer, [])
+    episode = Episode("p", [1, 2], end=EndReason.EMPTY)
+    out = rollout.to_trl([episode])
+    assert out["completion_ids"] == [[smol_tokenizer.eos_token_id]] and out["env_mask"] == [[0]]
+
+
+def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
+    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import datasets
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    rollout = _rollout(smol_tokenizer, list(REPLIES))
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=64,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        beta=0.0,
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[relay_simple],
+        args=args,
+        train_dataset=datasets.Dataset.from_list([{"prompt": "p"}] * 2),
+        processing_class=smol_tokenizer,
+        rollout_func=rollout,
+    )
+    inputs = trainer._generate_and_score_completions([{"prompt": "p"}, {"prompt": "p"}])
+    assert inputs["advantages"].abs().sum() > 0  # the two samples were rewarded apart
+
+    # TRL fuses the LM head into its log-prob computation, so the last hidden state is
+    # watched instead: position t's hidden state feeds only the logits at t.
+    hidden: list = []
+
+    def keep(module, args, out) -> None:  # returning None keeps the output as it is
+        out.retain_grad()
+        hidden.append(out)
+
+    hook = model.model.norm.register_forward_hook(keep)
+    trainer.compute_loss(model, inputs).backward()
+    hook.remove()
+    grad = hidden[-1].grad  # (batch, prompt + completion, hidden size)
+    prompt_len = inputs["prompt_ids"].shape[1]
+    mask = inputs["tool_mask"][0]  # the env_mask of the sample that called the teacher
+    for j in range(int(inputs["completion_mask"][0].sum())):
+        # logits at position prompt_len + j - 1 predict completion token j
+        g = grad[0, prompt_len + j - 1].abs().sum()
+        assert (g == 0) if mask[j] == 0 else (g > 0), (j, mask[j], g)
