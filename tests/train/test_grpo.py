@@ -1,0 +1,83 @@
+"""`train_grpo` end to end on the tiny random model: the run folder, relay with the
+reference teacher, refusals, and resuming from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collabrl.errors import UserError
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.grpo import GRPOTrainConfig, train_grpo
+from collabrl.train.trainer import CURVES, METRICS
+
+
+def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
+    fields = {
+        "model": str(model),
+        "data": "arith_train",
+        "limit": 8,
+        "out": str(out),
+        "steps": 2,
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "max_tokens": 16,
+        "save_steps": 1,
+    }
+    return GRPOTrainConfig(**(fields | changes))
+
+
+def test_grpo_writes_metrics_curves_and_a_loadable_model(tiny_model_dir: Path, tmp_path) -> None:
+    from collabrl.engines.hf import TransformersEngine
+
+    result = train_grpo(_config(tiny_model_dir, tmp_path))
+    assert result.steps == 2
+    steps = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
+    logged = [s for s in steps if "reward" in s]
+    assert [s["step"] for s in logged] == [1, 2]
+    assert {"episodes/accuracy", "episodes/call_ratio", "rewards/accuracy/mean"} <= set(logged[0])
+    assert (tmp_path / CURVES).is_file()
+    engine = TransformersEngine.from_ref(str(tmp_path / "final"))  # a model reference again
+    engine.close()
+
+
+def test_relay_with_the_reference_teacher_runs(tiny_model_dir: Path, tmp_path) -> None:
+    config = _config(
+        tiny_model_dir,
+        tmp_path,
+        method="relay",
+        steps=1,
+        protocol=ProtocolConfig(teacher="reference"),
+    )
+    train_grpo(config)
+    (step,) = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()][:1]
+    assert "rewards/relay_difficulty_aware/mean" in step
+
+
+def test_resume_continues_from_the_last_checkpoint(tiny_model_dir: Path, tmp_path) -> None:
+    train_grpo(_config(tiny_model_dir, tmp_path, steps=1))
+    result = train_grpo(_config(tiny_model_dir, tmp_path, steps=2, resume=True))
+    assert result.steps == 2
+    logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
+    assert [s["step"] for s in logged if "reward" in s] == [1, 2]  # step 1 was not redone
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"method": "ppo"}, "unknown method"),
+        ({"num_generations": 1}, "num_generations"),
+        ({"method": "relay"}, "needs a teacher"),
+        ({"reward": "fancy"}, "unknown reward"),
+    ],
+)
+def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_path) -> None:
+    with pytest.raises(UserError, match=fragment):
+        train_grpo(_config(Path("no-such-model"), tmp_path, **changes))
+
+
+def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -> None:
+    with pytest.raises(UserError, match="no checkpoints"):
+        train_grpo(_config(tiny_model_dir, tmp_path, resume=True))
