@@ -1,10 +1,12 @@
-"""`collab train grpo|relay`: TRL's GRPOTrainer over a protocol's Episodes.
+"""`collab train grpo|relay|eapo`: TRL's GRPOTrainer over a protocol's Episodes.
 
 One trainer for the methods that differ only in their protocol and reward: `grpo`
-(the solo protocol, correctness reward: both papers' self-exploratory baseline) and
+(the solo protocol, correctness reward: both papers' self-exploratory baseline),
 `relay` (RelayLLM: the relay protocol with a teacher, its simple or difficulty-aware
-reward). The rollout (`train/rollout.py`) runs the protocol on the live model; the
-reward functions (`train/rewards.py`) read the Episodes' extras.
+reward) and `eapo` (EAPO: the consult protocol with an expert pool, its F1 reward,
+the ρ_s and turn-budget schedules, DAPO's clip). The rollout (`train/rollout.py`)
+runs the protocol on the live model; the reward functions (`train/rewards.py`) read
+the Episodes' extras.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from collabrl.engines.base import SamplingParams
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.schedules import ScheduleConfig
 
-METHODS = ("grpo", "relay")
+METHODS = ("grpo", "relay", "eapo")
 
 
 @dataclass
 class GRPOTrainConfig:
     """A GRPO run: the policy, its data, the protocol it rolls out with, the reward."""
 
-    method: str = option("grpo", "grpo (solo protocol) | relay (RelayLLM).")
+    method: str = option(
+        "grpo", "grpo (solo protocol) | relay (RelayLLM, a teacher) | eapo (EAPO, experts)."
+    )
     model: str = option("smollm2-135m", "The policy to train: a local model reference.")
     data: str = option(
         "arith_train", "Training problems: a registered name or a .jsonl/.parquet/folder path."
@@ -41,6 +46,12 @@ class GRPOTrainConfig:
     reward: str = option(
         "difficulty_aware",
         "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, per prompt group).",
+    )
+    consult_penalty: float = option(
+        0.0, "eapo: reward subtracted per expert call (EAPO §1 mentions one; off by default)."
+    )
+    schedule: ScheduleConfig = option(
+        ScheduleConfig(), "eapo: the acceptance ρ_s and turn-budget schedules over the run."
     )
     steps: int = option(20, "Optimizer steps (TRL max_steps).")
     prompts_per_step: int = option(4, "Problems per step; each gets num_generations samples.")
@@ -74,6 +85,8 @@ class GRPOTrainConfig:
         require("temperature", self.temperature, self.temperature > 0, "> 0 (GRPO samples)")
         require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
+        require("consult_penalty", self.consult_penalty, self.consult_penalty >= 0, ">= 0")
+        self.schedule.check()
         if self.prompt is not None:
             get_prompt(self.prompt)
         from collabrl.train.trainer import rollout_protocol
@@ -83,6 +96,10 @@ class GRPOTrainConfig:
 
 # Resources and bookkeeping: a resumed run may change them.
 RESUMABLE_KEYS = frozenset({"out", "resume", "report_to", "engine", "steps", "save_steps"})
+
+
+# EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
+DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
 
 
 @dataclass
@@ -126,6 +143,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         "bf16": not cpu and torch.cuda.is_bf16_supported(),
         "use_cpu": cpu,
         "gradient_checkpointing": False,
+        **(DAPO_CLIP if config.method == "eapo" else {}),
         **config.trl,
     }
     return GRPOConfig(**settings)

@@ -8,19 +8,28 @@ group may be split across processes, and its scenario is decided over the whole 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from collabrl.rewards.eapo import eapo_reward
 from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
+
+if TYPE_CHECKING:
+    from collabrl.train.grpo import GRPOTrainConfig
 
 RewardFunc = Callable[..., list[float]]
 
 
-def reward_functions(method: str, reward: str) -> list[RewardFunc]:
-    """The reward of a method: correctness for grpo, RelayLLM's for relay."""
-    if method == "grpo":
+def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
+    """The reward of a method: correctness for grpo, RelayLLM's for relay, EAPO's for eapo."""
+    if config.method == "grpo":
         return [accuracy]
-    return [relay_simple] if reward == "simple" else [relay_difficulty_aware]
+    if config.method == "eapo":
+        reward = functools.partial(eapo, penalty=config.consult_penalty)
+        functools.update_wrapper(reward, eapo)  # TRL logs a reward under its __name__
+        return [reward]
+    return [relay_simple] if config.reward == "simple" else [relay_difficulty_aware]
 
 
 def log_episodes(kwargs: dict[str, Any]) -> None:
@@ -28,7 +37,8 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
     log = kwargs.get("log_metric")
     if log is None:
         return
-    for key in ("correct", "call_ratio", "call_ratio_requested", "calls", "format_errors"):
+    keys = ("correct", "call_ratio", "call_ratio_requested", "calls", "accepted_calls")
+    for key in (*keys, "format_errors", *(["accept_prob"] if "accept_prob" in kwargs else [])):
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key
         log(f"episodes/{name}", sum(values) / len(values))
@@ -71,3 +81,13 @@ def _process_index() -> int:
     from accelerate import PartialState
 
     return PartialState().process_index
+
+
+def eapo(
+    prompts: list[Any], completions: list[Any], penalty: float = 0.0, **kwargs: Any
+) -> list[float]:
+    """EAPO's reward: the answer's token F1 if non-zero, 0.1 for a well-formed answer
+    line with F1 0, else 0 (less `penalty` per expert call)."""
+    log_episodes(kwargs)
+    rows = zip(kwargs["f1"], kwargs["format_ok"], kwargs["calls"], strict=True)
+    return [eapo_reward(f1, ok, penalty, calls) for f1, ok, calls in rows]

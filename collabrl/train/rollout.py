@@ -33,6 +33,8 @@ from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import Reference
 from collabrl.episode import Author, Episode
 from collabrl.protocols.base import CollabProtocol, Task
+from collabrl.protocols.consult import policy_text
+from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import is_equivalent
 from collabrl.train.episodes import trainable
@@ -71,8 +73,10 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         "calls": len(episode.calls),
         "accepted_calls": sum(1 for s in episode.calls if s.meta.get("accepted", True)),
         "format_errors": int(episode.meta.get("format_errors", 0)),
+        "format_ok": format_ok(policy_text(episode)),
         "end": str(episode.end),
-        "response_text": episode.response_text,
+        # consult: the acceptance probability this step's schedule set.
+        **({"accept_prob": episode.meta["accept_prob"]} if "accept_prob" in episode.meta else {}),
     }
 
 

@@ -21,13 +21,26 @@ if TYPE_CHECKING:
 METRICS = "metrics.jsonl"
 CURVES = "train_curves.png"
 # The curves drawn from metrics.jsonl, when a run logged them.
-CURVE_KEYS = ("reward", "episodes/accuracy", "episodes/call_ratio", "episodes/format_errors")
+CURVE_KEYS = (
+    "reward",
+    "episodes/accuracy",
+    "episodes/call_ratio",
+    "episodes/calls",
+    "episodes/accepted_calls",
+    "episodes/format_errors",
+)
+
+
+# The protocol each method rolls out with.
+PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult"}
 
 
 def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
-    """The method's protocol: solo for grpo, the method's own otherwise."""
-    name = "solo" if config.method == "grpo" else config.method
-    return dataclasses.replace(config.protocol, name=name)
+    """The method's protocol (EAPO trains with the expert channel open)."""
+    protocol = dataclasses.replace(config.protocol, name=PROTOCOL_OF[config.method])
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="open")
+    return protocol
 
 
 def run_grpo(
@@ -42,12 +55,14 @@ def run_grpo(
     from collabrl.train.grpo import TrainResult, dataset_of, grpo_args
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import ProtocolRollout
+    from collabrl.train.schedules import ScheduleCallback
 
     ref = resolve_model(config.model)
     model = load_model(ref)
     tokenizer = load_tokenizer(ref)
     engine = TransformersEngine(model, tokenizer, config.engine.batch_size, config.model)
-    template = get_prompt(config.prompt or bench.prompt)
+    # consult brings EAPO's own prompts; the other protocols use the data's (or --prompt).
+    template = None if config.method == "eapo" else get_prompt(config.prompt or bench.prompt)
     protocol = build_protocol(
         rollout_protocol(config),
         config.model,
@@ -67,14 +82,17 @@ def run_grpo(
                 with (out / METRICS).open("a") as f:
                     f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
+    callbacks: list[Any] = [MetricsFile()]
+    if config.method == "eapo":
+        callbacks.append(ScheduleCallback(config.schedule, protocol))
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=reward_functions(config.method, config.reward),
+        reward_funcs=reward_functions(config),
         args=grpo_args(config, out),
         train_dataset=dataset_of(bench),
         processing_class=tokenizer,
         rollout_func=rollout,
-        callbacks=[MetricsFile()],
+        callbacks=callbacks,
     )
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)

@@ -81,3 +81,20 @@ def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_p
 def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -> None:
     with pytest.raises(UserError, match="no checkpoints"):
         train_grpo(_config(tiny_model_dir, tmp_path, resume=True))
+
+
+def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    config = _config(
+        tiny_model_dir,
+        tmp_path,
+        method="eapo",
+        protocol=ProtocolConfig(experts=["reference"]),
+    )
+    train_grpo(config)
+    logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
+    steps = [s for s in logged if "reward" in s]
+    assert "rewards/eapo/mean" in steps[0] and "episodes/accepted_calls" in steps[0]
+    # ρ_s = 1/s, set on the protocol before each step and recorded on its episodes.
+    assert [s["episodes/accept_prob"] for s in steps] == [1.0, 0.5]
