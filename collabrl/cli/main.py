@@ -13,6 +13,7 @@ from collabrl import __version__
 from collabrl.cli import build as build_cli
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
+from collabrl.cli import train as train_cli
 from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
 from collabrl.cli.options import config_command
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(build_cli.app, name="build-warmup")
+app.add_typer(train_cli.app, name="train")
 app.command("serve", cls=config_command("serve"))(serve)
 app.command("infer", cls=config_command("infer"))(infer)
 app.command("filter", cls=config_command("filter"))(filter_data)

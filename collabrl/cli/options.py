@@ -27,6 +27,7 @@ CONFIG_CLASSES = {
     "build-warmup-relay": "collabrl.builders.relay_warmup:RelayWarmupConfig",
     "build-warmup-rsim": "collabrl.builders.rsim_warmup:RsimWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
+    "train-sft": "collabrl.train.sft:SFTTrainConfig",
 }
 
 # A config-bound parameter carries its key in its help text until help is printed.

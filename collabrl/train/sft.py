@@ -1,0 +1,431 @@
+"""`collab train sft`: RelayLLM's warm-up stage (§3.1) on TRL's SFTTrainer.
+
+The policy is fine-tuned with cross-entropy on the warm-up rows (`collab build-warmup
+relay`), conversational prompt–completion pairs, with the loss on the completion only: it
+learns the syntax of `<call>n</call>` before GRPO teaches it when to call.
+
+The paper gives no warm-up hyperparameters (its appendix E lists GRPO's only), so the
+defaults are those of the authors' released launch, github.com/Chengsong-Huang/RelayLLM
+`main.bash` running `SFT_stage/train.py`: full fine-tuning, learning rate 2e-5, one
+epoch, 2 rows per device × 16 accumulation steps (32 per update, App. E's global batch
+size too), a 3% linear warm-up of the learning rate, sequences cut at 4096 tokens, and a
+loss masked to the response.
+
+The run folder holds `config.yaml`, `metrics.jsonl` (every TRL log, one line each),
+`train_curve.png`, `checkpoints/` (TRL's, for `--resume`) and `final/`: a plain Hugging
+Face folder (a LoRA run's adapter merged into the base weights), itself a model reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collabrl.builders.folder import DATASET
+from collabrl.config import option, require
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.models import load_model, load_tokenizer, resolve_model
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+METRICS = "metrics.jsonl"
+CURVE = "train_curve.png"
+
+# How long the run goes, its memory use and where it reports may change on --resume (`--set
+# trl.max_steps=N` extends a run); the model, data, LoRA and learning settings may not.
+RESUMABLE_KEYS = frozenset(
+    {
+        "out",
+        "resume",
+        "activation_checkpointing",
+        "report_to",
+        "save_strategy",
+        "save_steps",
+        "save_total_limit",
+        "trl",
+    }
+)
+# SFTConfig arguments the run folder owns: elsewhere, --resume would not find checkpoints.
+OWNED_TRL_KEYS = frozenset({"output_dir"})
+
+
+@dataclass
+class SFTTrainConfig:
+    """Supervised fine-tuning on prompt–completion rows (RelayLLM's warm-up, §3.1)."""
+
+    model: str = option("smollm2-135m", "The policy to fine-tune: a model reference.")
+    data: str | None = option(
+        None,
+        "Training rows: a builder folder (collab build-warmup; its dataset/), a datasets "
+        "folder, or a rows .jsonl; conversational prompt/completion columns.",
+    )
+    out: str | None = option(
+        None, "Run folder (default: a new folder under runs/); refused if it holds another run."
+    )
+    resume: bool = option(
+        False, "Continue from the last checkpoint in OUT/checkpoints (after a kill, or longer)."
+    )
+    lora: bool = option(
+        False,
+        "Train a LoRA adapter instead of all weights (the authors fine-tune all); final/ holds "
+        "it merged into the base weights.",
+    )
+    # The paper and the authors' code use no LoRA: these are peft's usual choices.
+    lora_r: int = option(16, "LoRA rank.")
+    lora_alpha: float = option(32.0, "LoRA scaling alpha (the update is scaled by alpha/r).")
+    lora_dropout: float = option(0.05, "Dropout on the LoRA branch.")
+    lora_target_modules: list[str] = option(
+        ["all-linear"], "Modules LoRA adapts: names (q_proj, v_proj, ...) or all-linear."
+    )
+    learning_rate: float = option(2e-5, "Peak learning rate (the authors' main.bash: 2e-5).")
+    epochs: float = option(1.0, "Passes over the rows (the authors' train.py: 1).")
+    batch_size: int = option(2, "Rows per device per step (the authors' main.bash: 2).")
+    gradient_accumulation_steps: int = option(
+        16, "Steps accumulated per update (main.bash: 16, so 32 rows per update on one GPU)."
+    )
+    warmup_ratio: float = option(
+        0.03, "Fraction of the updates over which the learning rate warms up (train.py: 0.03)."
+    )
+    max_length: int = option(
+        4096, "Tokens kept of prompt + completion; longer rows are cut (main.bash: 4096)."
+    )
+    seed: int = option(0, "Seed of the LoRA init, data order and dropout.")
+    activation_checkpointing: bool = option(
+        True, "Recompute activations in the backward pass: less memory, slower (train.py: on)."
+    )
+    save_strategy: str = option("steps", "When checkpoints are saved: steps | epoch.")
+    save_steps: int = option(100, "Updates between checkpoints (save_strategy steps).")
+    save_total_limit: int | None = option(
+        2, "Checkpoints kept (older ones deleted); none keeps them all."
+    )
+    report_to: str = option("none", "Where TRL also logs: none, wandb, tensorboard, ...")
+    trl: dict[str, Any] = option(
+        {},
+        "Any other TRL SFTConfig argument, applied last (e.g. --set trl.max_steps=100, "
+        "trl.lr_scheduler_type=constant).",
+    )
+
+    def check(self) -> None:
+        """Refuse values no run can use, before any data or model is loaded."""
+        require(
+            "data",
+            self.data,
+            bool(self.data),
+            "a builder folder, a datasets folder or a rows .jsonl",
+        )
+        require("learning_rate", self.learning_rate, 0 < self.learning_rate < 1, "in (0, 1)")
+        require("epochs", self.epochs, 0 < self.epochs < math.inf, "a finite number > 0")
+        require("batch_size", self.batch_size, self.batch_size >= 1, "at least 1")
+        require(
+            "gradient_accumulation_steps",
+            self.gradient_accumulation_steps,
+            self.gradient_accumulation_steps >= 1,
+            "at least 1",
+        )
+        require("warmup_ratio", self.warmup_ratio, 0 <= self.warmup_ratio < 1, "in [0, 1)")
+        require("max_length", self.max_length, self.max_length >= 1, "at least 1")
+        require("seed", self.seed, 0 <= self.seed < 2**32, "between 0 and 2^32 - 1")
+        require(
+            "save_strategy", self.save_strategy, self.save_strategy in ("steps", "epoch"), "steps"
+        )
+        require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
+        limit = self.save_total_limit
+        require("save_total_limit", limit, limit is None or limit >= 1, "at least 1 or none")
+        require("lora_r", self.lora_r, self.lora_r >= 1, "at least 1")
+        require("lora_alpha", self.lora_alpha, self.lora_alpha > 0, "> 0")
+        require("lora_dropout", self.lora_dropout, 0 <= self.lora_dropout < 1, "in [0, 1)")
+        require(
+            "lora_target_modules",
+            self.lora_target_modules,
+            bool(self.lora_target_modules),
+            "at least one module name",
+        )
+        _check_trl_keys(self.trl)
+
+
+def _check_trl_keys(trl: dict[str, Any]) -> None:
+    """A mistyped TRL argument fails here, not after the model has loaded."""
+    from trl import SFTConfig
+
+    known = {f.name for f in fields(SFTConfig)} - OWNED_TRL_KEYS
+    for key in trl:
+        if key in OWNED_TRL_KEYS:
+            raise UserError(f"trl.{key} is set by collab train sft", "use --out instead")
+        if key not in known:
+            raise UserError(
+                f"trl.{key} is not a TRL SFTConfig argument", "see TRL's SFTConfig reference"
+            )
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """A finished (or resumed) run: its folder and what it reached."""
+
+    out_dir: Path
+    metrics: dict[str, Any]  # steps, final_loss, train_loss, resumed_from, final
+
+
+def train_sft(
+    config: SFTTrainConfig, progress: Callable[[int, int], None] | None = None
+) -> SFTResult:
+    """Fine-tune `config.model` on `config.data` into the run folder; see the module
+    docstring. `progress(done, total)` is called with optimizer steps."""
+    import transformers
+
+    config.check()
+    ref = resolve_model(config.model)
+    rows = load_rows(config.data or "")
+    out = records.out_folder(config.out, "sft", config.data or "", config.model)
+    last = _last_checkpoint(out / CHECKPOINTS, config.resume)
+    records.prepare_folder(config, out, RESUMABLE_KEYS, (out / METRICS,))
+    resumed_from = _checkpoint_step(last) if last else None
+    _keep_metrics_until(out / METRICS, resumed_from or 0)
+
+    tokenizer = load_tokenizer(ref)
+    if tokenizer.chat_template is None:
+        raise UserError(
+            f"model '{config.model}' has no chat template; the rows are conversational",
+            "use an instruct model, or add a chat_template to its tokenizer_config.json",
+        )
+    transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
+    with _quiet_datasets(), records.RecordWriter(out / METRICS) as writer:
+        trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
+        trainer.add_callback(_recorder(writer, progress))
+        output = trainer.train(resume_from_checkpoint=bool(last))
+    _save_final(trainer, out / FINAL, config.lora)
+    history = records.read_records(out / METRICS)
+    names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"
+    plot_curve(history, out / CURVE, f"SFT · {names}")
+    losses = [r["loss"] for r in history if "loss" in r]
+    return SFTResult(
+        out,
+        {
+            "steps": trainer.state.global_step,
+            "final_loss": losses[-1] if losses else None,
+            "train_loss": output.training_loss,
+            "resumed_from": resumed_from,
+            "final": str(out / FINAL),
+        },
+    )
+
+
+def load_rows(data: str) -> Dataset:
+    """The training rows of a builder folder (its dataset/), a datasets folder or a .jsonl."""
+    import datasets
+
+    path = Path(data).expanduser()
+    if (path / DATASET).is_dir():
+        path = path / DATASET
+    if path.is_file() and path.suffix == ".jsonl":
+        rows = _from_jsonl(path)
+    elif path.is_dir():
+        try:
+            rows = datasets.load_from_disk(str(path))
+        except FileNotFoundError as err:
+            raise UserError(
+                f"{data} is neither a builder folder nor a datasets folder",
+                "pass a collab build-warmup folder, a datasets folder or a rows .jsonl",
+            ) from err
+        if isinstance(rows, datasets.DatasetDict):
+            if "train" not in rows:
+                raise UserError(f"{data} has no train split", "save the rows as a train split")
+            rows = rows["train"]
+    else:
+        raise UserError(
+            f"no training rows at {data}",
+            "pass a collab build-warmup folder, a datasets folder or a rows .jsonl",
+        )
+    missing = {"prompt", "completion"} - set(rows.column_names)
+    if missing:
+        raise UserError(
+            f"{data} has no {' or '.join(sorted(missing))} column "
+            f"(columns: {', '.join(rows.column_names)})",
+            "train on prompt/completion rows, e.g. from collab build-warmup relay",
+        )
+    if len(rows) == 0:
+        raise UserError(f"{data} holds no rows", "build some first: collab build-warmup relay")
+    return rows
+
+
+def _from_jsonl(path: Path) -> Dataset:
+    """Rows read as the builders export them (`Dataset.from_list`)."""
+    import datasets
+    import pyarrow as pa
+
+    try:
+        return datasets.Dataset.from_list(records.read_records(path))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise UserError(f"{path}: rows of mixed shapes ({err})", "fix or rebuild the rows") from err
+
+
+def _last_checkpoint(checkpoints: Path, resume: bool) -> str | None:
+    """The checkpoint to resume from; a fresh run must not overwrite another's checkpoints."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    if resume and last is None:
+        raise UserError(f"no checkpoint to resume in {checkpoints}", "run without --resume")
+    if not resume and last is not None:
+        raise UserError(
+            f"{checkpoints.parent} already holds checkpoints of a run",
+            "pass --resume to continue it, or use a new --out folder",
+        )
+    return last
+
+
+def _checkpoint_step(checkpoint: str) -> int:
+    """TRL names a checkpoint after its optimizer step: checkpoint-<step>."""
+    return int(Path(checkpoint).name.rsplit("-", 1)[1])
+
+
+def _keep_metrics_until(path: Path, step: int) -> None:
+    """Drop the logs after `step` (0: all of them): a resumed run logs those steps again."""
+    kept = [r for r in records.read_records(path) if r.get("step", 0) <= step]
+    tmp = path.with_suffix(".tmp")
+    with records.RecordWriter(tmp) as writer:
+        for record in kept:
+            writer.write(record)
+    os.replace(tmp, path)
+
+
+def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
+    """TRL's arguments: the config's settings, then `config.trl` over them."""
+    import torch
+    from trl import SFTConfig
+
+    cuda = torch.cuda.is_available()
+    args: dict[str, Any] = {
+        "output_dir": str(checkpoints),
+        "learning_rate": config.learning_rate,
+        "num_train_epochs": config.epochs,
+        "per_device_train_batch_size": config.batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "warmup_steps": config.warmup_ratio,  # below 1, TRL reads it as a ratio
+        "max_length": config.max_length,
+        "seed": config.seed,
+        "activation_checkpointing": config.activation_checkpointing,
+        "completion_only_loss": True,  # the prompt is the problem, not what is learned
+        "save_strategy": config.save_strategy,
+        "save_steps": config.save_steps,
+        "save_total_limit": config.save_total_limit,
+        "logging_steps": 1,
+        "report_to": config.report_to,
+        "disable_tqdm": True,  # the command draws its own bar
+        "use_cpu": not cuda,
+        # bf16 mixed precision on a GPU that has it; on a CPU it makes a step ~10x slower.
+        "bf16": cuda and torch.cuda.is_bf16_supported(),
+    }
+    try:
+        return SFTConfig(**{**args, **config.trl})
+    except (TypeError, ValueError) as err:
+        raise UserError(f"invalid TRL settings: {err}", "fix the trl.* values") from err
+
+
+def _trainer(
+    config: SFTTrainConfig, rows: Dataset, model: Any, tokenizer: Any, out: Path
+) -> SFTTrainer:
+    from transformers import PrinterCallback
+    from trl import SFTTrainer
+
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_args(config, out / CHECKPOINTS),
+        train_dataset=rows,
+        processing_class=tokenizer,
+        peft_config=_lora_config(config) if config.lora else None,
+    )
+    trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
+    return trainer
+
+
+def _lora_config(config: SFTTrainConfig) -> Any:
+    from peft import LoraConfig
+
+    targets = config.lora_target_modules
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        # peft reads "all-linear" only as a string, not inside a list.
+        target_modules="all-linear" if targets == ["all-linear"] else targets,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _recorder(
+    writer: records.RecordWriter, progress: Callable[[int, int], None] | None
+) -> TrainerCallback:
+    """A callback writing every TRL log to metrics.jsonl and moving the progress bar
+    (built here: importing transformers is left to the runs that train)."""
+    from transformers import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if progress is not None:
+                progress(state.global_step, state.max_steps)
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
+        ) -> None:
+            if state.is_world_process_zero and logs:
+                writer.write({"step": state.global_step, "epoch": state.epoch, **logs})
+
+    return Recorder()
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """datasets' bars (the trainer tokenizing the rows) would print under the command's own."""
+    import datasets
+
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
+
+
+def _save_final(trainer: SFTTrainer, final: Path, lora: bool) -> None:
+    """Save the model and tokenizer as one Hugging Face folder that every engine loads
+    (vLLM included): a LoRA adapter is merged into the base weights first (the adapter
+    itself stays in the last checkpoint). Written aside and renamed into place."""
+    model = trainer.model.merge_and_unload() if lora else trainer.model
+    model.config.use_cache = True  # training turns the cache off; generation wants it
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    trainer.processing_class.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Training loss against optimizer step (no display needed: the Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(r["step"], r["loss"]) for r in history if "loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot([s for s, _ in points], [loss for _, loss in points], marker=".", color="tab:blue")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
