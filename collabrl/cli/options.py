@@ -28,6 +28,7 @@ CONFIG_CLASSES = {
     "build-warmup-rsim": "collabrl.builders.rsim_warmup:RsimWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
+    "train-grpo": "collabrl.train.grpo:GRPOTrainConfig",
 }
 
 # A config-bound parameter carries its key in its help text until help is printed.

@@ -1,4 +1,4 @@
-"""`collab train sft`: fine-tune a policy; the trainers live in `collabrl.train`."""
+"""`collab train sft|grpo|relay|eapo`: train a policy; the trainers live in `collabrl.train`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from collabrl.cli import options as opt
 from collabrl.cli.progress import progress_bar
@@ -13,7 +14,8 @@ from collabrl.cli.progress import progress_bar
 console = Console()
 
 app = typer.Typer(
-    help="Train a policy: sft now; grpo, relay and eapo join it.", no_args_is_help=True
+    help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO).",
+    no_args_is_help=True,
 )
 
 
@@ -47,3 +49,60 @@ def sft(
         f"model: {m['final']} (use it as --model) · folder: {result.out_dir} "
         "(metrics.jsonl, train_curve.png, checkpoints/)"
     )
+
+
+# grpo, relay and eapo share one config (`collab config show train-grpo`) and one
+# command body; the command's name is the method.
+GRPO_HELP = {
+    "grpo": "GRPO with the solo protocol: both papers' self-exploratory baseline.",
+    "relay": "RelayLLM §3.2: GRPO on relay episodes with a teacher (--teacher), simple or "
+    "difficulty-aware reward.",
+    "eapo": "EAPO §2: GRPO on consult episodes with an expert pool (--expert), F1 reward, "
+    "ρ_s = 1/s acceptance and an annealed turn budget.",
+}
+
+
+def grpo_like(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    data: str = opt.config_option("data", "--data"),
+    limit: int = opt.config_option("limit", "--limit"),
+    teacher: str = opt.TEACHER,
+    expert: list[str] = opt.EXPERT,
+    steps: int = opt.config_option("steps", "--steps"),
+    prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
+    num_generations: int = opt.config_option("num_generations", "--num-generations"),
+    max_tokens: int = opt.config_option("max_tokens", "--max-tokens"),
+    temperature: float = opt.config_option("temperature", "--temperature"),
+    learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
+    seed: int = opt.config_option("seed", "--seed"),
+    out: str = opt.config_option("out", "--out"),
+    resume: bool = opt.config_option("resume", "--resume"),
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    from collabrl.train.grpo import train_grpo
+
+    cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
+    opt.check(ctx, cfg.check)
+    console.print(f"{cfg.method} · {cfg.model} on {cfg.data} · {cfg.steps} steps")
+    result = train_grpo(cfg)
+    logged = [h for h in result.history if "reward" in h]
+    table = Table("step", "reward", "accuracy", "call ratio", "calls")
+    for h in logged:
+        table.add_row(
+            str(h["step"]),
+            f"{h['reward']:.3f}",
+            f"{h.get('episodes/accuracy', 0):.3f}",
+            f"{h.get('episodes/call_ratio', 0):.3f}",
+            f"{h.get('episodes/calls', 0):.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"model: {result.out_dir / 'final'} (use it as --model) · folder: {result.out_dir} "
+        "(metrics.jsonl, train_curves.png, checkpoints/)"
+    )
+
+
+for _method, _help in GRPO_HELP.items():
+    app.command(_method, cls=opt.config_command("train-grpo"), help=_help)(grpo_like)

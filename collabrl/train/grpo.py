@@ -21,6 +21,7 @@ from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.errors import UserError
 from collabrl.eval import records
+from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.schedules import ScheduleConfig
 
@@ -154,6 +155,7 @@ def train_grpo(config: GRPOTrainConfig) -> TrainResult:
     from collabrl.train.trainer import run_grpo
 
     config.check()
+    resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     bench = load_benchmark(config.data, limit=config.limit)
     out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.resume and not (out / "checkpoints").is_dir():
