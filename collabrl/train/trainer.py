@@ -84,7 +84,8 @@ def run_grpo(
 
     callbacks: list[Any] = [MetricsFile()]
     if config.method == "eapo":
-        callbacks.append(ScheduleCallback(config.schedule, protocol))
+        # First: it adds accept_prob and turn_budget to the logs MetricsFile writes.
+        callbacks.insert(0, ScheduleCallback(config.schedule, protocol))
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_functions(config),
