@@ -122,6 +122,17 @@ class Episode:
                 values.extend(s.logprobs)
         return values
 
+    def response_logprobs(self) -> list[float] | None:
+        """Log-probs aligned with `response_ids`: the policy's own, 0.0 where others
+        wrote (a trainer masks those out). None when a policy segment has none."""
+        values: list[float] = []
+        for s in self.segments:
+            if s.author is Author.POLICY and s.logprobs is None:
+                return None
+            own = s.author is Author.POLICY
+            values.extend(s.logprobs if own else [0.0] * len(s.token_ids))
+        return values
+
     # -- counts and ratios -------------------------------------------------------
 
     def tokens_by(self, *authors: Author) -> int:

@@ -9,6 +9,7 @@ sample, the Episode's own ids and masks:
     completion_ids  every response token, whoever wrote it (the policy's context)
     env_mask        1 on tokens the policy sampled, 0 on teacher/expert/environment text
     logprobs        the policy's sampling log-probs, 0.0 on tokens it did not sample
+                    (`Episode.response_logprobs`)
     + extras        answer, correctness, F1, call ratios, calls, end reason, …
 
 so the loss (TRL's `loss_mask = completion_mask * env_mask`) never touches a token
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import Reference
-from collabrl.episode import Author, Episode
+from collabrl.episode import Episode
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
@@ -43,20 +44,6 @@ if TYPE_CHECKING:
     from trl import GRPOTrainer
 
     from collabrl.engines.hf import TransformersEngine
-
-
-def response_logprobs(episode: Episode) -> list[float] | None:
-    """Log-probs aligned with `response_ids`: the policy's own, 0.0 where others wrote
-    (those tokens are masked out of the loss). None when a policy segment has none."""
-    values: list[float] = []
-    for segment in episode.segments:
-        if segment.author is Author.POLICY:
-            if segment.logprobs is None:
-                return None
-            values.extend(segment.logprobs)
-        else:
-            values.extend([0.0] * len(segment.token_ids))
-    return values
 
 
 def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
@@ -153,7 +140,7 @@ class ProtocolRollout:
         logprobs_complete = True
         for episode in episodes:
             ids, mask = episode.response_ids, episode.loss_mask()
-            logprobs = response_logprobs(episode)
+            logprobs = episode.response_logprobs()
             if not ids:
                 # TRL needs one token per completion; an empty episode trains on nothing.
                 ids, mask, logprobs = [self._eos_id()], [0], [0.0]

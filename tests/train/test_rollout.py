@@ -15,7 +15,7 @@ from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
 from collabrl.train.rewards import relay_simple
-from collabrl.train.rollout import ProtocolRollout, response_logprobs
+from collabrl.train.rollout import ProtocolRollout
 from tests.protocols.scripted import ScriptedEngine
 
 ITEM = Item("p", "What is 2 + 5?", "7", None)
@@ -72,9 +72,9 @@ def test_logprobs_are_aligned_with_the_response_ids() -> None:
     episode.add(Segment(Author.POLICY, "a", [5, 6], [-0.5, -0.25]))
     episode.add(Segment(Author.TEACHER, "b", [7, 8, 9], None))
     episode.add(Segment(Author.POLICY, "c", [10], [-1.0]))
-    assert response_logprobs(episode) == [-0.5, -0.25, 0.0, 0.0, 0.0, -1.0]
+    assert episode.response_logprobs() == [-0.5, -0.25, 0.0, 0.0, 0.0, -1.0]
     episode.add(Segment(Author.POLICY, "d", [11], None))
-    assert response_logprobs(episode) is None
+    assert episode.response_logprobs() is None
 
 
 def test_an_empty_episode_becomes_one_masked_token(smol_tokenizer) -> None:
