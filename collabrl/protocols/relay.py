@@ -64,6 +64,11 @@ class RelayConfig:
     teacher_timeout: float = option(
         600.0, "Seconds one teacher call may take (a local CPU teacher writes ~15 tokens/s)."
     )
+    teacher_temperature: float | None = option(
+        None,
+        "Teacher sampling temperature; unset: the policy's. The teacher is never asked for "
+        "log-probs, so a training policy's sampling settings stay its own.",
+    )
     continue_after_teacher_eos: bool = option(
         False,
         "A teacher reply that ends at its EOS completes the answer and ends the episode "
@@ -77,6 +82,9 @@ class RelayConfig:
             raise UserError(f"relay.max_call_tokens must be >= 1, got {self.max_call_tokens}")
         if self.fixed_k is not None and self.fixed_k < 1:
             raise UserError(f"relay.fixed_k must be >= 1, got {self.fixed_k}")
+        t = self.teacher_temperature
+        if t is not None and not 0 <= t < float("inf"):
+            raise UserError(f"relay.teacher_temperature must be a finite number >= 0, got {t}")
 
 
 @dataclass(frozen=True)
@@ -244,7 +252,7 @@ class RelayProtocol:
                     )
                     for i, _ in members
                 ],
-                round_params(params, round_no, max_tokens=n, stop=(), include_stop=False),
+                self._teacher_params(params, round_no, n),
             )
             for n, members in by_n.items()
         ]
@@ -255,6 +263,20 @@ class RelayProtocol:
                 segment = episodes[i].add(self._teacher_segment(record, step, budget))
                 if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
                     episodes[i].end = EndReason.TEACHER_EOS
+
+    def _teacher_params(self, params: SamplingParams, round_no: int, n: int) -> SamplingParams:
+        """n tokens at the teacher's own temperature, with no stop, ban or log-probs."""
+        temperature = self.config.teacher_temperature
+        return round_params(
+            params,
+            round_no,
+            max_tokens=n,
+            stop=(),
+            include_stop=False,
+            banned=(),
+            logprobs=False,
+            temperature=params.temperature if temperature is None else temperature,
+        )
 
     def _teacher_segment(self, record: CallRecord, step: RelayStep, budget: int) -> Segment:
         text = record.text or ""

@@ -12,6 +12,7 @@ from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Author
+from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.parsing import CALL_CLOSE
 from collabrl.protocols.relay import RelayConfig, RelayProtocol, relay_step, teacher_messages
@@ -414,3 +415,21 @@ def test_smollm2_policy_with_smollm2_teacher_over_the_embedded_server(tmp_path: 
     assert policy_engine.prompts[-1] == episode.prompt_ids + [
         t for s in episode.segments[:-1] for t in s.token_ids
     ]
+
+
+def test_the_teacher_samples_with_its_own_settings(smol_tokenizer) -> None:
+    policy = ScriptedEngine(smol_tokenizer, [])
+    own = RelayConfig(teacher_free=True, teacher_temperature=0.0)
+    relay = RelayProtocol(Policy(policy, smol_tokenizer), None, TEMPLATE, own, TEMPLATE.extract)
+    training = SamplingParams(max_tokens=100, temperature=0.9, logprobs=True, stop=("</call>",))
+    asked = relay._teacher_params(training, 0, 5)
+    assert (asked.max_tokens, asked.temperature, asked.logprobs, asked.stop) == (5, 0.0, False, ())
+    inherited = RelayProtocol(
+        Policy(policy, smol_tokenizer), None, TEMPLATE, RelayConfig(teacher_free=True), ()
+    )._teacher_params(training, 0, 5)
+    assert inherited.temperature == 0.9 and not inherited.logprobs
+
+
+def test_a_negative_teacher_temperature_is_refused() -> None:
+    with pytest.raises(UserError, match="teacher_temperature"):
+        RelayConfig(teacher_temperature=-1.0).check()
