@@ -76,6 +76,8 @@ def grpo_like(
     temperature: float = opt.config_option("temperature", "--temperature"),
     learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
     seed: int = opt.config_option("seed", "--seed"),
+    eval_data: str = opt.config_option("eval_data", "--eval-data"),
+    eval_limit: int = opt.config_option("eval_limit", "--eval-limit"),
     out: str = opt.config_option("out", "--out"),
     resume: bool = opt.config_option("resume", "--resume"),
     config: Path = opt.CONFIG,
@@ -98,10 +100,22 @@ def grpo_like(
             f"{h.get('episodes/calls', 0):.2f}",
         )
     console.print(table)
+    if result.evaluation:
+        _print_evaluation(cfg.eval_data, result.evaluation)
     console.print(
         f"model: {result.out_dir / 'final'} (use it as --model) · folder: {result.out_dir} "
         "(metrics.jsonl, train_curves.png, checkpoints/)"
     )
+
+
+def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
+    """The held-out metrics of the starting and the trained policy, side by side."""
+    start, final = evaluation["start"], evaluation["final"]
+    table = Table("held-out " + data, "start", "trained")
+    for key in ("pass@1", "call_ratio", "mean_completion_tokens"):
+        if key in start:
+            table.add_row(key, f"{start[key]:.4f}", f"{final[key]:.4f}")
+    console.print(table)
 
 
 for _method, _help in GRPO_HELP.items():

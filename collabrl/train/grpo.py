@@ -11,6 +11,7 @@ the Episodes' extras.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,12 @@ class GRPOTrainConfig:
     schedule: ScheduleConfig = option(
         ScheduleConfig(), "eapo: the acceptance ρ_s and turn-budget schedules over the run."
     )
+    eval_data: str | None = option(
+        None,
+        "Held-out benchmark scored greedily before and after training (e.g. arith; eapo "
+        "with the expert channel locked); unset: no evaluation.",
+    )
+    eval_limit: int | None = option(None, "Evaluate only the first N held-out problems.")
     steps: int = option(20, "Optimizer steps (TRL max_steps).")
     prompts_per_step: int = option(4, "Problems per step; each gets num_generations samples.")
     num_generations: int = option(4, "G: samples per problem, the group GRPO normalises over.")
@@ -87,6 +94,8 @@ class GRPOTrainConfig:
         require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
         require("consult_penalty", self.consult_penalty, self.consult_penalty >= 0, ">= 0")
+        limit = self.eval_limit
+        require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
         self.schedule.check()
         if self.prompt is not None:
             get_prompt(self.prompt)
@@ -96,7 +105,9 @@ class GRPOTrainConfig:
 
 
 # Resources and bookkeeping: a resumed run may change them.
-RESUMABLE_KEYS = frozenset({"out", "resume", "report_to", "engine", "steps", "save_steps"})
+RESUMABLE_KEYS = frozenset(
+    {"out", "resume", "report_to", "engine", "steps", "save_steps", "eval_data", "eval_limit"}
+)
 
 
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
@@ -108,6 +119,8 @@ class TrainResult:
     out_dir: Path
     steps: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    # "start" and "final": the held-out metrics of the starting and the trained policy.
+    evaluation: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def dataset_of(bench: Benchmark) -> Any:
@@ -160,5 +173,43 @@ def train_grpo(config: GRPOTrainConfig) -> TrainResult:
     out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.resume and not (out / "checkpoints").is_dir():
         raise UserError(f"--resume: {out} has no checkpoints", "drop --resume to start a run")
+    if config.eval_data is not None:
+        load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
     records.prepare_folder(config, out, RESUMABLE_KEYS, (out / "metrics.jsonl",))
-    return run_grpo(config, bench, out, SamplingParams(max_tokens=config.max_tokens))
+    result = run_grpo(config, bench, out, SamplingParams(max_tokens=config.max_tokens))
+    if config.eval_data is not None:
+        # The policy is evaluated with the prompt it trained with (consult brings its own).
+        prompt = None if config.method == "eapo" else config.prompt or bench.prompt
+        result.evaluation = evaluate_run(config, out, prompt)
+        records.write_json(out / "eval.json", result.evaluation)
+    return result
+
+
+def evaluate_run(
+    config: GRPOTrainConfig, out: Path, prompt: str | None
+) -> dict[str, dict[str, Any]]:
+    """Greedy held-out metrics of the starting and the trained policy, each in its own
+    `collab eval` folder (resumable), with the run's protocol; eapo's channel locked, as
+    the paper evaluates it."""
+    from collabrl.config import SamplingConfig
+    from collabrl.eval.config import EvalConfig
+    from collabrl.eval.runner import run_eval
+    from collabrl.train.trainer import rollout_protocol
+
+    protocol = rollout_protocol(config)
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
+    results = {}
+    for name, model in (("start", config.model), ("final", str(out / "final"))):
+        eval_config = EvalConfig(
+            benchmark=config.eval_data,
+            model=model,
+            prompt=prompt,
+            limit=config.eval_limit,
+            out=str(out / f"eval-{name}"),
+            protocol=protocol,
+            sampling=SamplingConfig(max_tokens=config.max_tokens, temperature=0.0),
+            engine=config.engine,
+        )
+        results[name] = run_eval(eval_config).metrics
+    return results

@@ -16,7 +16,8 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
     result = collab(
         "train", "relay", "--model", str(tiny_model_dir), "--teacher", "reference",
         "--data", "arith_train", "--limit", "4", "--steps", "1", "--prompts-per-step", "2",
-        "--num-generations", "2", "--max-tokens", "12", "--out", "run", cwd=tmp_path,
+        "--num-generations", "2", "--max-tokens", "12", "--eval-data", "arith",
+        "--eval-limit", "2", "--out", "run", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     config = (tmp_path / "run" / "config.yaml").read_text()
@@ -26,6 +27,7 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
     ]
     assert logged[0]["step"] == 1 and "episodes/call_ratio" in logged[0]
     assert "final" in result.stdout
+    assert "held-out arith" in result.stdout and (tmp_path / "run" / "eval.json").is_file()
 
 
 @pytest.mark.parametrize(

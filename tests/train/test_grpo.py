@@ -99,3 +99,21 @@ def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
     # ρ_s = 1/s, set on the protocol before each step and recorded on its episodes.
     assert [s["episodes/accept_prob"] for s in steps] == [1.0, 0.5]
     assert [s["turn_budget"] for s in steps] == [6, 1]  # annealed over the 2-step run
+
+
+def test_a_held_out_evaluation_scores_the_start_and_the_trained_policy(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    config = _config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=3)
+    result = train_grpo(config)
+    assert set(result.evaluation) == {"start", "final"}
+    assert result.evaluation["final"]["problems"] == 3
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["start"]["pass@1"] == result.evaluation["start"]["pass@1"]
+    assert (tmp_path / "eval-final" / "samples.jsonl").is_file()
+
+
+def test_a_mistyped_held_out_set_fails_before_training(tiny_model_dir: Path, tmp_path) -> None:
+    with pytest.raises(UserError, match="unknown benchmark"):
+        train_grpo(_config(tiny_model_dir, tmp_path, eval_data="no-such-set"))
+    assert not (tmp_path / METRICS).exists()
