@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
-from collabrl.builders.plots import Panel, save_panels
+from collabrl.builders.plots import Panel
 from collabrl.builders.policy import check_model
 from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option, require
 from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
@@ -149,7 +149,7 @@ def build_filter(
     rows = folder.export()
     stats = filter_stats(config, len(bench.items), len(rows), rates, failures, cleaned)
     folder.write_stats(stats)
-    plot(out, config, rates, cleaned, stats)
+    plot(folder, config, rates, cleaned, stats)
     return BuildResult(out, stats, new)
 
 
@@ -348,7 +348,7 @@ def filter_stats(
 
 
 def plot(
-    out: Path,
+    folder: BuildFolder,
     config: FilterConfig,
     rates: list[dict[str, Any]],
     cleaned: Decontamination | None,
@@ -367,4 +367,4 @@ def plot(
         )
         panels.append(Panel("dropped as contaminated", "benchmark", counts=counts))
     title = f"filter: {stats['kept']} of {stats['problems']} problems kept"
-    save_panels(out / "stats.png", panels, title)
+    folder.save_plot(panels, title)

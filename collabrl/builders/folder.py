@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabrl.builders.plots import Panel, save_panels
 from collabrl.engines.base import ChatMessage
 from collabrl.eval import records
 
@@ -86,6 +87,9 @@ class BuildFolder:
 
     def write_stats(self, stats: dict[str, Any]) -> None:
         records.write_json(self.path / STATS, stats)
+
+    def save_plot(self, panels: list[Panel], title: str) -> None:
+        save_panels(self.path / PLOT, panels, title)
 
 
 @dataclass

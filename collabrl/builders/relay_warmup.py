@@ -21,11 +21,10 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.builders.folder import BuildResult, reasons, sft_row, summary
-from collabrl.builders.plots import Panel, save_panels
+from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
+from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import MakeRow, Unit, units_of
 from collabrl.config import EngineConfig, SamplingConfig, option, require
@@ -209,7 +208,7 @@ def build_relay_warmup(
     rows = folder.export()
     stats = relay_stats(config, rows, folder.rejected(), len(units))
     folder.write_stats(stats)
-    _plot(folder.path, rows, stats)
+    _plot(folder, rows, stats)
     return BuildResult(folder.path, stats, new)
 
 
@@ -259,6 +258,11 @@ def _unusable(text: str, ids: list[int], insertions: int) -> str | None:
     return None
 
 
+def _placements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every inserted command, with the length of the response it went into."""
+    return [p | {"tokens": r["response_tokens"]} for r in rows for p in r["insertions"]]
+
+
 def relay_stats(
     config: RelayWarmupConfig,
     rows: list[dict[str, Any]],
@@ -266,7 +270,7 @@ def relay_stats(
     units: int,
 ) -> dict[str, Any]:
     """What the set holds: counts, n before and after clipping, insertion positions."""
-    placed = [p | {"tokens": r["response_tokens"]} for r in rows for p in r["insertions"]]
+    placed = _placements(rows)
     return {
         "builder": "relay warm-up (RelayLLM §3.1)",
         "model": config.model,
@@ -285,11 +289,10 @@ def relay_stats(
     }
 
 
-def _plot(out: Path, rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
-    placed = [p | {"tokens": r["response_tokens"]} for r in rows for p in r["insertions"]]
+def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
+    placed = _placements(rows)
     decades = tuple(10.0**k / 1.5 for k in range(6))  # one bin per order of magnitude
-    save_panels(
-        out / "stats.png",
+    folder.save_plot(
         [
             Panel(
                 "n sampled (d·10^k)",

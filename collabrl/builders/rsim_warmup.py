@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
-from collabrl.builders.plots import Panel, save_panels
+from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import Unit, units_of
 from collabrl.config import EngineConfig, SamplingConfig, option, require
@@ -213,8 +213,7 @@ def rsim_stats(
 
 
 def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
-    save_panels(
-        folder.path / "stats.png",
+    folder.save_plot(
         [
             Panel("steps per row", "steps", tuple(r["steps"] for r in rows)),
             Panel("response length", "tokens", tuple(r["response_tokens"] for r in rows)),

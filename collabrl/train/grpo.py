@@ -99,9 +99,19 @@ class GRPOTrainConfig:
         self.schedule.check()
         if self.prompt is not None:
             get_prompt(self.prompt)
-        from collabrl.train.trainer import rollout_protocol
-
         rollout_protocol(self).check()
+
+
+# The protocol each method rolls out with.
+PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult"}
+
+
+def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
+    """The method's protocol (EAPO trains with the expert channel open)."""
+    protocol = dataclasses.replace(config.protocol, name=PROTOCOL_OF[config.method])
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="open")
+    return protocol
 
 
 # Resources and bookkeeping: a resumed run may change them.
@@ -194,7 +204,6 @@ def evaluate_run(
     from collabrl.config import SamplingConfig
     from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
-    from collabrl.train.trainer import rollout_protocol
 
     protocol = rollout_protocol(config)
     if config.method == "eapo":

@@ -26,7 +26,6 @@ it runs without its KV cache and silently writes garbage.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from collabrl.data.benchmarks import Item
@@ -81,14 +80,12 @@ class ProtocolRollout:
         items: list[Item],
         params: SamplingParams,
         num_generations: int,
-        on_episodes: Callable[[list[Episode]], None] | None = None,
     ) -> None:
         self.protocol = protocol
         self.engine = engine
         self.items = {item.id: item for item in items}
         self.params = dataclasses.replace(params, logprobs=True)
         self.num_generations = num_generations
-        self.on_episodes = on_episodes  # a hook for the trainer's own records
 
     def tasks(self, prompts: list[str], offset: int) -> list[Task]:
         """One task per prompt; the sample index is the position in its group, counted
@@ -120,8 +117,6 @@ class ProtocolRollout:
             self.engine.reset()  # the weights changed since the last step
             episodes = self.protocol.run(tasks, params)
         trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
-        if self.on_episodes is not None:
-            self.on_episodes(episodes)
         return self.to_trl(episodes)
 
     def _step_seed(self, trainer: GRPOTrainer) -> int | None:

@@ -13,7 +13,6 @@ from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.protocols.build import build_protocol
-from collabrl.protocols.config import ProtocolConfig
 
 if TYPE_CHECKING:
     from collabrl.train.grpo import GRPOTrainConfig, TrainResult
@@ -31,18 +30,6 @@ CURVE_KEYS = (
 )
 
 
-# The protocol each method rolls out with.
-PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult"}
-
-
-def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
-    """The method's protocol (EAPO trains with the expert channel open)."""
-    protocol = dataclasses.replace(config.protocol, name=PROTOCOL_OF[config.method])
-    if config.method == "eapo":
-        protocol.consult = dataclasses.replace(protocol.consult, mode="open")
-    return protocol
-
-
 def run_grpo(
     config: GRPOTrainConfig, bench: Benchmark, out: Path, params: SamplingParams
 ) -> TrainResult:
@@ -52,7 +39,7 @@ def run_grpo(
 
     from collabrl.engines.hf import TransformersEngine
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo import TrainResult, dataset_of, grpo_args
+    from collabrl.train.grpo import TrainResult, dataset_of, grpo_args, rollout_protocol
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import ProtocolRollout
     from collabrl.train.schedules import ScheduleCallback
