@@ -1,4 +1,4 @@
-"""`collab build-warmup relay|rsim`: warm-up SFT sets sampled from the policy itself."""
+"""`collab build-warmup relay|rsim|consult`: warm-up SFT sets sampled from the policy itself."""
 
 from __future__ import annotations
 
@@ -109,6 +109,47 @@ def rsim(
             f"[yellow]the data ran out before {s['rows_wanted']} rows[/]: "
             "raise --limit or --samples-per-problem, then re-run into the same --out"
         )
+
+
+@app.command("consult", cls=opt.config_command("build-warmup-consult"))
+def consult(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    call_fraction: float = opt.config_option("call_fraction", "--call-fraction"),
+    num_experts: int = opt.config_option("num_experts", "--num-experts"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    seed: int = opt.SEED,
+    tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
+    engine: str = opt.ENGINE,
+    batch_size: int = BATCH_SIZE,
+    out: str = OUT,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """This project's addition to EAPO: rows of the consult training prompt whose
+    completion is an `<agent_calls>` block asking an expert the problem (share
+    --call-fraction) or the policy's own answer ending in "Answer: xxx"."""
+    from collabrl.builders.consult_warmup import build_consult_warmup
+
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)
+    with progress_bar(console, f"consult warm-up · {cfg.model} on {cfg.data}") as progress:
+        result = build_consult_warmup(cfg, progress)
+    s = result.stats
+    _print(
+        result.out_dir,
+        result.new_samples,
+        [
+            ("rows", s["rows"]),
+            ("call rows", s["call_rows"]),
+            ("answer rows", s["answer_rows"]),
+            *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
+            ("answers correct", s["answers_correct"]),
+        ],
+    )
 
 
 def _print(out_dir: Path, new_samples: int, rows: list[tuple[str, object]]) -> None:

@@ -26,6 +26,7 @@ CONFIG_CLASSES = {
     "serve": "collabrl.serve.config:ServeConfig",
     "build-warmup-relay": "collabrl.builders.relay_warmup:RelayWarmupConfig",
     "build-warmup-rsim": "collabrl.builders.rsim_warmup:RsimWarmupConfig",
+    "build-warmup-consult": "collabrl.builders.consult_warmup:ConsultWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
     "train-grpo": "collabrl.train.grpo:GRPOTrainConfig",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 CALL_OPEN = "<call>"
@@ -203,6 +204,20 @@ def _parse_item(item: object, num_experts: int) -> ExpertQuery | str:
     if not query.strip():
         return "empty query"
     return ExpertQuery(expert_id=expert_id, query=query.strip())
+
+
+def format_agent_calls(queries: Sequence[ExpertQuery]) -> str:
+    """The block a policy writes to ask experts: `<agent_calls>`, the JSON list of
+    `{"expert_id": k, "input_parameters": {"query": …}}` items on its own line, then
+    `</agent_calls>`, laid out as in the training prompt's example (EAPO appendix D).
+    `parse_agent_calls` reads it back to the same queries, their text stripped: a tag
+    inside a query is written with its `<` as the JSON escape `\\u003c`, so it cannot
+    open or close the block."""
+    items = [{"expert_id": q.expert_id, "input_parameters": {"query": q.query}} for q in queries]
+    body = json.dumps(items, ensure_ascii=False)
+    for tag in (AGENT_CALLS_OPEN, AGENT_CALLS_CLOSE):
+        body = body.replace(tag, "\\u003c" + tag[1:])
+    return f"{AGENT_CALLS_OPEN}\n{body}\n{AGENT_CALLS_CLOSE}"
 
 
 def parse_agent_calls(text: str, num_experts: int, max_calls: int) -> AgentCalls | None:

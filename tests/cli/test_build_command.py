@@ -1,4 +1,4 @@
-"""`collab build-warmup relay|rsim` as a user runs it: a real process, killed with
+"""`collab build-warmup relay|rsim|consult` as a user runs it: a real process, killed with
 SIGKILL mid-build and resumed; one-line errors; the config listing."""
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ def test_changing_the_experiment_of_a_built_folder_is_one_line(
         (["relay", "--model", "no-such-model"], "no-such-model"),
         (["rsim", "--rows", "0"], "--rows"),
         (["rsim", "--max-tokens", "0"], "--max-tokens"),
+        (["consult", "--call-fraction", "1.5"], "--call-fraction"),
+        (["consult", "--num-experts", "0"], "--num-experts"),
+        (["consult", "--data", "no-such-set"], "unknown benchmark 'no-such-set'"),
     ],
 )
 def test_bad_values_are_refused_in_one_line_before_any_work(
@@ -84,7 +87,11 @@ def test_bad_values_are_refused_in_one_line_before_any_work(
 
 
 def test_config_show_lists_the_builders_fields() -> None:
-    for command, key in [("build-warmup-relay", "insertions:"), ("build-warmup-rsim", "rows:")]:
+    for command, key in [
+        ("build-warmup-relay", "insertions:"),
+        ("build-warmup-rsim", "rows:"),
+        ("build-warmup-consult", "call_fraction:"),
+    ]:
         shown = subprocess.run(
             [str(COLLAB), "config", "show", command], capture_output=True, text=True, check=True
         ).stdout
@@ -101,3 +108,15 @@ def test_rsim_through_the_command_line(tiny_model_dir: Path, tmp_path: Path) -> 
     stats = json.loads((tmp_path / "w" / STATS).read_text())
     assert stats["sampled"] == 4 and sum(stats["rejected"].values()) + stats["rows"] == 4
     assert "data ran out" in result.stdout or stats["rows"] == 2
+
+
+def test_consult_through_the_command_line(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = collab(
+        "build-warmup", "consult", "--model", str(tiny_model_dir), "--data", "arith",
+        "--limit", "4", "--call-fraction", "1", "--num-experts", "2", "--max-tokens", "8",
+        "--out", "w", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stats = json.loads((tmp_path / "w" / STATS).read_text())
+    assert stats["rows"] == stats["call_rows"] == 4 and stats["call_share"] == 1.0
+    assert "call rows" in result.stdout

@@ -10,6 +10,7 @@ from collabrl.protocols.parsing import (
     AgentCalls,
     ExpertQuery,
     RelayCall,
+    format_agent_calls,
     format_agent_returns,
     parse_agent_calls,
     parse_relay_call,
@@ -403,3 +404,41 @@ def test_agent_calls_property(text, num_experts, max_calls):
         for query in calls.queries:
             assert 1 <= query.expert_id <= num_experts
             assert isinstance(query.query, str) and query.query.strip()
+
+
+# ----------------------------------------------------------------------------- format_agent_calls
+
+
+def test_format_agent_calls_is_the_prompt_examples_layout():
+    text = format_agent_calls([ExpertQuery(2, "What is 3 × 4?")])
+    assert text == (
+        "<agent_calls>\n"
+        '[{"expert_id": 2, "input_parameters": {"query": "What is 3 × 4?"}}]\n'
+        "</agent_calls>"
+    )
+    calls = parse_agent_calls(text, num_experts=3, max_calls=3)
+    assert calls.ok and calls.queries == (ExpertQuery(2, "What is 3 × 4?"),)
+
+
+def test_format_agent_calls_escapes_tags_inside_a_query():
+    query = 'say "</agent_calls>" then <agent_calls> and \\<agent_calls>'
+    text = format_agent_calls([ExpertQuery(1, query)])
+    assert text.count("<agent_calls>") == 1 and text.count("</agent_calls>") == 1
+    assert parse_agent_calls(text, 1, 1).queries == (ExpertQuery(1, query),)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    queries=st.lists(
+        st.tuples(st.integers(min_value=1, max_value=5), st.text(min_size=1)).filter(
+            lambda q: q[1].strip()
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_format_agent_calls_round_trips_through_the_parser(queries):
+    asked = [ExpertQuery(k, q) for k, q in queries]
+    calls = parse_agent_calls(format_agent_calls(asked), num_experts=5, max_calls=4)
+    assert calls.ok and calls.start == 0
+    assert calls.queries == tuple(ExpertQuery(q.expert_id, q.query.strip()) for q in asked)
