@@ -47,7 +47,7 @@ def sft(
     console.print(f"{m['steps']} steps{resumed} · final loss {loss}")
     console.print(
         f"model: {m['final']} (use it as --model) · folder: {result.out_dir} "
-        "(metrics.jsonl, train_curve.png, checkpoints/)"
+        "(metrics.jsonl, train_curves.png, checkpoints/)"
     )
 
 
@@ -87,8 +87,8 @@ def grpo_like(
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
     opt.check(ctx, cfg.check)
-    console.print(f"{cfg.method} · {cfg.model} on {cfg.data} · {cfg.steps} steps")
-    result = train_grpo(cfg)
+    with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}") as progress:
+        result = train_grpo(cfg, progress)
     logged = [h for h in result.history if "reward" in h]
     table = Table("step", "reward", "accuracy", "call ratio", "calls")
     for h in logged:

@@ -12,6 +12,7 @@ the Episodes' extras.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,11 @@ from typing import Any
 from collabrl.config import EngineConfig, option, require
 from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import get_prompt
-from collabrl.engines.base import SamplingParams
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.run import CHECKPOINTS, FINAL, start_run
 from collabrl.train.schedules import ScheduleConfig
 
 METHODS = ("grpo", "relay", "eapo")
@@ -148,7 +149,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
 
     cpu = not torch.cuda.is_available()
     settings: dict[str, Any] = {
-        "output_dir": str(out / "checkpoints"),
+        "output_dir": str(out / CHECKPOINTS),
         "max_steps": config.steps,
         "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
         "num_generations": config.num_generations,
@@ -158,6 +159,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         "beta": config.beta,
         "seed": config.seed,
         "logging_steps": 1,
+        "disable_tqdm": True,  # the command draws its own bar
         "save_steps": config.save_steps,
         "save_strategy": "steps",
         "report_to": [] if config.report_to == "none" else [config.report_to],
@@ -173,20 +175,21 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
     return GRPOConfig(**settings)
 
 
-def train_grpo(config: GRPOTrainConfig) -> TrainResult:
-    """Run (or resume) a GRPO training run into its folder."""
+def train_grpo(
+    config: GRPOTrainConfig, progress: Callable[[int, int], None] | None = None
+) -> TrainResult:
+    """Run (or resume) a GRPO training run into its folder; `progress(done, total)` is
+    called with optimizer steps."""
     from collabrl.train.trainer import run_grpo
 
     config.check()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     bench = load_benchmark(config.data, limit=config.limit)
     out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
-    if config.resume and not (out / "checkpoints").is_dir():
-        raise UserError(f"--resume: {out} has no checkpoints", "drop --resume to start a run")
     if config.eval_data is not None:
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
-    records.prepare_folder(config, out, RESUMABLE_KEYS, (out / "metrics.jsonl",))
-    result = run_grpo(config, bench, out, SamplingParams(max_tokens=config.max_tokens))
+    checkpoint = start_run(config, out, RESUMABLE_KEYS)
+    result = run_grpo(config, bench, out, checkpoint, progress)
     if config.eval_data is not None:
         # The policy is evaluated with the prompt it trained with (consult brings its own).
         prompt = None if config.method == "eapo" else config.prompt or bench.prompt
@@ -209,7 +212,7 @@ def evaluate_run(
     if config.method == "eapo":
         protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
     results = {}
-    for name, model in (("start", config.model), ("final", str(out / "final"))):
+    for name, model in (("start", config.model), ("final", str(out / FINAL))):
         eval_config = EvalConfig(
             benchmark=config.eval_data,
             model=model,

@@ -12,16 +12,15 @@ size too), a 3% linear warm-up of the learning rate, sequences cut at 4096 token
 loss masked to the response.
 
 The run folder holds `config.yaml`, `metrics.jsonl` (every TRL log, one line each),
-`train_curve.png`, `checkpoints/` (TRL's, for `--resume`) and `final/`: a plain Hugging
-Face folder (a LoRA run's adapter merged into the base weights), itself a model reference.
+`train_curves.png`, `checkpoints/` (TRL's, for `--resume`) and `final/`: a plain Hugging
+Face folder (a LoRA run's adapter merged into the base weights), itself a model reference
+(`collabrl.train.run`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -32,16 +31,21 @@ from collabrl.config import option, require
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import load_model, load_tokenizer, resolve_model
+from collabrl.train.run import (
+    CHECKPOINTS,
+    CURVES,
+    FINAL,
+    METRICS,
+    checkpoint_step,
+    plot_curves,
+    recorder,
+    save_final,
+    start_run,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
-
-CHECKPOINTS = "checkpoints"
-FINAL = "final"
-METRICS = "metrics.jsonl"
-CURVE = "train_curve.png"
 
 # How long the run goes, its memory use and where it reports may change on --resume (`--set
 # trl.max_steps=N` extends a run); the model, data, LoRA and learning settings may not.
@@ -188,10 +192,8 @@ def train_sft(
     ref = resolve_model(config.model)
     rows = load_rows(config.data or "")
     out = records.out_folder(config.out, "sft", config.data or "", config.model)
-    last = _last_checkpoint(out / CHECKPOINTS, config.resume)
-    records.prepare_folder(config, out, RESUMABLE_KEYS, (out / METRICS,))
-    resumed_from = _checkpoint_step(last) if last else None
-    _keep_metrics_until(out / METRICS, resumed_from or 0)
+    last = start_run(config, out, RESUMABLE_KEYS)
+    resumed_from = checkpoint_step(last) if last else None
 
     tokenizer = load_tokenizer(ref)
     if tokenizer.chat_template is None:
@@ -202,12 +204,12 @@ def train_sft(
     transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
     with _quiet_datasets(), records.RecordWriter(out / METRICS) as writer:
         trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
-        trainer.add_callback(_recorder(writer, progress))
-        output = trainer.train(resume_from_checkpoint=bool(last))
-    _save_final(trainer, out / FINAL, config.lora)
+        trainer.add_callback(recorder(writer, progress))
+        output = trainer.train(resume_from_checkpoint=last)
+    save_final(trainer, out / FINAL, config.lora)
     history = records.read_records(out / METRICS)
     names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"
-    plot_curve(history, out / CURVE, f"SFT · {names}")
+    plot_curves(history, out / CURVES, ("loss",), f"SFT · {names}")
     losses = [r["loss"] for r in history if "loss" in r]
     return SFTResult(
         out,
@@ -268,36 +270,6 @@ def _from_jsonl(path: Path) -> Dataset:
         return datasets.Dataset.from_list(records.read_records(path))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise UserError(f"{path}: rows of mixed shapes ({err})", "fix or rebuild the rows") from err
-
-
-def _last_checkpoint(checkpoints: Path, resume: bool) -> str | None:
-    """The checkpoint to resume from; a fresh run must not overwrite another's checkpoints."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    if resume and last is None:
-        raise UserError(f"no checkpoint to resume in {checkpoints}", "run without --resume")
-    if not resume and last is not None:
-        raise UserError(
-            f"{checkpoints.parent} already holds checkpoints of a run",
-            "pass --resume to continue it, or use a new --out folder",
-        )
-    return last
-
-
-def _checkpoint_step(checkpoint: str) -> int:
-    """TRL names a checkpoint after its optimizer step: checkpoint-<step>."""
-    return int(Path(checkpoint).name.rsplit("-", 1)[1])
-
-
-def _keep_metrics_until(path: Path, step: int) -> None:
-    """Drop the logs after `step` (0: all of them): a resumed run logs those steps again."""
-    kept = [r for r in records.read_records(path) if r.get("step", 0) <= step]
-    tmp = path.with_suffix(".tmp")
-    with records.RecordWriter(tmp) as writer:
-        for record in kept:
-            writer.write(record)
-    os.replace(tmp, path)
 
 
 def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
@@ -364,27 +336,6 @@ def _lora_config(config: SFTTrainConfig) -> Any:
     )
 
 
-def _recorder(
-    writer: records.RecordWriter, progress: Callable[[int, int], None] | None
-) -> TrainerCallback:
-    """A callback writing every TRL log to metrics.jsonl and moving the progress bar
-    (built here: importing transformers is left to the runs that train)."""
-    from transformers import TrainerCallback
-
-    class Recorder(TrainerCallback):
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if progress is not None:
-                progress(state.global_step, state.max_steps)
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
-        ) -> None:
-            if state.is_world_process_zero and logs:
-                writer.write({"step": state.global_step, "epoch": state.epoch, **logs})
-
-    return Recorder()
-
-
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
     """datasets' bars (the trainer tokenizing the rows) would print under the command's own."""
@@ -397,35 +348,3 @@ def _quiet_datasets() -> Iterator[None]:
     finally:
         if shown:
             datasets.enable_progress_bars()
-
-
-def _save_final(trainer: SFTTrainer, final: Path, lora: bool) -> None:
-    """Save the model and tokenizer as one Hugging Face folder that every engine loads
-    (vLLM included): a LoRA adapter is merged into the base weights first (the adapter
-    itself stays in the last checkpoint). Written aside and renamed into place."""
-    model = trainer.model.merge_and_unload() if lora else trainer.model
-    model.config.use_cache = True  # training turns the cache off; generation wants it
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    trainer.processing_class.save_pretrained(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-
-
-def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Training loss against optimizer step (no display needed: the Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    points = [(r["step"], r["loss"]) for r in history if "loss" in r]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot([s for s, _ in points], [loss for _, loss in points], marker=".", color="tab:blue")
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

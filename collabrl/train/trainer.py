@@ -1,24 +1,22 @@
 """Wire a GRPO run: the live model in an engine, the protocol around it, TRL's trainer,
-and the run folder's records (metrics.jsonl per step, a PNG of the curves, the final
-model)."""
+and the run folder's records (`collabrl.train.run`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
+from collabrl.eval import records
 from collabrl.protocols.build import build_protocol
+from collabrl.train.run import CURVES, FINAL, METRICS, plot_curves, recorder, save_final
 
 if TYPE_CHECKING:
     from collabrl.train.grpo import GRPOTrainConfig, TrainResult
 
-METRICS = "metrics.jsonl"
-CURVES = "train_curves.png"
 # The curves drawn from metrics.jsonl, when a run logged them.
 CURVE_KEYS = (
     "reward",
@@ -27,14 +25,19 @@ CURVE_KEYS = (
     "episodes/calls",
     "episodes/accepted_calls",
     "episodes/format_errors",
+    "accept_prob",
 )
 
 
 def run_grpo(
-    config: GRPOTrainConfig, bench: Benchmark, out: Path, params: SamplingParams
+    config: GRPOTrainConfig,
+    bench: Benchmark,
+    out: Path,
+    checkpoint: str | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train, writing the run folder; see the module docstring."""
-    from transformers import TrainerCallback
+    """Train from scratch or from `checkpoint`, writing the run folder."""
+    from transformers import PrinterCallback
     from trl import GRPOTrainer
 
     from collabrl.engines.hf import TransformersEngine
@@ -58,21 +61,12 @@ def run_grpo(
         bench.extract_fallback,
         policy_engine=engine,
     )
-    params = dataclasses.replace(params, temperature=config.temperature, seed=config.seed)
+    params = SamplingParams(
+        max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed
+    )
     rollout = ProtocolRollout(protocol, engine, bench.items, params, config.num_generations)
-
-    class MetricsFile(TrainerCallback):
-        """Every TRL log line, appended to metrics.jsonl as it comes."""
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            if logs and state.is_world_process_zero:
-                with (out / METRICS).open("a") as f:
-                    f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-    callbacks: list[Any] = [MetricsFile()]
-    if config.method == "eapo":
-        # First: it adds accept_prob and turn_budget to the logs MetricsFile writes.
-        callbacks.insert(0, ScheduleCallback(config.schedule, protocol))
+    # eapo's schedule puts accept_prob and turn_budget into the logs the recorder writes.
+    schedule = [ScheduleCallback(config.schedule, protocol)] if config.method == "eapo" else []
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_functions(config),
@@ -80,42 +74,17 @@ def run_grpo(
         train_dataset=dataset_of(bench),
         processing_class=tokenizer,
         rollout_func=rollout,
-        callbacks=callbacks,
+        callbacks=schedule,
     )
+    trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     try:
-        trainer.train(resume_from_checkpoint=True if config.resume else None)
+        with records.RecordWriter(out / METRICS) as writer:
+            trainer.add_callback(recorder(writer, progress))
+            trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         protocol.close()
-    trainer.save_model(str(out / "final"))
-    tokenizer.save_pretrained(str(out / "final"))
-    history = read_metrics(out)
-    plot_curves(out, history)
+    save_final(trainer, out / FINAL)
+    history = records.read_records(out / METRICS)
+    title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
+    plot_curves(history, out / CURVES, CURVE_KEYS, title)
     return TrainResult(out, trainer.state.global_step, history)
-
-
-def read_metrics(out: Path) -> list[dict[str, Any]]:
-    path = out / METRICS
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def plot_curves(out: Path, history: list[dict[str, Any]]) -> None:
-    """The logged curves against the step, one panel each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [k for k in CURVE_KEYS if any(k in h for h in history)]
-    if not keys:
-        return
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.2), squeeze=False)
-    for ax, key in zip(axes[0], keys, strict=True):
-        points = [(h["step"], h[key]) for h in history if key in h]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o")
-        ax.set_title(key)
-        ax.set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(out / CURVES, dpi=100)
-    plt.close(fig)

@@ -50,3 +50,44 @@ def test_config_show_lists_the_grpo_fields() -> None:
         [str(COLLAB), "config", "show", "train-grpo"], capture_output=True, text=True, check=True
     ).stdout
     assert "num_generations:" in shown and "schedule:" in shown and "reward:" in shown
+
+
+def _grpo_args(model: Path, steps: int, *more: str) -> list[str]:
+    return [
+        "train", "grpo", "--model", str(model), "--data", "arith_train", "--limit", "8",
+        "--steps", str(steps), "--prompts-per-step", "2", "--num-generations", "2",
+        "--max-tokens", "8", "--set", "save_steps=1", "--out", "run", *more,
+    ]  # fmt: skip
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [str(COLLAB), *_grpo_args(tiny_model_dir, 40)],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if (run / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists():
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run / "final").exists(), "the kill came after the run finished"
+
+    fresh = collab(*_grpo_args(tiny_model_dir, 4), cwd=tmp_path)
+    assert_one_line_error(fresh, "already holds checkpoints", "--resume")
+    resumed = collab(*_grpo_args(tiny_model_dir, 4, "--resume"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in logged if "reward" in h] == [1, 2, 3, 4]  # none twice
+    assert (run / "final" / "config.json").is_file()

@@ -11,7 +11,7 @@ import pytest
 from collabrl.errors import UserError
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import GRPOTrainConfig, train_grpo
-from collabrl.train.trainer import CURVES, METRICS
+from collabrl.train.run import CURVES, METRICS
 
 
 def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
@@ -79,7 +79,7 @@ def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_p
 
 
 def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -> None:
-    with pytest.raises(UserError, match="no checkpoints"):
+    with pytest.raises(UserError, match="no checkpoint to resume"):
         train_grpo(_config(tiny_model_dir, tmp_path, resume=True))
 
 

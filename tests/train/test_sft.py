@@ -14,15 +14,8 @@ from collabrl.engines.base import SamplingParams
 from collabrl.engines.hf import TransformersEngine
 from collabrl.errors import UserError
 from collabrl.models import resolve_model
-from collabrl.train.sft import (
-    CHECKPOINTS,
-    CURVE,
-    FINAL,
-    METRICS,
-    SFTTrainConfig,
-    load_rows,
-    train_sft,
-)
+from collabrl.train.run import CHECKPOINTS, CURVES, FINAL, METRICS
+from collabrl.train.sft import SFTTrainConfig, load_rows, train_sft
 from tests.cli.test_cli import assert_one_line_error, collab
 
 ROW = {
@@ -85,7 +78,7 @@ def test_two_steps_on_a_warmup_build_give_a_model_reference_that_generates(
     logged = [json.loads(line) for line in (result.out_dir / METRICS).read_text().splitlines()]
     assert [r["step"] for r in logged if "loss" in r] == [1, 2]
     assert {"learning_rate", "epoch"} <= set(logged[0])
-    assert (result.out_dir / CURVE).stat().st_size > 0
+    assert (result.out_dir / CURVES).stat().st_size > 0
     assert (result.out_dir / "config.yaml").is_file()
 
     final = result.out_dir / FINAL

@@ -1,0 +1,139 @@
+"""The run folder every trainer writes, and the TRL callback that fills it.
+
+    OUT/config.yaml      the resolved config (eval.records.prepare_folder)
+    OUT/metrics.jsonl    every TRL log line, one per optimizer step
+    OUT/train_curves.png the logged curves against the step
+    OUT/checkpoints/     TRL's checkpoint-<step> folders: what --resume continues from
+    OUT/final/           the trained model and tokenizer, a plain Hugging Face folder
+
+A killed run continues with `--resume` from its last checkpoint; the metrics logged
+after that checkpoint are dropped first, because the resumed run logs those steps again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collabrl.errors import UserError
+from collabrl.eval import records
+
+if TYPE_CHECKING:
+    from transformers import Trainer, TrainerCallback
+
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+METRICS = "metrics.jsonl"
+CURVES = "train_curves.png"
+
+
+def start_run(config: Any, out: Path, resumable: frozenset[str]) -> str | None:
+    """Bind `out` to `config` and return the checkpoint to resume from (None: a fresh
+    run). Refused, before anything is written: `--resume` without a checkpoint, a fresh
+    run over another run's checkpoints, another experiment's folder."""
+    checkpoint = last_checkpoint(out / CHECKPOINTS, config.resume)
+    records.prepare_folder(config, out, resumable, (out / METRICS,))
+    keep_metrics_until(out / METRICS, checkpoint_step(checkpoint) if checkpoint else 0)
+    return checkpoint
+
+
+def last_checkpoint(checkpoints: Path, resume: bool) -> str | None:
+    """The checkpoint to resume from; a fresh run must not overwrite another's checkpoints."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    if resume and last is None:
+        raise UserError(f"no checkpoint to resume in {checkpoints}", "run without --resume")
+    if not resume and last is not None:
+        raise UserError(
+            f"{checkpoints.parent} already holds checkpoints of a run",
+            "pass --resume to continue it, or use a new --out folder",
+        )
+    return last
+
+
+def checkpoint_step(checkpoint: str) -> int:
+    """TRL names a checkpoint after its optimizer step: checkpoint-<step>."""
+    return int(Path(checkpoint).name.rsplit("-", 1)[1])
+
+
+def keep_metrics_until(path: Path, step: int) -> None:
+    """Drop the logs after `step` (0: all of them): a resumed run logs those steps again."""
+    kept = [r for r in records.read_records(path) if r.get("step", 0) <= step]
+    tmp = path.with_suffix(".tmp")
+    with records.RecordWriter(tmp) as writer:
+        for record in kept:
+            writer.write(record)
+    os.replace(tmp, path)
+
+
+def recorder(
+    writer: records.RecordWriter, progress: Callable[[int, int], None] | None = None
+) -> TrainerCallback:
+    """A callback writing every TRL log to metrics.jsonl and moving a progress bar (built
+    here so that importing this module does not import transformers). Add it after the
+    callbacks that put values into the logs."""
+    from transformers import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if progress is not None:
+                progress(state.global_step, state.max_steps)
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
+        ) -> None:
+            if state.is_world_process_zero and logs:
+                writer.write({"step": state.global_step, "epoch": state.epoch, **logs})
+
+    return Recorder()
+
+
+def save_final(trainer: Trainer, final: Path, merge_lora: bool = False) -> None:
+    """Save the model and tokenizer as one Hugging Face folder that every engine loads
+    (vLLM included); a LoRA adapter is merged into the base weights first (the adapter
+    itself stays in the last checkpoint). Every process calls it: the trainer gathers
+    sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main process. Written
+    aside and renamed into place, so a kill while saving leaves no half model in `final`."""
+    tmp = final.with_name(final.name + ".tmp")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.config.use_cache = True  # training turns the cache off; generation wants it
+    if trainer.is_world_process_zero():
+        shutil.rmtree(tmp, ignore_errors=True)
+    if merge_lora:
+        if trainer.is_world_process_zero():
+            model.merge_and_unload().save_pretrained(tmp)
+            trainer.processing_class.save_pretrained(tmp)
+    else:
+        trainer.save_model(str(tmp))  # with the tokenizer (the trainer's processing_class)
+    if trainer.is_world_process_zero():
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+
+
+def plot_curves(
+    history: list[dict[str, Any]], path: Path, keys: tuple[str, ...], title: str
+) -> None:
+    """One panel per key the run logged, against the optimizer step (the Agg backend: no
+    display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = [k for k in keys if any(k in h for h in history)]
+    if not drawn:
+        return
+    fig, axes = plt.subplots(1, len(drawn), figsize=(4.2 * len(drawn), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], drawn, strict=True):
+        points = [(h["step"], h[key]) for h in history if key in h]
+        ax.plot([s for s, _ in points], [v for _, v in points], marker=".", color="tab:blue")
+        ax.set_title(key)
+        ax.set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
