@@ -56,12 +56,39 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if model_ref.kind == "lora":
             kwargs["enable_lora"] = True
-        self.llm = vllm.LLM(**kwargs)
-        self.tokenizer = load_tokenizer(model_ref)
+        lora = model_ref.source if model_ref.kind == "lora" else None
+        self._attach(
+            vllm.LLM(**kwargs), load_tokenizer(model_ref), f"vllm:{ref}", chat_template_kwargs, lora
+        )
+
+    @classmethod
+    def over(
+        cls,
+        llm: Any,
+        tokenizer: Any,
+        name: str,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> VLLMEngine:
+        """An engine over a `vllm.LLM` built and owned elsewhere: TRL's colocated one,
+        whose weights TRL syncs with the model it trains before each step."""
+        engine = cls.__new__(cls)
+        engine._attach(llm, tokenizer, name, chat_template_kwargs, None)
+        return engine
+
+    def _attach(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        name: str,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        lora: Any,
+    ) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
         # Prompts are encoded here (token-id prompts), so vLLM never renders a template.
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self._lora = model_ref.source if model_ref.kind == "lora" else None
-        self.name = f"vllm:{ref}"
+        self._lora = lora
+        self.name = name
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.chat_template_kwargs)

@@ -18,9 +18,11 @@ TRL's decoding of the completion (which holds teacher text and call commands).
 
 The dataset's `prompt` column is the item id: the rollout looks the item up (its
 problem, reference answer and solution), so tasks carry what a collaborator such as
-the reference stand-in needs. Generation happens only inside TRL's
+the reference stand-in needs. In process, generation happens only inside TRL's
 `unwrap_model_for_generation`: with gradient checkpointing on, a model used outside
-it runs without its KV cache and silently writes garbage.
+it runs without its KV cache and silently writes garbage. With TRL's vLLM
+(`use_vllm`), the policy engine is TRL's colocated `vllm.LLM` or its `trl vllm-serve`
+server, whose weights TRL syncs before each rollout.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from collabrl.data.benchmarks import Item
-from collabrl.engines.base import SamplingParams
+from collabrl.engines.base import Engine, SamplingParams
+from collabrl.engines.openai_http import OpenAIEngine
 from collabrl.engines.reference import Reference
+from collabrl.engines.vllm import VLLMEngine
 from collabrl.episode import Episode
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
@@ -86,6 +90,7 @@ class ProtocolRollout:
         self.items = {item.id: item for item in items}
         self.params = dataclasses.replace(params, logprobs=True)
         self.num_generations = num_generations
+        self._vllm: Engine | None = None  # TRL's vLLM, when the run generates with it
 
     def tasks(self, prompts: list[str], offset: int) -> list[Task]:
         """One task per prompt; the sample index is the position in its group, counted
@@ -99,12 +104,25 @@ class ProtocolRollout:
         return out
 
     def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, list[Any]]:
-        import torch
-        from trl.models.utils import unwrap_model_for_generation
-
         offset = trainer.accelerator.process_index * len(prompts)
         tasks = self.tasks(prompts, offset)
         params = dataclasses.replace(self.params, seed=self._step_seed(trainer))
+        if trainer.use_vllm:
+            # TRL has synced the trained weights into its vLLM before calling the rollout.
+            self.protocol.policy.engine = self.vllm_engine(trainer)
+            episodes = self.protocol.run(tasks, params)
+        else:
+            episodes = self._run_live(trainer, tasks, params)
+        trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
+        return self.to_trl(episodes)
+
+    def _run_live(
+        self, trainer: GRPOTrainer, tasks: list[Task], params: SamplingParams
+    ) -> list[Episode]:
+        """The protocol on the model being trained, in this process."""
+        import torch
+        from trl.models.utils import unwrap_model_for_generation
+
         with (
             unwrap_model_for_generation(
                 trainer.model_wrapped,
@@ -115,9 +133,24 @@ class ProtocolRollout:
         ):
             self.engine.model = model
             self.engine.reset()  # the weights changed since the last step
-            episodes = self.protocol.run(tasks, params)
-        trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
-        return self.to_trl(episodes)
+            return self.protocol.run(tasks, params)
+
+    def vllm_engine(self, trainer: GRPOTrainer) -> Engine:
+        """The policy engine over TRL's vLLM (`--set trl.use_vllm=true`), built once:
+        the colocated `vllm.LLM` of this process, or the `trl vllm-serve` server through
+        its OpenAI-compatible API (token-id prompts, so the ids are the sampled ones)."""
+        if self._vllm is None:
+            args = trainer.args
+            kwargs = self.engine.chat_template_kwargs
+            if args.vllm_mode == "colocate":
+                llm = trainer.vllm_generation.llm
+                self._vllm = VLLMEngine.over(llm, self.engine.tokenizer, "vllm:colocate", kwargs)
+            else:
+                url = args.vllm_server_base_url or (
+                    f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+                )
+                self._vllm = OpenAIEngine(url, chat_template_kwargs=kwargs)
+        return self._vllm
 
     def _step_seed(self, trainer: GRPOTrainer) -> int | None:
         if self.params.seed is None:

@@ -4,18 +4,21 @@ and the gradient of a real GRPO loss on teacher tokens — exactly zero."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from collabrl.data.benchmarks import Item
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
+from collabrl.engines.openai_http import OpenAIEngine
 from collabrl.engines.reference import REFERENCE
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
 from collabrl.train.rewards import relay_simple
 from collabrl.train.rollout import ProtocolRollout
+from tests.engines.test_vllm import _stand_in, _StandInLLM
 from tests.protocols.scripted import ScriptedEngine
 
 ITEM = Item("p", "What is 2 + 5?", "7", None)
@@ -26,6 +29,7 @@ class ScriptedPolicy(ScriptedEngine):
     """A scripted policy the rollout can re-bind and reset like the live model's engine."""
 
     model = None
+    chat_template_kwargs: dict = {}
 
     def reset(self) -> None:
         pass
@@ -132,3 +136,37 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
         # logits at position prompt_len + j - 1 predict completion token j
         g = grad[0, prompt_len + j - 1].abs().sum()
         assert (g == 0) if mask[j] == 0 else (g > 0), (j, mask[j], g)
+
+
+def _vllm_trainer(**args) -> SimpleNamespace:
+    """The parts of a GRPOTrainer with `use_vllm` that the rollout reads."""
+    return SimpleNamespace(
+        use_vllm=True,
+        args=SimpleNamespace(**args),
+        vllm_generation=SimpleNamespace(llm=_StandInLLM()),
+        accelerator=SimpleNamespace(process_index=0),
+        state=SimpleNamespace(global_step=0),
+    )
+
+
+def test_with_trl_vllm_colocated_the_policy_samples_from_trls_llm(
+    monkeypatch: pytest.MonkeyPatch, smol_tokenizer
+) -> None:
+    _stand_in(monkeypatch, "0.11.0")  # vLLM needs a GPU build; a stand-in answers ids [5, 2]
+    rollout = _rollout(smol_tokenizer, REPLIES)
+    trainer = _vllm_trainer(vllm_mode="colocate")
+    out = rollout(["p", "p"], trainer)
+    llm = trainer.vllm_generation.llm
+    assert len(llm.prompts) == 2 and rollout.engine.prompts == []  # the live model was not used
+    assert out["completion_ids"] == [[5, 2], [5, 2]] and out["logprobs"] == [[-0.5, -0.1]] * 2
+    assert rollout.vllm_engine(trainer).llm is llm  # built once, over TRL's own LLM
+
+
+def test_with_trl_vllm_server_the_policy_asks_the_server(smol_tokenizer) -> None:
+    rollout = _rollout(smol_tokenizer, REPLIES)
+    trainer = _vllm_trainer(
+        vllm_mode="server", vllm_server_base_url=None, vllm_server_host="10.1.2.3",
+        vllm_server_port=8000,
+    )  # fmt: skip
+    engine = rollout.vllm_engine(trainer)
+    assert isinstance(engine, OpenAIEngine) and engine.base_url.startswith("http://10.1.2.3:8000")
