@@ -12,6 +12,7 @@ after that checkpoint are dropped first, because the resumed run logs those step
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -28,6 +29,22 @@ CHECKPOINTS = "checkpoints"
 FINAL = "final"
 METRICS = "metrics.jsonl"
 CURVES = "train_curves.png"
+# TRL arguments the run folder owns: elsewhere, --resume would not find the checkpoints.
+OWNED_TRL_KEYS = frozenset({"output_dir"})
+
+
+def check_trl_keys(trl: dict[str, Any], args_class: type, owned: frozenset[str]) -> None:
+    """A mistyped `trl.KEY` fails before the model loads; keys the run folder owns (where
+    checkpoints go: elsewhere --resume would not find them) are refused."""
+    known = {f.name for f in dataclasses.fields(args_class)} - owned
+    for key in trl:
+        if key in owned:
+            raise UserError(f"trl.{key} is set by collab train", "use --out instead")
+        if key not in known:
+            raise UserError(
+                f"trl.{key} is not a TRL {args_class.__name__} argument",
+                f"see TRL's {args_class.__name__} reference",
+            )
 
 
 def start_run(config: Any, out: Path, resumable: frozenset[str]) -> str | None:

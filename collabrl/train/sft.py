@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,8 @@ from collabrl.train.run import (
     CURVES,
     FINAL,
     METRICS,
+    OWNED_TRL_KEYS,
+    check_trl_keys,
     checkpoint_step,
     plot_curves,
     recorder,
@@ -61,8 +63,6 @@ RESUMABLE_KEYS = frozenset(
         "trl",
     }
 )
-# SFTConfig arguments the run folder owns: elsewhere, --resume would not find checkpoints.
-OWNED_TRL_KEYS = frozenset({"output_dir"})
 
 
 @dataclass
@@ -156,21 +156,9 @@ class SFTTrainConfig:
             bool(self.lora_target_modules),
             "at least one module name",
         )
-        _check_trl_keys(self.trl)
+        from trl import SFTConfig
 
-
-def _check_trl_keys(trl: dict[str, Any]) -> None:
-    """A mistyped TRL argument fails here, not after the model has loaded."""
-    from trl import SFTConfig
-
-    known = {f.name for f in fields(SFTConfig)} - OWNED_TRL_KEYS
-    for key in trl:
-        if key in OWNED_TRL_KEYS:
-            raise UserError(f"trl.{key} is set by collab train sft", "use --out instead")
-        if key not in known:
-            raise UserError(
-                f"trl.{key} is not a TRL SFTConfig argument", "see TRL's SFTConfig reference"
-            )
+        check_trl_keys(self.trl, SFTConfig, OWNED_TRL_KEYS)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def test_resume_continues_from_the_last_checkpoint(tiny_model_dir: Path, tmp_pat
         ({"num_generations": 1}, "num_generations"),
         ({"method": "relay"}, "needs a teacher"),
         ({"reward": "fancy"}, "unknown reward"),
+        ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL GRPOConfig argument"),
+        ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
     ],
 )
 def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_path) -> None:

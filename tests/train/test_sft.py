@@ -158,7 +158,7 @@ def test_another_experiment_in_the_folder_is_refused(
         ({"lora_dropout": 1.0}, "lora_dropout must be"),
         ({"lora_target_modules": []}, "lora_target_modules must be"),
         ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL SFTConfig argument"),
-        ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train sft"),
+        ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
     ],
 )
 def test_impossible_values_are_refused_before_loading(changes: dict, message: str) -> None:
