@@ -83,12 +83,14 @@ def grpo_like(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    from collabrl.train.grpo import train_grpo
+    from collabrl.train.grpo import is_main_process, train_grpo
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
     opt.check(ctx, cfg.check)
     with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}") as progress:
         result = train_grpo(cfg, progress)
+    if not is_main_process():
+        return  # under accelerate launch, one process reports
     logged = [h for h in result.history if "reward" in h]
     table = Table("step", "reward", "accuracy", "call ratio", "calls")
     for h in logged:

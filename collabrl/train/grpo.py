@@ -193,12 +193,19 @@ def train_grpo(
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
     checkpoint = start_run(config, out, RESUMABLE_KEYS)
     result = run_grpo(config, bench, out, checkpoint, progress)
-    if config.eval_data is not None:
+    if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (consult brings its own).
         prompt = None if config.method == "eapo" else config.prompt or bench.prompt
         result.evaluation = evaluate_run(config, out, prompt)
         records.write_json(out / "eval.json", result.evaluation)
     return result
+
+
+def is_main_process() -> bool:
+    """Under `accelerate launch`, whether this is the process that evaluates and prints."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
 
 
 def evaluate_run(
