@@ -134,14 +134,14 @@ def save_final(trainer: Trainer, final: Path, merge_lora: bool = False) -> None:
 def plot_curves(
     history: list[dict[str, Any]], path: Path, keys: tuple[str, ...], title: str
 ) -> None:
-    """One panel per key the run logged, against the optimizer step (the Agg backend: no
-    display needed)."""
+    """One panel per key the run logged other than as zeros throughout (a grpo run's call
+    counts), against the optimizer step (the Agg backend: no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drawn = [k for k in keys if any(k in h for h in history)]
+    drawn = [k for k in keys if any(h.get(k) for h in history)]
     if not drawn:
         return
     fig, axes = plt.subplots(1, len(drawn), figsize=(4.2 * len(drawn), 3.4), squeeze=False)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 CURVE_KEYS = (
     "reward",
     "episodes/accuracy",
+    "completions/mean_length",
     "episodes/call_ratio",
     "episodes/calls",
     "episodes/accepted_calls",
