@@ -191,7 +191,7 @@ def train_grpo(
     out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
-    checkpoint = start_run(config, out, RESUMABLE_KEYS)
+    checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
     result = run_grpo(config, bench, out, checkpoint, progress)
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (consult brings its own).

@@ -47,11 +47,19 @@ def check_trl_keys(trl: dict[str, Any], args_class: type, owned: frozenset[str])
             )
 
 
-def start_run(config: Any, out: Path, resumable: frozenset[str]) -> str | None:
+def start_run(
+    config: Any, out: Path, resumable: frozenset[str], max_steps: int | None = None
+) -> str | None:
     """Bind `out` to `config` and return the checkpoint to resume from (None: a fresh
     run). Refused, before anything is written: `--resume` without a checkpoint, a fresh
-    run over another run's checkpoints, another experiment's folder."""
+    run over another run's checkpoints, another experiment's folder, and resuming a run
+    that already reached `max_steps` (transformers would train one step past it)."""
     checkpoint = last_checkpoint(out / CHECKPOINTS, config.resume)
+    if checkpoint and max_steps is not None and checkpoint_step(checkpoint) >= max_steps:
+        raise UserError(
+            f"{out} already reached step {checkpoint_step(checkpoint)} of {max_steps}",
+            "raise --steps to train further, or evaluate OUT/final with collab eval",
+        )
     records.prepare_folder(config, out, resumable, (out / METRICS,))
     keep_metrics_until(out / METRICS, checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint

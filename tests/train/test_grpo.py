@@ -64,6 +64,12 @@ def test_resume_continues_from_the_last_checkpoint(tiny_model_dir: Path, tmp_pat
     assert [s["step"] for s in logged if "reward" in s] == [1, 2]  # step 1 was not redone
 
 
+def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, tmp_path) -> None:
+    train_grpo(_config(tiny_model_dir, tmp_path, steps=1))
+    with pytest.raises(UserError, match="already reached step 1 of 1"):
+        train_grpo(_config(tiny_model_dir, tmp_path, steps=1, resume=True))
+
+
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [
