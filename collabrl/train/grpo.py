@@ -24,7 +24,7 @@ from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.train.run import CHECKPOINTS, FINAL, OWNED_TRL_KEYS, check_trl_keys, start_run
+from collabrl.train.run import CHECKPOINTS, FINAL, check_trl_keys, start_run
 from collabrl.train.schedules import ScheduleConfig
 
 METHODS = ("grpo", "relay", "eapo")
@@ -103,7 +103,7 @@ class GRPOTrainConfig:
         rollout_protocol(self).check()
         from trl import GRPOConfig
 
-        check_trl_keys(self.trl, GRPOConfig, OWNED_TRL_KEYS)
+        check_trl_keys(self.trl, GRPOConfig)
 
 
 # The protocol each method rolls out with.

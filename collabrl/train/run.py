@@ -33,12 +33,12 @@ CURVES = "train_curves.png"
 OWNED_TRL_KEYS = frozenset({"output_dir"})
 
 
-def check_trl_keys(trl: dict[str, Any], args_class: type, owned: frozenset[str]) -> None:
-    """A mistyped `trl.KEY` fails before the model loads; keys the run folder owns (where
-    checkpoints go: elsewhere --resume would not find them) are refused."""
-    known = {f.name for f in dataclasses.fields(args_class)} - owned
+def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:
+    """A mistyped `trl.KEY` fails before the model loads; the keys the run folder owns
+    are refused."""
+    known = {f.name for f in dataclasses.fields(args_class)} - OWNED_TRL_KEYS
     for key in trl:
-        if key in owned:
+        if key in OWNED_TRL_KEYS:
             raise UserError(f"trl.{key} is set by collab train", "use --out instead")
         if key not in known:
             raise UserError(
@@ -124,17 +124,17 @@ def save_final(trainer: Trainer, final: Path, merge_lora: bool = False) -> None:
     sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main process. Written
     aside and renamed into place, so a kill while saving leaves no half model in `final`."""
     tmp = final.with_name(final.name + ".tmp")
+    main = trainer.is_world_process_zero()
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.config.use_cache = True  # training turns the cache off; generation wants it
-    if trainer.is_world_process_zero():
+    if main:
         shutil.rmtree(tmp, ignore_errors=True)
-    if merge_lora:
-        if trainer.is_world_process_zero():
-            model.merge_and_unload().save_pretrained(tmp)
-            trainer.processing_class.save_pretrained(tmp)
-    else:
+    if not merge_lora:
         trainer.save_model(str(tmp))  # with the tokenizer (the trainer's processing_class)
-    if trainer.is_world_process_zero():
+    elif main:
+        model.merge_and_unload().save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
+    if main:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
 

@@ -36,7 +36,6 @@ from collabrl.train.run import (
     CURVES,
     FINAL,
     METRICS,
-    OWNED_TRL_KEYS,
     check_trl_keys,
     checkpoint_step,
     plot_curves,
@@ -158,7 +157,7 @@ class SFTTrainConfig:
         )
         from trl import SFTConfig
 
-        check_trl_keys(self.trl, SFTConfig, OWNED_TRL_KEYS)
+        check_trl_keys(self.trl, SFTConfig)
 
 
 @dataclass(frozen=True)
