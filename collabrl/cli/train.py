@@ -1,4 +1,5 @@
-"""`collab train sft|grpo|relay|eapo`: train a policy; the trainers live in `collabrl.train`."""
+"""`collab train sft|grpo|relay|eapo|rsim`: train a policy; the trainers live in
+`collabrl.train`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collabrl.cli.progress import progress_bar
 console = Console()
 
 app = typer.Typer(
-    help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO).",
+    help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO), rsim (rSIM).",
     no_args_is_help=True,
 )
 
@@ -83,6 +84,11 @@ def grpo_like(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
+    _train_and_report(ctx, config, set_)
+
+
+def _train_and_report(ctx: typer.Context, config: Path, set_: list[str]) -> None:
+    """Train with the command's method (its name), then print the run's table."""
     from collabrl.train.grpo import is_main_process, train_grpo
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
@@ -91,23 +97,36 @@ def grpo_like(
         result = train_grpo(cfg, progress)
     if not is_main_process():
         return  # under accelerate launch, one process reports
-    logged = [h for h in result.history if "reward" in h]
-    table = Table("step", "reward", "accuracy", "call ratio", "calls")
-    for h in logged:
-        table.add_row(
-            str(h["step"]),
-            f"{h['reward']:.3f}",
-            f"{h.get('episodes/accuracy', 0):.3f}",
-            f"{h.get('episodes/call_ratio', 0):.3f}",
-            f"{h.get('episodes/calls', 0):.2f}",
-        )
+    columns = RSIM_COLUMNS if cfg.method == "rsim" else CALL_COLUMNS
+    table = Table("step", *columns)
+    for h in result.history:
+        if "reward" in h:
+            table.add_row(str(h["step"]), *(f"{h.get(key, 0):.3f}" for key in columns.values()))
     console.print(table)
     if result.evaluation:
         _print_evaluation(cfg.eval_data, result.evaluation)
+    if cfg.method == "rsim":
+        console.print(f"planner: {result.out_dir / 'planner'} (use it as --planner)")
     console.print(
         f"model: {result.out_dir / 'final'} (use it as --model) · folder: {result.out_dir} "
         "(metrics.jsonl, train_curves.png, checkpoints/)"
     )
+
+
+# The per-step table's columns: header -> metrics.jsonl key.
+CALL_COLUMNS = {
+    "reward": "reward",
+    "accuracy": "episodes/accuracy",
+    "call ratio": "episodes/call_ratio",
+    "calls": "episodes/calls",
+}
+RSIM_COLUMNS = {
+    "reward": "reward",
+    "accuracy": "episodes/accuracy",
+    "follow": "rewards/follow/mean",
+    "planner reward": "planner/reward",
+    "λ": "planner/lambda",
+}
 
 
 def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
@@ -122,3 +141,31 @@ def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
 
 for _method, _help in GRPO_HELP.items():
     app.command(_method, cls=opt.config_command("train-grpo"), help=_help)(grpo_like)
+
+
+@app.command("rsim", cls=opt.config_command("train-grpo"))
+def rsim(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    planner: str = opt.PLANNER,
+    train: str = opt.config_option("rsim.train", "--train"),
+    data: str = opt.config_option("data", "--data"),
+    limit: int = opt.config_option("limit", "--limit"),
+    steps: int = opt.config_option("steps", "--steps"),
+    prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
+    num_generations: int = opt.config_option("num_generations", "--num-generations"),
+    max_tokens: int = opt.config_option("max_tokens", "--max-tokens"),
+    temperature: float = opt.config_option("temperature", "--temperature"),
+    learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
+    seed: int = opt.config_option("seed", "--seed"),
+    eval_data: str = opt.config_option("eval_data", "--eval-data"),
+    eval_limit: int = opt.config_option("eval_limit", "--eval-limit"),
+    out: str = opt.config_option("out", "--out"),
+    resume: bool = opt.config_option("resume", "--resume"),
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """rSIM §4: a planner (--planner: a backbone model or a saved planner folder, whose
+    training continues) and the policy, trained together on the strategy protocol:
+    λ · planner PPO-clip + (1 − λ) · reasoner GRPO. OUT/planner is the trained planner."""
+    _train_and_report(ctx, config, set_)

@@ -118,5 +118,6 @@ def _build(
             strategy.planner_temperature,
             strategy.head_seed,
             planner_engine,
+            strategy.masked_indices(),
         )
     return StrategyProtocol(policy, planner, config.strategy, extract_fallback)

@@ -94,6 +94,7 @@ class RSIMPlanner(nn.Module):
         temperature: float = 1.0,
         head_seed: int = 0,
         batch_size: int = 16,
+        masked: tuple[int, ...] = (),
     ) -> None:
         super().__init__()
         if tokenizer.pad_token_id is None:
@@ -103,6 +104,8 @@ class RSIMPlanner(nn.Module):
         self.backbone_ref = backbone_ref  # what `save` writes when the backbone is not saved
         self.temperature = temperature
         self.batch_size = batch_size
+        # Strategies removed from the options (rSIM Table 5): never sampled, probability 0.
+        self.masked = tuple(masked)
         hidden = backbone.config.get_text_config().hidden_size
         # A seeded head that leaves the caller's random state alone.
         with torch.random.fork_rng(devices=[]):
@@ -119,6 +122,7 @@ class RSIMPlanner(nn.Module):
         head_seed: int = 0,
         dtype: str = "float32",
         device: str = "cpu",
+        masked: tuple[int, ...] = (),
     ) -> RSIMPlanner:
         """A backbone model reference (see `collabrl.models`) with a fresh, seeded head."""
         from collabrl.models import load_model, load_tokenizer
@@ -126,7 +130,7 @@ class RSIMPlanner(nn.Module):
         backbone = load_model(ref, dtype=dtype, device=device)
         path = Path(ref).expanduser()
         portable = str(path.resolve()) if path.exists() else ref  # an embedded name stays
-        return cls(backbone, load_tokenizer(ref), portable, temperature, head_seed)
+        return cls(backbone, load_tokenizer(ref), portable, temperature, head_seed, masked=masked)
 
     # -- scores ------------------------------------------------------------------------
 
@@ -159,18 +163,26 @@ class RSIMPlanner(nn.Module):
         return torch.cat(parts)
 
     def log_probs(self, contexts: list[PlannerContext], actions: list[int]) -> torch.Tensor:
-        """Log-probability [B] of each action under the sampling distribution, with grad.
+        """Log-probability [B] of each action under the sampling distribution, with grad."""
+        return self.action_log_probs(self.logits(contexts), actions)
 
-        The distribution is softmax(logits / temperature), as sampled by `choose`;
-        temperature 0 (argmax) scores with the plain softmax.
-        """
-        logp = torch.log_softmax(self._scaled(self.logits(contexts)), dim=-1)
+    def action_log_probs(self, logits: torch.Tensor, actions: list[int]) -> torch.Tensor:
+        """Log-probability [B] of `actions` under the policy of `logits` [B, 9] (a trainer
+        computes the logits itself, through its distributed wrapper of this module)."""
+        logp = self.policy_log_probs(logits)
         index = torch.tensor(actions, device=logp.device).unsqueeze(-1)
         return logp.gather(-1, index).squeeze(-1)
 
-    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+    def policy_log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities [B, 9] of the sampling distribution: softmax(logits / T) over
+        the strategies not masked; temperature 0 (argmax) scores with the plain softmax."""
         logits = logits.float()
-        return logits / self.temperature if self.temperature > 0 else logits
+        if self.temperature > 0:
+            logits = logits / self.temperature
+        if self.masked:
+            masked = torch.tensor(self.masked, device=logits.device)
+            logits = logits.index_fill(-1, masked, -torch.inf)
+        return torch.log_softmax(logits, dim=-1)
 
     @torch.inference_mode()
     def choose(
@@ -178,7 +190,7 @@ class RSIMPlanner(nn.Module):
     ) -> list[PlannerChoice]:
         if not contexts:
             return []
-        logp = torch.log_softmax(self._scaled(self.logits(contexts)), dim=-1).cpu()
+        logp = self.policy_log_probs(self.logits(contexts)).cpu()
         probs = logp.exp()
         if self.temperature == 0:
             picks = probs.argmax(-1)
@@ -230,6 +242,7 @@ class RSIMPlanner(nn.Module):
         temperature: float = 1.0,
         dtype: str = "float32",
         device: str = "cpu",
+        masked: tuple[int, ...] = (),
     ) -> RSIMPlanner:
         """A planner saved by `save`: its backbone and the very same action head."""
         from safetensors.torch import load_file
@@ -249,7 +262,7 @@ class RSIMPlanner(nn.Module):
                 f"an rsim planner here must use {', '.join(STRATEGY_NAMES)}",
             )
         ref = str(folder / backbone) if saved else backbone
-        planner = cls.from_ref(ref, temperature=temperature, dtype=dtype, device=device)
+        planner = cls.from_ref(ref, temperature, dtype=dtype, device=device, masked=masked)
         if planner.head.in_features != hidden:
             raise UserError(
                 f"the planner in {folder} has a head for hidden size {hidden}, "
@@ -348,13 +361,19 @@ class PromptingPlanner:
 
 
 def load_planner(
-    ref: str | None, kind: str, temperature: float, head_seed: int, engine: EngineConfig
+    ref: str | None,
+    kind: str,
+    temperature: float,
+    head_seed: int,
+    engine: EngineConfig,
+    masked: tuple[int, ...] = (),
 ) -> Planner:
     """The planner of `kind` (rsim or prompting), from a reference.
 
     rsim: a folder written by `RSIMPlanner.save`, or a backbone model reference (which
     gets a fresh head seeded with `head_seed`); prompting: a model reference or a URL,
-    built with `engine` (its `chat_template_kwargs` included).
+    built with `engine` (its `chat_template_kwargs` included). `masked`: strategies the
+    rsim planner may not choose.
     """
     if kind == "ps+":
         raise ValueError("the ps+ baseline has no planner")
@@ -367,7 +386,7 @@ def load_planner(
             f"an rsim planner runs in-process and cannot be reached at {ref}",
             "pass a planner folder or a model reference, or --planner-kind prompting",
         )
-    options = {"temperature": temperature, "dtype": engine.dtype}
+    options = {"temperature": temperature, "dtype": engine.dtype, "masked": masked}
     if (Path(ref).expanduser() / PLANNER_FILE).is_file():
         return RSIMPlanner.load(Path(ref).expanduser(), device=engine.device, **options)
     return RSIMPlanner.from_ref(ref, head_seed=head_seed, device=engine.device, **options)

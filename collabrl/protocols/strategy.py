@@ -46,6 +46,7 @@ from collabrl.protocols.base import (
 from collabrl.protocols.strategies import (
     STEP_DELIMITER,
     STRATEGIES,
+    STRATEGY_NAMES,
     TERMINAL,
     PlannerContext,
     count_strategies,
@@ -137,6 +138,15 @@ class StrategyConfig:
     head_seed: int = option(
         0, "Seed of the rsim action head's random initialisation (a backbone without a head)."
     )
+    masked: list[str] = option(
+        [],
+        "Strategies the rsim planner may not choose (rSIM Table 5 masks one at a time), by "
+        "name, e.g. [self-reflection]; empty: all nine.",
+    )
+
+    def masked_indices(self) -> tuple[int, ...]:
+        """The masked strategies' action indices."""
+        return tuple(STRATEGY_NAMES.index(name) for name in self.masked)
 
     def check(self) -> None:
         if self.planner_kind not in PLANNER_KINDS:
@@ -153,6 +163,22 @@ class StrategyConfig:
             )
         if self.summary_chars != 0 and self.summary_chars < 8:
             raise UserError(f"strategy.summary_chars must be 0 or >= 8, got {self.summary_chars}")
+        self._check_masked()
+
+    def _check_masked(self) -> None:
+        unknown = [name for name in self.masked if name not in STRATEGY_NAMES]
+        if unknown:
+            raise UserError(
+                f"strategy.masked names unknown strategies: {', '.join(unknown)}",
+                f"use names among {', '.join(STRATEGY_NAMES)}",
+            )
+        if self.masked and self.planner_kind != "rsim":
+            raise UserError(
+                f"strategy.masked applies to the rsim planner, not to {self.planner_kind}",
+                "drop strategy.masked, or use --planner-kind rsim",
+            )
+        if len(set(self.masked)) == len(STRATEGY_NAMES):
+            raise UserError("strategy.masked removes all nine strategies", "keep at least one")
 
 
 class StrategyProtocol:

@@ -1,12 +1,13 @@
-"""`collab train grpo|relay|eapo`: TRL's GRPOTrainer over a protocol's Episodes.
+"""`collab train grpo|relay|eapo|rsim`: TRL's GRPOTrainer over a protocol's Episodes.
 
 One trainer for the methods that differ only in their protocol and reward: `grpo`
 (the solo protocol, correctness reward: both papers' self-exploratory baseline),
 `relay` (RelayLLM: the relay protocol with a teacher, its simple or difficulty-aware
-reward) and `eapo` (EAPO: the consult protocol with an expert pool, its F1 reward,
-the ρ_s and turn-budget schedules, DAPO's clip). The rollout (`train/rollout.py`)
-runs the protocol on the live model; the reward functions (`train/rewards.py`) read
-the Episodes' extras.
+reward), `eapo` (EAPO: the consult protocol with an expert pool, its F1 reward,
+the ρ_s and turn-budget schedules, DAPO's clip) and `rsim` (rSIM: the strategy
+protocol, whose planner trains beside the reasoner, `train/rsim.py`). The rollout
+(`train/rollout.py`) runs the protocol on the live model; the reward functions
+(`train/rewards.py`) read the Episodes' extras.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.rsim import PLANNER_DIR, RSIMConfig
 from collabrl.train.run import CHECKPOINTS, FINAL, check_trl_keys, start_run
 from collabrl.train.schedules import ScheduleConfig
 
-METHODS = ("grpo", "relay", "eapo")
+METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 @dataclass
@@ -35,7 +37,9 @@ class GRPOTrainConfig:
     """A GRPO run: the policy, its data, the protocol it rolls out with, the reward."""
 
     method: str = option(
-        "grpo", "grpo (solo protocol) | relay (RelayLLM, a teacher) | eapo (EAPO, experts)."
+        "grpo",
+        "grpo (solo protocol) | relay (RelayLLM, a teacher) | eapo (EAPO, experts) | "
+        "rsim (rSIM, a planner trained beside the policy).",
     )
     model: str = option("smollm2-135m", "The policy to train: a local model reference.")
     data: str = option(
@@ -55,6 +59,9 @@ class GRPOTrainConfig:
     )
     schedule: ScheduleConfig = option(
         ScheduleConfig(), "eapo: the acceptance ρ_s and turn-budget schedules over the run."
+    )
+    rsim: RSIMConfig = option(
+        RSIMConfig(), "rsim: who learns (joint, planner, reasoner) and the λ schedule."
     )
     eval_data: str | None = option(
         None,
@@ -98,6 +105,13 @@ class GRPOTrainConfig:
         limit = self.eval_limit
         require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
         self.schedule.check()
+        self.rsim.check()
+        kind = self.protocol.strategy.planner_kind
+        if self.method == "rsim" and kind != "rsim":
+            raise UserError(
+                f"collab train rsim trains an rsim planner, not {kind}",
+                "drop protocol.strategy.planner_kind (it defaults to rsim)",
+            )
         if self.prompt is not None:
             get_prompt(self.prompt)
         rollout_protocol(self).check()
@@ -107,7 +121,7 @@ class GRPOTrainConfig:
 
 
 # The protocol each method rolls out with.
-PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult"}
+PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult", "rsim": "strategy"}
 
 
 def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
@@ -123,6 +137,9 @@ RESUMABLE_KEYS = frozenset(
     {"out", "resume", "report_to", "engine", "steps", "save_steps", "eval_data", "eval_limit"}
 )
 
+
+# The methods whose protocol brings its paper's prompts.
+OWN_PROMPT = ("eapo", "rsim")
 
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
 DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
@@ -194,8 +211,9 @@ def train_grpo(
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
     result = run_grpo(config, bench, out, checkpoint, progress)
     if config.eval_data is not None and is_main_process():
-        # The policy is evaluated with the prompt it trained with (consult brings its own).
-        prompt = None if config.method == "eapo" else config.prompt or bench.prompt
+        # The policy is evaluated with the prompt it trained with (consult and strategy
+        # bring their own).
+        prompt = None if config.method in OWN_PROMPT else config.prompt or bench.prompt
         result.evaluation = evaluate_run(config, out, prompt)
         records.write_json(out / "eval.json", result.evaluation)
     return result
@@ -223,13 +241,19 @@ def evaluate_run(
         protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
     results = {}
     for name, model in (("start", config.model), ("final", str(out / FINAL))):
+        if config.method == "rsim":
+            # The planner that ran with this reasoner, at temperature 0 (§5's evaluation).
+            protocol.planner = (
+                config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
+            )
+            protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
         eval_config = EvalConfig(
             benchmark=config.eval_data,
             model=model,
             prompt=prompt,
             limit=config.eval_limit,
             out=str(out / f"eval-{name}"),
-            protocol=protocol,
+            protocol=dataclasses.replace(protocol),
             sampling=SamplingConfig(max_tokens=config.max_tokens, temperature=0.0),
             engine=config.engine,
         )

@@ -25,6 +25,8 @@ def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
     """The reward of a method: correctness for grpo, RelayLLM's for relay, EAPO's for eapo."""
     if config.method == "grpo":
         return [accuracy]
+    if config.method == "rsim":
+        return [accuracy, step_format, follow]  # rSIM's R = R_acc + R_format + R_follow
     if config.method == "eapo":
         reward = functools.partial(eapo, penalty=config.consult_penalty)
         functools.update_wrapper(reward, eapo)  # TRL logs a reward under its __name__
@@ -91,3 +93,13 @@ def eapo(
     log_episodes(kwargs)
     rows = zip(kwargs["f1"], kwargs["format_ok"], kwargs["calls"], strict=True)
     return [eapo_reward(f1, ok, penalty, calls) for f1, ok, calls in rows]
+
+
+def step_format(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """rSIM's R_format: 1 when the reasoner's own text boxes a final answer."""
+    return [float(v) for v in kwargs["step_format"]]
+
+
+def follow(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """rSIM's R_follow: the share of guided steps whose text follows their strategy."""
+    return [float(v) for v in kwargs["follow"]]

@@ -28,6 +28,7 @@ server, whose weights TRL syncs before each rollout.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from collabrl.data.benchmarks import Item
@@ -42,6 +43,7 @@ from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import is_equivalent
 from collabrl.train.episodes import trainable
+from collabrl.train.rsim import strategy_extras
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -67,7 +69,17 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         "end": str(episode.end),
         # consult: the acceptance probability this step's schedule set.
         **({"accept_prob": episode.meta["accept_prob"]} if "accept_prob" in episode.meta else {}),
+        # strategy (rSIM): the chosen strategies, the follow share, the format reward.
+        **(strategy_extras(episode) if episode.meta.get("protocol") == "strategy" else {}),
     }
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """One call's episodes and the extras TRL got for them, in the batch's order."""
+
+    episodes: list[Episode]
+    extras: dict[str, list[Any]]
 
 
 class ProtocolRollout:
@@ -91,6 +103,8 @@ class ProtocolRollout:
         self.params = dataclasses.replace(params, logprobs=True)
         self.num_generations = num_generations
         self._vllm: Engine | None = None  # TRL's vLLM, when the run generates with it
+        # The last batch: a trainer that learns more than TRL does (rSIM's planner) reads it.
+        self.last: RolloutBatch | None = None
 
     def tasks(self, prompts: list[str], offset: int) -> list[Task]:
         """One task per prompt; the sample index is the position in its group, counted
@@ -114,7 +128,9 @@ class ProtocolRollout:
         else:
             episodes = self._run_live(trainer, tasks, params)
         trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
-        return self.to_trl(episodes)
+        out = self.to_trl(episodes)
+        self.last = RolloutBatch(episodes, out)
+        return out
 
     def _run_live(
         self, trainer: GRPOTrainer, tasks: list[Task], params: SamplingParams

@@ -15,6 +15,9 @@ from collabrl.protocols.build import build_protocol
 from collabrl.train.run import CURVES, FINAL, METRICS, plot_curves, recorder, save_final
 
 if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
+    from collabrl.protocols.base import CollabProtocol
     from collabrl.train.grpo import GRPOTrainConfig, TrainResult
 
 # The curves drawn from metrics.jsonl, when a run logged them.
@@ -27,6 +30,12 @@ CURVE_KEYS = (
     "episodes/accepted_calls",
     "episodes/format_errors",
     "accept_prob",
+    # rsim: the reasoner's follow reward, the planner's reward and its parts, λ.
+    "rewards/follow/mean",
+    "planner/reward",
+    "planner/terminal",
+    "planner/penalty",
+    "planner/lambda",
 )
 
 
@@ -39,11 +48,40 @@ def run_grpo(
 ) -> TrainResult:
     """Train from scratch or from `checkpoint`, writing the run folder."""
     from transformers import PrinterCallback
+
+    from collabrl.train.grpo import TrainResult
+
+    trainer, protocol = build_trainer(config, bench, out, checkpoint)
+    trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
+    try:
+        with records.RecordWriter(out / METRICS) as writer:
+            trainer.add_callback(recorder(writer, progress))
+            trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        protocol.close()
+    save_final(trainer, out / FINAL)
+    history = records.read_records(out / METRICS)
+    title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
+    plot_curves(history, out / CURVES, CURVE_KEYS, title)
+    if config.method == "rsim":
+        from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, plot_strategies
+
+        trainer.save_planner(out / PLANNER_DIR)
+        plot_strategies(history, out / STRATEGY_PLOT, title)
+    return TrainResult(out, trainer.state.global_step, history)
+
+
+def build_trainer(
+    config: GRPOTrainConfig, bench: Benchmark, out: Path, checkpoint: str | None
+) -> tuple[GRPOTrainer, CollabProtocol]:
+    """The trainer of a run, and the protocol its rollouts use (the caller closes it):
+    the live model in an engine, the protocol around it, TRL's trainer (rSIM's for
+    rsim, with the planner of `checkpoint` when resuming)."""
     from trl import GRPOTrainer
 
     from collabrl.engines.hf import TransformersEngine
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo import TrainResult, dataset_of, grpo_args, rollout_protocol
+    from collabrl.train.grpo import OWN_PROMPT, dataset_of, grpo_args, rollout_protocol
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import ProtocolRollout
     from collabrl.train.schedules import ScheduleCallback
@@ -52,10 +90,13 @@ def run_grpo(
     model = load_model(ref)
     tokenizer = load_tokenizer(ref)
     engine = TransformersEngine(model, tokenizer, config.engine.batch_size, config.model)
-    # consult brings EAPO's own prompts; the other protocols use the data's (or --prompt).
-    template = None if config.method == "eapo" else get_prompt(config.prompt or bench.prompt)
+    # consult and strategy bring their papers' prompts; the others use the data's (or --prompt).
+    template = None if config.method in OWN_PROMPT else get_prompt(config.prompt or bench.prompt)
+    protocol_config = rollout_protocol(config)
+    if config.method == "rsim" and checkpoint is not None:
+        protocol_config.planner = checkpoint_planner(checkpoint)
     protocol = build_protocol(
-        rollout_protocol(config),
+        protocol_config,
         config.model,
         config.engine,
         template,
@@ -68,24 +109,38 @@ def run_grpo(
     rollout = ProtocolRollout(protocol, engine, bench.items, params, config.num_generations)
     # eapo's schedule puts accept_prob and turn_budget into the logs the recorder writes.
     schedule = [ScheduleCallback(config.schedule, protocol)] if config.method == "eapo" else []
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward_functions(config),
-        args=grpo_args(config, out),
-        train_dataset=dataset_of(bench),
-        processing_class=tokenizer,
-        rollout_func=rollout,
-        callbacks=schedule,
-    )
-    trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
+    trainer_class, extra = GRPOTrainer, {}
+    if config.method == "rsim":
+        from collabrl.train.rsim_trainer import RSIMTrainer
+
+        trainer_class, extra = RSIMTrainer, {"planner": protocol.planner, "rsim": config.rsim}
     try:
-        with records.RecordWriter(out / METRICS) as writer:
-            trainer.add_callback(recorder(writer, progress))
-            trainer.train(resume_from_checkpoint=checkpoint)
-    finally:
+        trainer = trainer_class(
+            model=model,
+            reward_funcs=reward_functions(config),
+            args=grpo_args(config, out),
+            train_dataset=dataset_of(bench),
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=schedule,
+            **extra,
+        )
+    except BaseException:
         protocol.close()
-    save_final(trainer, out / FINAL)
-    history = records.read_records(out / METRICS)
-    title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
-    plot_curves(history, out / CURVES, CURVE_KEYS, title)
-    return TrainResult(out, trainer.state.global_step, history)
+        raise
+    return trainer, protocol
+
+
+def checkpoint_planner(checkpoint: str) -> str:
+    """The planner saved with a checkpoint, which a resumed rsim run starts from."""
+    from collabrl.errors import UserError
+    from collabrl.protocols.planner import PLANNER_FILE
+    from collabrl.train.rsim import PLANNER_DIR
+
+    folder = Path(checkpoint) / PLANNER_DIR
+    if not (folder / PLANNER_FILE).is_file():
+        raise UserError(
+            f"{checkpoint} holds no planner (the run stopped while saving it)",
+            f"delete {checkpoint} and --resume from the checkpoint before it",
+        )
+    return str(folder)

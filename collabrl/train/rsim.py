@@ -1,0 +1,184 @@
+"""rSIM training (`collab train rsim`): what the planner and the reasoner learn from.
+
+rSIM (seed 004, §4 and appendix A.4-A.8) trains a planner (leader) and the reasoner
+(follower) together on the `strategy` protocol's episodes:
+
+    loss = λ · planner PPO-clip loss + (1 − λ) · reasoner GRPO loss
+
+with λ = 0.7 for the first N steps (the planner first), then 0.3 (the reasoner). Both
+advantages are group-relative: the reasoner's is TRL's, over R = R_acc + R_format +
+R_follow; the planner's is computed here, over R^p = R_acc + R_terminal + R_penalty,
+and applied to every strategy the planner chose in the episode (A.8: the action's
+reward goes to what it guided). The reward rules are `collabrl.rewards.rsim`.
+
+This module holds the config, the λ schedule, what the trainer reads of an episode and
+the planner's loss, all plain functions; `rsim_trainer.py` puts them into TRL's
+GRPOTrainer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collabrl.config import option, require
+from collabrl.episode import Author, Episode
+from collabrl.errors import UserError
+from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
+from collabrl.protocols.strategy import planner_contexts
+from collabrl.rewards.rsim import follow_share, format_reward
+
+if TYPE_CHECKING:
+    import torch
+
+TRAIN_MODES = ("joint", "planner", "reasoner")
+PLANNER_DIR = "planner"  # the planner's folder in a checkpoint and in the run folder
+STRATEGY_PLOT = "strategies.png"
+
+
+@dataclass
+class RSIMConfig:
+    """Who learns in an rSIM run, and how the two losses are weighed."""
+
+    train: str = option(
+        "joint",
+        "joint: planner and reasoner together (leader-follower, §4); planner: the reasoner "
+        "frozen (a plug-in planner for it); reasoner: the planner frozen.",
+    )
+    lambda_first: float = option(
+        0.7, "λ, the planner loss's weight, for steps 1..lambda_switch_step (§4: 0.7)."
+    )
+    lambda_after: float = option(0.3, "λ after lambda_switch_step (§4: 0.3, the reasoner's turn).")
+    lambda_switch_step: int = option(
+        0, "N, the last step of the first stage; 0: half the run (the paper gives no N)."
+    )
+    planner_learning_rate: float | None = option(
+        None, "AdamW learning rate of the planner (default: learning_rate, as in §5)."
+    )
+
+    def check(self) -> None:
+        if self.train not in TRAIN_MODES:
+            raise UserError(f"unknown rsim.train '{self.train}'", f"use {', '.join(TRAIN_MODES)}")
+        for key in ("lambda_first", "lambda_after"):
+            value = getattr(self, key)
+            require(f"rsim.{key}", value, 0.0 <= value <= 1.0, "in [0, 1]")
+        step = self.lambda_switch_step
+        require("rsim.lambda_switch_step", step, step >= 0, ">= 0 (0: half the run)")
+        lr = self.planner_learning_rate
+        require("rsim.planner_learning_rate", lr, lr is None or lr > 0, "> 0")
+
+
+def planner_weight(step: int, config: RSIMConfig, max_steps: int) -> float:
+    """λ at 1-based optimizer step `step`: the two-stage schedule under joint training,
+    1 when only the planner learns and 0 when only the reasoner does."""
+    if step < 1:
+        raise ValueError(f"training steps count from 1, got {step}")
+    if config.train == "planner":
+        return 1.0
+    if config.train == "reasoner":
+        return 0.0
+    switch = config.lambda_switch_step or math.ceil(max_steps / 2)
+    return config.lambda_first if step <= switch else config.lambda_after
+
+
+# -- what the trainer reads of an episode ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannerSteps:
+    """The planner's decisions in one episode: what it saw, what it chose, and the
+    log-probability the choice had when it was sampled (the PPO ratio's denominator)."""
+
+    contexts: list[PlannerContext]
+    actions: list[int]
+    old_logps: list[float]
+
+
+def planner_steps(episode: Episode) -> PlannerSteps:
+    """Every rsim planner decision of a `strategy` episode, in order."""
+    guidance = [s for s in episode.segments if s.author is Author.GUIDANCE]
+    missing = [s.meta.get("strategy") for s in guidance if "logprob" not in s.meta]
+    if missing:
+        raise ValueError(
+            f"episode {episode.problem_id} has strategies without a sampling log-prob "
+            f"({missing[0]}): only an rsim planner's episodes train a planner"
+        )
+    return PlannerSteps(
+        planner_contexts(episode),
+        [int(s.meta["index"]) for s in guidance],
+        [float(s.meta["logprob"]) for s in guidance],
+    )
+
+
+def guided_steps(episode: Episode) -> list[tuple[str, str]]:
+    """(strategy, the reasoner's text of the step it guided) for every guided step."""
+    pairs: list[tuple[str, str]] = []
+    strategy = None
+    for segment in episode.segments:
+        if segment.author is Author.GUIDANCE:
+            strategy = str(segment.meta["strategy"])
+        elif segment.author is Author.POLICY and strategy is not None:
+            pairs.append((strategy, segment.text))
+            strategy = None
+    return pairs
+
+
+def strategy_extras(episode: Episode) -> dict[str, object]:
+    """What the rSIM rewards read of a `strategy` episode besides its correctness."""
+    text = "".join(s.text for s in episode.segments if s.author is Author.POLICY)
+    return {
+        "strategies": list(episode.meta.get("strategies", [])),
+        "follow": follow_share(guided_steps(episode)),
+        "step_format": format_reward(text),
+    }
+
+
+# -- the planner's loss ------------------------------------------------------------------
+
+
+def planner_clip_loss(
+    new_logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped objective over planner actions, negated as a loss, and the share of
+    actions whose ratio was clipped. All three tensors are [A], one entry per action."""
+    import torch
+
+    ratio = torch.exp(new_logps - old_logps)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    objective = torch.minimum(ratio * advantages, clipped * advantages)
+    was_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | (
+        (ratio > 1 + epsilon_high) & (advantages > 0)
+    )
+    return -objective.mean(), was_clipped.float().mean()
+
+
+def plot_strategies(history: list[dict[str, Any]], path: Path, title: str) -> None:
+    """The share of each strategy among the planner's choices at the first and at the
+    last logged step, as grouped bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logged = [h for h in history if "strategies/terminal" in h]
+    if not logged:
+        return
+    first, last = logged[0], logged[-1]
+    x = range(len(STRATEGY_NAMES))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for offset, row, label in ((-0.2, first, "start"), (0.2, last, "end")):
+        shares = [row.get(f"strategies/{name}", 0.0) for name in STRATEGY_NAMES]
+        ax.bar([i + offset for i in x], shares, width=0.4, label=f"{label} (step {row['step']})")
+    ax.set_xticks(list(x), STRATEGY_NAMES, rotation=30, ha="right")
+    ax.set_ylabel("share of chosen strategies")
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,207 @@
+"""`RSIMTrainer`: TRL's GRPOTrainer, taught that a second policy — the planner — acts.
+
+TRL trains the reasoner exactly as it trains any GRPO policy (its rollout is the
+`strategy` protocol, its loss masks the guidance tokens through `env_mask`). Five
+overrides add the planner (`collabrl.train.rsim` has the rules):
+
+- `create_optimizer`: the planner's parameters become one more AdamW group (its own
+  learning rate), so the scheduler, the checkpointed optimizer state and resume cover it;
+- `_generate_and_score_completions`: after TRL scores the batch, the planner's rewards
+  are gathered from every process, made group-relative, and the planner's decisions
+  (contexts, actions, sampling log-probs) join the batch as lists, which TRL shuffles
+  and splits together with the tensors;
+- `_compute_loss`: λ · planner PPO-clip loss + (1 − λ) · TRL's reasoner loss;
+- `_clip_grad_norm`: one norm over both policies' gradients, clipped together;
+- `_save_checkpoint`: the planner (backbone and head) into every checkpoint's
+  `planner/`, which a resumed run loads.
+
+The planner is prepared through accelerate, so under DDP its gradients are
+all-reduced like the reasoner's; its forward pass runs through that wrapper.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from collabrl.protocols.planner import RSIMPlanner
+from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
+from collabrl.rewards.rsim import group_advantages, planner_reward
+from collabrl.train.rsim import (
+    PLANNER_DIR,
+    RSIMConfig,
+    planner_clip_loss,
+    planner_steps,
+    planner_weight,
+)
+
+
+class RSIMTrainer(GRPOTrainer):
+    """GRPO for the reasoner and PPO-clip for the planner, weighed by λ."""
+
+    def __init__(self, *args: Any, planner: RSIMPlanner, rsim: RSIMConfig, **kwargs: Any) -> None:
+        self.planner = planner
+        self.rsim = rsim
+        super().__init__(*args, **kwargs)
+        # No dropout in either phase: the loss's first ratio is then exactly 1.
+        planner.eval()
+        planner.requires_grad_(self.trains_planner)
+        if self.trains_planner:
+            _freeze_unused_output_head(planner)
+        if rsim.train == "planner":
+            self.model.requires_grad_(False)  # the plug-in setting: a frozen reasoner
+        self.planner_model = self.accelerator.prepare_model(planner)
+
+    @property
+    def trains_planner(self) -> bool:
+        return self.rsim.train != "reasoner"
+
+    def planner_weight(self) -> float:
+        """λ of the step being trained (1-based)."""
+        return planner_weight(self.state.global_step + 1, self.rsim, self.state.max_steps)
+
+    # -- optimizer and clipping ------------------------------------------------------------
+
+    def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
+        optimizer = super().create_optimizer(model)
+        if self.trains_planner and not any(g.get("planner") for g in optimizer.param_groups):
+            optimizer.add_param_group(
+                {
+                    "params": [p for p in self.planner.parameters() if p.requires_grad],
+                    "lr": self.rsim.planner_learning_rate or self.args.learning_rate,
+                    "weight_decay": self.args.weight_decay,
+                    "planner": True,
+                }
+            )
+        return optimizer
+
+    def _clip_grad_norm(self, model: Any) -> Any:
+        """Clip the reasoner's and the planner's gradients as one vector."""
+        params = itertools.chain(model.parameters(), self.planner.parameters())
+        return self.accelerator.clip_grad_norm_(params, self.args.max_grad_norm)
+
+    # -- the batch -----------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        rollout = self.rollout_func.last  # this process's episodes, in the batch's order
+        steps = [planner_steps(e) for e in rollout.episodes]
+        rewards = [
+            planner_reward(bool(correct), strategies)
+            for correct, strategies in zip(
+                rollout.extras["correct"], rollout.extras["strategies"], strict=True
+            )
+        ]
+        device = self.accelerator.device
+        local = torch.tensor(
+            [[r.total, r.accuracy, r.terminal, r.penalty] for r in rewards], device=device
+        )
+        everyone = self.accelerator.gather(local)  # processes in order: TRL's group layout
+        advantages = group_advantages(everyone[:, 0].tolist(), self.num_generations)
+        start = self.accelerator.process_index * len(rewards)
+        output["planner_advantages"] = torch.tensor(
+            advantages[start : start + len(rewards)], device=device
+        )
+        output["planner_contexts"] = [s.contexts for s in steps]
+        output["planner_actions"] = [s.actions for s in steps]
+        output["planner_old_logps"] = [s.old_logps for s in steps]
+        self._log_planner_batch(everyone, rollout.extras["strategies"])
+        return output
+
+    def _log_planner_batch(self, rewards: torch.Tensor, strategies: list[list[str]]) -> None:
+        metrics = self._metrics["train"]
+        for column, name in enumerate(("reward", "accuracy", "terminal", "penalty")):
+            metrics[f"planner/{name}"].append(rewards[:, column].mean().item())
+        from accelerate.utils import gather_object
+
+        chosen = [name for row in gather_object(strategies) for name in row]
+        metrics["planner/strategies_per_episode"].append(len(chosen) / len(rewards))
+        for name in STRATEGY_NAMES:
+            share = chosen.count(name) / len(chosen) if chosen else 0.0
+            metrics[f"strategies/{name}"].append(share)
+
+    # -- the loss ------------------------------------------------------------------------------
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        weight = self.planner_weight()
+        self._metrics["train"]["planner/lambda"].append(weight)
+        loss = None
+        if self.rsim.train != "planner":
+            loss = (1 - weight) * super()._compute_loss(model, inputs)
+        if self.trains_planner:
+            planner_loss = weight * self._planner_loss(inputs)
+            loss = planner_loss if loss is None else loss + planner_loss
+        return loss
+
+    def _planner_loss(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """The planner's PPO-clip loss over every decision in the micro-batch."""
+        rows = inputs["planner_contexts"]
+        contexts = [c for row in rows for c in row]
+        actions = [a for row in inputs["planner_actions"] for a in row]
+        old = [lp for row in inputs["planner_old_logps"] for lp in row]
+        per_row = inputs["planner_advantages"].tolist()
+        advantages = [a for a, row in zip(per_row, rows, strict=True) for _ in row]
+        weight = 1.0
+        if not contexts:
+            # One forward pass on every process, whatever its batch holds: DDP all-reduces
+            # in it. A stand-in decision, weighed 0, keeps the processes in step.
+            contexts, actions, old, advantages, weight = (
+                [PlannerContext("")],
+                [0],
+                [0.0],
+                [0.0],
+                0.0,
+            )
+        ids, mask = self.planner.encode(contexts)
+        logits = self.planner_model(ids, mask)
+        new = self.planner.action_log_probs(logits, actions)
+        device = new.device
+        loss, clipped = planner_clip_loss(
+            new,
+            torch.tensor(old, device=device),
+            torch.tensor(advantages, device=device),
+            self.epsilon_low,
+            self.epsilon_high,
+        )
+        probs = self.planner.policy_log_probs(logits.detach()).exp()
+        entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1).mean()
+        metrics = self._metrics["train"]
+        metrics["planner/loss"].append(loss.item())
+        metrics["planner/clip_ratio"].append(clipped.item())
+        metrics["planner/entropy"].append(entropy.item())
+        return weight * loss / self.current_gradient_accumulation_steps
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            path = Path(self._get_output_dir(trial=trial)) / folder / PLANNER_DIR
+            self.planner.save(path, with_backbone=True)
+
+    def save_planner(self, folder: Path) -> None:
+        """The trained planner as a folder `--planner` loads, written aside and renamed
+        into place (main process only): a kill while saving leaves no half planner."""
+        if not self.is_world_process_zero():
+            return
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.planner.save(tmp, with_backbone=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+
+
+def _freeze_unused_output_head(planner: RSIMPlanner) -> None:
+    """The planner reads hidden states, never the LM head: an untied head gets no
+    gradient, which DDP would wait for forever. A head tied to the embeddings trains."""
+    head = planner.backbone.get_output_embeddings()
+    embeddings = planner.backbone.get_input_embeddings()
+    if head is not None and head.weight is not embeddings.weight:
+        head.weight.requires_grad_(False)

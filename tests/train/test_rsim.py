@@ -1,0 +1,128 @@
+"""rSIM's training rules without a trainer: the λ schedule, what is read of an episode,
+and the planner's clipped loss, against values worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from collabrl.episode import Author, EndReason, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.protocols.strategies import PlannerContext
+from collabrl.train.rsim import (
+    RSIMConfig,
+    guided_steps,
+    planner_clip_loss,
+    planner_steps,
+    planner_weight,
+    strategy_extras,
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "max_steps", "expected"),
+    [
+        # N = half the run, rounded up: steps 1-3 of 5 are the planner's stage.
+        (RSIMConfig(), 5, [0.7, 0.7, 0.7, 0.3, 0.3]),
+        (RSIMConfig(lambda_switch_step=1), 3, [0.7, 0.3, 0.3]),
+        (RSIMConfig(lambda_first=1.0, lambda_after=0.0, lambda_switch_step=2), 4, [1, 1, 0, 0]),
+        (RSIMConfig(train="planner"), 3, [1.0, 1.0, 1.0]),
+        (RSIMConfig(train="reasoner"), 3, [0.0, 0.0, 0.0]),
+    ],
+)
+def test_the_two_stage_lambda_schedule(config, max_steps, expected) -> None:
+    got = [planner_weight(step, config, max_steps) for step in range(1, max_steps + 1)]
+    assert got == expected
+
+
+def test_steps_count_from_one() -> None:
+    with pytest.raises(ValueError, match="from 1"):
+        planner_weight(0, RSIMConfig(), 4)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"train": "both"}, "rsim.train"),
+        ({"lambda_first": 1.5}, "rsim.lambda_first"),
+        ({"lambda_after": -0.1}, "rsim.lambda_after"),
+        ({"lambda_switch_step": -1}, "rsim.lambda_switch_step"),
+        ({"planner_learning_rate": 0.0}, "rsim.planner_learning_rate"),
+    ],
+)
+def test_bad_settings_are_refused(changes, fragment) -> None:
+    with pytest.raises(UserError, match=fragment):
+        RSIMConfig(**changes).check()
+
+
+def _guidance(strategy: str, index: int, logprob: float, text: str) -> Segment:
+    meta = {"strategy": strategy, "index": index, "logprob": logprob}
+    return Segment(Author.GUIDANCE, text, [1], None, meta)
+
+
+def _episode() -> Episode:
+    meta = {"question": "What is 2 + 3 * 4?", "summary_chars": 0, "protocol": "strategy"}
+    episode = Episode("p1", [5, 6], meta=meta)
+    episode.meta["strategies"] = ["decomposition", "validation", "terminal"]
+    episode.add(_guidance("decomposition", 1, -2.0, "Breaking the problem into smaller parts,"))
+    episode.add(Segment(Author.POLICY, " first 3 * 4 = 12.\n\n", [7, 8], None, {}))
+    episode.add(_guidance("validation", 3, -1.5, "To verify the result so far,"))
+    episode.add(Segment(Author.POLICY, " we add: 2 + 12 = 14.\n\n", [9], None, {}))
+    episode.add(_guidance("terminal", 8, -0.5, "So the final answer is"))
+    episode.add(Segment(Author.POLICY, " \\boxed{14}.", [10], None, {}))
+    episode.end = EndReason.TERMINAL
+    return episode
+
+
+def test_planner_steps_are_what_the_planner_saw_and_chose() -> None:
+    steps = planner_steps(_episode())
+    question = "What is 2 + 3 * 4?"
+    assert steps.contexts == [
+        PlannerContext(question),
+        PlannerContext(question, ("first 3 * 4 = 12.",)),
+        PlannerContext(question, ("first 3 * 4 = 12.", "we add: 2 + 12 = 14.")),
+    ]
+    assert steps.actions == [1, 3, 8]
+    assert steps.old_logps == [-2.0, -1.5, -0.5]
+
+
+def test_a_prompted_planner_episode_cannot_train_a_planner() -> None:
+    episode = _episode()
+    del episode.segments[0].meta["logprob"]
+    with pytest.raises(ValueError, match="only an rsim planner"):
+        planner_steps(episode)
+
+
+def test_follow_and_format_read_the_reasoner_text_of_each_guided_step() -> None:
+    episode = _episode()
+    assert guided_steps(episode) == [
+        ("decomposition", " first 3 * 4 = 12.\n\n"),
+        ("validation", " we add: 2 + 12 = 14.\n\n"),
+        ("terminal", " \\boxed{14}."),
+    ]
+    extras = strategy_extras(episode)
+    # "first" marks a decomposition and \boxed{} an answer; "we add" checks nothing.
+    assert extras == {
+        "strategies": ["decomposition", "validation", "terminal"],
+        "follow": pytest.approx(2 / 3),
+        "step_format": 1.0,
+    }
+
+
+def test_the_planner_clip_loss_by_hand() -> None:
+    # Ratios e^0 = 1, e^0.5 ≈ 1.6487 (clipped to 1.28 for A > 0), e^-1 ≈ 0.3679 (clipped
+    # to 0.8 for A < 0: min(0.3679 * -1, 0.8 * -1) = -0.8).
+    new = torch.tensor([0.0, 0.5, -1.0])
+    old = torch.zeros(3)
+    advantages = torch.tensor([2.0, 1.0, -1.0])
+    loss, clipped = planner_clip_loss(new, old, advantages, 0.2, 0.28)
+    assert loss.item() == pytest.approx(-(2.0 + 1.28 - 0.8) / 3)
+    assert clipped.item() == pytest.approx(2 / 3)
+
+
+def test_the_planner_clip_loss_gradient_is_the_policy_gradient_at_ratio_one() -> None:
+    new = torch.tensor([-1.0, -2.0], requires_grad=True)
+    loss, _ = planner_clip_loss(new, new.detach(), torch.tensor([1.0, -0.5]), 0.2, 0.2)
+    loss.backward()
+    # d/dlogp of -mean(ratio * A) at ratio 1 is -A / 2.
+    assert new.grad.tolist() == pytest.approx([-0.5, 0.25])
