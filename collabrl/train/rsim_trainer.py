@@ -63,8 +63,8 @@ class RSIMTrainer(GRPOTrainer):
         return self.rsim.train != "reasoner"
 
     def planner_weight(self) -> float:
-        """λ of the step being trained (1-based)."""
-        return planner_weight(self.state.global_step + 1, self.rsim, self.state.max_steps)
+        """λ of the step being trained (1-based), over the run's `max_steps`."""
+        return planner_weight(self.state.global_step + 1, self.rsim, self.args.max_steps)
 
     # -- optimizer and clipping ------------------------------------------------------------
 

@@ -140,6 +140,9 @@ def test_observe_step_collapses_whitespace_and_keeps_head_and_tail() -> None:
         ({"step_max_tokens": 0}, "step_max_tokens"),
         ({"planner_temperature": -1.0}, "planner_temperature"),
         ({"summary_chars": 3}, "summary_chars"),
+        ({"masked": ["guessing"]}, "unknown strategies: guessing"),
+        ({"masked": ["validation"], "planner_kind": "prompting"}, "applies to the rsim planner"),
+        ({"masked": list(STRATEGY_NAMES)}, "all nine"),
     ],
 )
 def test_bad_configs_are_user_errors(changes: dict, message: str) -> None:

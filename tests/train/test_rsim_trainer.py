@@ -1,0 +1,199 @@
+"""`RSIMTrainer` on the tiny random model as reasoner and planner backbone: a batch
+carries the planner's decisions, the loss weighs both policies by λ, clipping covers
+both, guidance gets no reasoner gradient, and the planner is saved with every
+checkpoint and resumed from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from trl import GRPOTrainer
+
+from collabrl.data.benchmarks import load_benchmark
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.planner import BACKBONE_DIR, HEAD_FILE, RSIMPlanner
+from collabrl.protocols.strategies import PlannerContext
+from collabrl.protocols.strategy import StrategyConfig
+from collabrl.rewards.rsim import group_advantages, planner_reward
+from collabrl.train.grpo import GRPOTrainConfig, train_grpo
+from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, RSIMConfig
+from collabrl.train.run import METRICS
+from collabrl.train.trainer import build_trainer
+
+CONTEXTS = [PlannerContext("What is 2+3?"), PlannerContext("What is 7*6?", ("7*6 is 42.",))]
+
+
+def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
+    fields = {
+        "method": "rsim",
+        "model": str(model),
+        "data": "arith_train",
+        "limit": 8,
+        "out": str(out),
+        "steps": 2,
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "max_tokens": 24,
+        "save_steps": 1,
+        "learning_rate": 1e-3,  # the tiny model must visibly move in one step
+        "protocol": ProtocolConfig(
+            planner=str(model), strategy=StrategyConfig(max_steps=3, step_max_tokens=8)
+        ),
+    }
+    return GRPOTrainConfig(**(fields | changes))
+
+
+def _logits(folder: Path) -> torch.Tensor:
+    with torch.no_grad():
+        return RSIMPlanner.load(folder).logits(CONTEXTS)
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A trainer at step 1 and one scored batch of two groups of two."""
+    config = _config(tiny_model_dir, tmp_path_factory.mktemp("rsim-batch"))
+    bench = load_benchmark(config.data, limit=config.limit)
+    trainer, protocol = build_trainer(config, bench, Path(config.out), None)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
+    ids = [bench.items[0].id] * 2 + [bench.items[1].id] * 2
+    inputs = trainer._generate_and_score_completions([{"prompt": i} for i in ids])
+    yield trainer, inputs
+    protocol.close()
+
+
+def test_a_batch_carries_the_planner_decisions_and_group_advantages(batch) -> None:
+    trainer, inputs = batch
+    last = trainer.rollout_func.last
+    rewards = [
+        planner_reward(bool(c), s).total
+        for c, s in zip(last.extras["correct"], last.extras["strategies"], strict=True)
+    ]
+    assert inputs["planner_advantages"].tolist() == pytest.approx(group_advantages(rewards, 2))
+    for contexts, actions, old in zip(
+        inputs["planner_contexts"],
+        inputs["planner_actions"],
+        inputs["planner_old_logps"],
+        strict=True,
+    ):
+        assert len(contexts) == len(actions) == len(old) >= 1
+        with torch.no_grad():  # the rollout's probabilities, recomputed with the trainer's
+            again = trainer.planner.log_probs(contexts, actions)
+        assert again.tolist() == pytest.approx(old, abs=1e-5)
+
+
+def test_the_loss_is_lambda_weighted_and_clipping_covers_the_planner(batch) -> None:
+    trainer, inputs = batch
+    assert trainer.planner_weight() == 0.7  # step 1 of 2: the planner's stage
+    reasoner = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    planner = trainer._planner_loss(inputs)
+    joint = trainer._compute_loss(trainer.model, inputs)
+    assert joint.item() == pytest.approx(0.3 * reasoner.item() + 0.7 * planner.item(), abs=1e-6)
+
+    trainer.model.zero_grad()
+    trainer.planner.zero_grad()
+    joint.backward()
+    head = trainer.planner.head.weight.grad
+    assert head is not None and head.abs().sum() > 0  # the planner learns from the loss
+
+    def norm(params) -> float:
+        return torch.sqrt(sum(p.grad.pow(2).sum() for p in params if p.grad is not None)).item()
+
+    reasoner_norm = norm(trainer.model.parameters())
+    planner_norm = norm(trainer.planner.parameters())
+    trainer.args.max_grad_norm = 1e-3
+    total = trainer._clip_grad_norm(trainer.model)
+    assert float(total) == pytest.approx((reasoner_norm**2 + planner_norm**2) ** 0.5, rel=1e-4)
+    clipped = (norm(trainer.model.parameters()) ** 2 + norm(trainer.planner.parameters()) ** 2) ** 0.5
+    assert clipped == pytest.approx(1e-3, rel=1e-3)  # both scaled by one factor
+    trainer.model.zero_grad()
+    trainer.planner.zero_grad()
+
+
+def test_guidance_tokens_get_no_reasoner_gradient(batch) -> None:
+    trainer, inputs = batch
+    model = trainer.model
+    hidden: list = []
+
+    def keep(module, args, out) -> None:
+        out.retain_grad()
+        hidden.append(out)
+
+    hook = model.model.norm.register_forward_hook(keep)
+    GRPOTrainer._compute_loss(trainer, model, inputs).backward()
+    hook.remove()
+    model.zero_grad()
+    grad = hidden[-1].grad
+    prompt_len = inputs["prompt_ids"].shape[1]
+    guided = 0
+    for row in range(grad.shape[0]):
+        if inputs["advantages"][row] == 0:
+            continue  # no signal to carry: every position is 0 anyway
+        mask = inputs["tool_mask"][row]
+        for j in range(int(inputs["completion_mask"][row].sum())):
+            g = grad[row, prompt_len + j - 1].abs().sum()
+            assert (g == 0) if mask[j] == 0 else (g > 0), (row, j)
+            guided += int(mask[j] == 0)
+    assert guided > 0  # some guidance tokens were checked
+
+
+def test_joint_training_moves_both_and_saves_the_planner_with_every_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    result = train_grpo(_config(tiny_model_dir, tmp_path))
+    logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
+    rows = [h for h in logged if "reward" in h]
+    assert [h["planner/lambda"] for h in rows] == [0.7, 0.3]
+    expected = {"planner/reward", "planner/terminal", "planner/penalty", "rewards/follow/mean"}
+    assert expected <= set(rows[0]) and "strategies/terminal" in rows[0]
+    assert (tmp_path / STRATEGY_PLOT).is_file() and result.steps == 2
+    for step in (1, 2):
+        assert (tmp_path / "checkpoints" / f"checkpoint-{step}" / PLANNER_DIR / HEAD_FILE).is_file()
+    fresh = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0)
+    trained = load_file(str(tmp_path / PLANNER_DIR / HEAD_FILE))
+    assert not torch.equal(trained["weight"], fresh.head.weight.detach())
+    # The final planner is the last checkpoint's: the same logits.
+    last = tmp_path / "checkpoints" / "checkpoint-2" / PLANNER_DIR
+    assert torch.equal(_logits(tmp_path / PLANNER_DIR), _logits(last))
+    assert (tmp_path / PLANNER_DIR / BACKBONE_DIR).is_dir()
+
+
+def test_resume_starts_from_the_checkpoint_planner(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # A constant rate: a linear decay would reach 0 at the last step, and move nothing.
+    constant = {"lr_scheduler_type": "constant"}
+    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, trl=constant))
+    checkpoint = tmp_path / "checkpoints" / "checkpoint-1"
+    saved = _logits(checkpoint / PLANNER_DIR)
+    config = _config(tiny_model_dir, tmp_path, steps=2, resume=True, trl=constant)
+    bench = load_benchmark(config.data, limit=config.limit)
+    trainer, protocol = build_trainer(config, bench, tmp_path, str(checkpoint))
+    with torch.no_grad():
+        assert torch.equal(trainer.planner.logits(CONTEXTS), saved)
+    protocol.close()
+    result = train_grpo(config)
+    assert result.steps == 2
+    assert not torch.equal(_logits(tmp_path / PLANNER_DIR), saved)  # step 2 trained it
+
+
+@pytest.mark.parametrize("train", ["planner", "reasoner"])
+def test_one_agent_trains_while_the_other_stays_frozen(
+    train: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, rsim=RSIMConfig(train=train)))
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    reasoner_moved = any(not torch.equal(start[k], final[k]) for k in start)
+    fresh = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0).head.weight.detach()
+    planner_moved = not torch.equal(load_file(str(tmp_path / PLANNER_DIR / HEAD_FILE))["weight"], fresh)
+    assert (reasoner_moved, planner_moved) == ((False, True) if train == "planner" else (True, False))
+
+
+def test_a_prompted_planner_is_refused_before_any_model_loads(tmp_path: Path) -> None:
+    from collabrl.errors import UserError
+
+    protocol = ProtocolConfig(planner="x", strategy=StrategyConfig(planner_kind="prompting"))
+    with pytest.raises(UserError, match="trains an rsim planner"):
+        _config(Path("unused"), tmp_path, protocol=protocol).check()
