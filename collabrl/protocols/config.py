@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collabrl.config import option
+from collabrl.engines import is_url
 from collabrl.engines.reference import REFERENCE
 from collabrl.errors import UserError
 from collabrl.protocols.consult import ConsultConfig
@@ -71,6 +72,11 @@ class ProtocolConfig:
             )
         if self.name == "strategy" and self.strategy.planner_kind != "ps+" and not self.planner:
             raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+        if self.strategy.planner_kind == "rsim" and self.planner and is_url(self.planner):
+            raise UserError(
+                f"an rsim planner runs in-process and cannot be reached at {self.planner}",
+                "pass a planner folder or a model reference, or --planner-kind prompting",
+            )
 
     def uses_reference(self) -> bool:
         """Whether a collaborator that this protocol runs is the `reference` stand-in,

@@ -1,4 +1,4 @@
-"""`collab train grpo|relay|eapo` as a user runs them: a real process on the tiny model,
+"""`collab train grpo|relay|eapo|rsim` as a user runs them: a real process on the tiny model,
 one-line refusals, and the shared config listing."""
 
 from __future__ import annotations
@@ -38,11 +38,26 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
         (["grpo", "--num-generations", "1"], "--num-generations"),
         (["grpo", "--set", "reward=fancy"], "unknown reward"),
         (["grpo", "--model", "no-such-model"], "no-such-model"),
+        (["rsim"], "needs a planner"),
+        (["rsim", "--planner", "smollm2-135m", "--train", "both"], "unknown rsim.train"),
+        (["rsim", "--planner", "http://localhost:1"], "cannot be reached"),
     ],
 )
 def test_bad_runs_are_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:
     result = collab("train", *args, "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert_one_line_error(result, fragment)
+
+
+def test_rsim_trains_and_names_its_planner(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = collab(
+        "train", "rsim", "--model", str(tiny_model_dir), "--planner", str(tiny_model_dir),
+        "--train", "planner", "--data", "arith_train", "--limit", "4", "--steps", "1",
+        "--prompts-per-step", "2", "--num-generations", "2", "--max-tokens", "16",
+        "--set", "protocol.strategy.max_steps=2", "--out", "run", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "planner reward" in result.stdout and "use it as --planner" in result.stdout
+    assert (tmp_path / "run" / "planner" / "planner.json").is_file()
 
 
 def test_config_show_lists_the_grpo_fields() -> None:

@@ -107,7 +107,8 @@ def test_the_loss_is_lambda_weighted_and_clipping_covers_the_planner(batch) -> N
     trainer.args.max_grad_norm = 1e-3
     total = trainer._clip_grad_norm(trainer.model)
     assert float(total) == pytest.approx((reasoner_norm**2 + planner_norm**2) ** 0.5, rel=1e-4)
-    clipped = (norm(trainer.model.parameters()) ** 2 + norm(trainer.planner.parameters()) ** 2) ** 0.5
+    after = [norm(trainer.model.parameters()), norm(trainer.planner.parameters())]
+    clipped = (after[0] ** 2 + after[1] ** 2) ** 0.5
     assert clipped == pytest.approx(1e-3, rel=1e-3)  # both scaled by one factor
     trainer.model.zero_grad()
     trainer.planner.zero_grad()
@@ -187,8 +188,10 @@ def test_one_agent_trains_while_the_other_stays_frozen(
     final = load_file(str(tmp_path / "final" / "model.safetensors"))
     reasoner_moved = any(not torch.equal(start[k], final[k]) for k in start)
     fresh = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0).head.weight.detach()
-    planner_moved = not torch.equal(load_file(str(tmp_path / PLANNER_DIR / HEAD_FILE))["weight"], fresh)
-    assert (reasoner_moved, planner_moved) == ((False, True) if train == "planner" else (True, False))
+    trained = load_file(str(tmp_path / PLANNER_DIR / HEAD_FILE))["weight"]
+    planner_moved = not torch.equal(trained, fresh)
+    expected = (False, True) if train == "planner" else (True, False)
+    assert (reasoner_moved, planner_moved) == expected
 
 
 def test_a_prompted_planner_is_refused_before_any_model_loads(tmp_path: Path) -> None:
