@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cli.test_cli import COLLAB, assert_one_line_error, collab
 
@@ -53,11 +54,17 @@ def test_rsim_trains_and_names_its_planner(tiny_model_dir: Path, tmp_path: Path)
         "train", "rsim", "--model", str(tiny_model_dir), "--planner", str(tiny_model_dir),
         "--train", "planner", "--data", "arith_train", "--limit", "4", "--steps", "1",
         "--prompts-per-step", "2", "--num-generations", "2", "--max-tokens", "16",
-        "--set", "protocol.strategy.max_steps=2", "--out", "run", cwd=tmp_path,
+        "--set", "protocol.strategy.max_steps=2", "--eval-data", "arith", "--eval-limit", "2",
+        "--out", "run", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "planner reward" in result.stdout and "use it as --planner" in result.stdout
     assert (tmp_path / "run" / "planner" / "planner.json").is_file()
+    # The trained reasoner is evaluated with the trained planner, greedy (temperature 0).
+    evaluated = yaml.safe_load((tmp_path / "run" / "eval-final" / "config.yaml").read_text())
+    strategy = evaluated["protocol"]["strategy"]
+    assert evaluated["protocol"]["planner"] == "run/planner"  # the --out given, relative
+    assert strategy["planner_temperature"] == 0.0 and strategy["max_steps"] == 2
 
 
 def test_config_show_lists_the_grpo_fields() -> None:

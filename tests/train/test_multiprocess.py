@@ -33,3 +33,30 @@ def test_relay_trains_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> 
     assert [h["step"] for h in logged if "reward" in h] == [1, 2]  # one writer, not two
     assert done.stdout.count("held-out arith") == 1  # one process evaluates and reports
     assert json.loads((tmp_path / "run" / "eval.json").read_text()).keys() == {"start", "final"}
+
+
+@pytest.mark.slow
+def test_rsim_trains_planner_and_reasoner_on_two_processes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The planner is prepared through accelerate (DDP over gloo): planner rewards are
+    gathered into groups across processes, and the run ends with one saved planner."""
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
+    assert accelerate is not None
+    args = [
+        accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "rsim",
+        "--model", str(tiny_model_dir), "--planner", str(tiny_model_dir), "--data", "arith_train",
+        "--limit", "16", "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2",
+        "--max-tokens", "16", "--set", "protocol.strategy.max_steps=2", "--set", "save_steps=1",
+        "--out", "run",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    rows = [h for h in logged if "reward" in h]
+    assert [h["step"] for h in rows] == [1, 2] and "planner/reward" in rows[0]
+    assert (tmp_path / "run" / "planner" / "planner.json").is_file()
+    assert (
+        tmp_path / "run" / "checkpoints" / "checkpoint-2" / "planner" / "planner.json"
+    ).is_file()
