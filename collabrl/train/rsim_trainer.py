@@ -16,7 +16,8 @@ overrides add the planner (`collabrl.train.rsim` has the rules):
   `planner/`, which a resumed run loads.
 
 The planner is prepared through accelerate, so under DDP its gradients are
-all-reduced like the reasoner's; its forward pass runs through that wrapper.
+all-reduced like the reasoner's; its forward pass runs through that wrapper. DeepSpeed
+and FSDP shard the one model they wrap, so they are refused.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from collabrl.errors import UserError
 from collabrl.protocols.planner import RSIMPlanner
 from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
 from collabrl.rewards.rsim import group_advantages, planner_reward
@@ -49,6 +51,13 @@ class RSIMTrainer(GRPOTrainer):
         self.planner = planner
         self.rsim = rsim
         super().__init__(*args, **kwargs)
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            # Both shard the one model they wrap; the planner's parameters are not in it.
+            raise UserError(
+                "collab train rsim trains its planner beside the policy under DDP, not under "
+                "DeepSpeed or FSDP",
+                "launch with configs/accelerate/ddp.yaml",
+            )
         # No dropout in either phase: the loss's first ratio is then exactly 1.
         planner.eval()
         planner.requires_grad_(self.trains_planner)
