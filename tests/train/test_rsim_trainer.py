@@ -23,28 +23,19 @@ from collabrl.train.grpo import GRPOTrainConfig, train_grpo
 from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, RSIMConfig
 from collabrl.train.run import METRICS
 from collabrl.train.trainer import build_trainer
+from tests.train.test_grpo import _config as grpo_config
 
 CONTEXTS = [PlannerContext("What is 2+3?"), PlannerContext("What is 7*6?", ("7*6 is 42.",))]
 
 
 def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
-    fields = {
-        "method": "rsim",
-        "model": str(model),
-        "data": "arith_train",
-        "limit": 8,
-        "out": str(out),
-        "steps": 2,
-        "prompts_per_step": 2,
-        "num_generations": 2,
-        "max_tokens": 24,
-        "save_steps": 1,
-        "learning_rate": 1e-3,  # the tiny model must visibly move in one step
-        "protocol": ProtocolConfig(
-            planner=str(model), strategy=StrategyConfig(max_steps=3, step_max_tokens=8)
-        ),
-    }
-    return GRPOTrainConfig(**(fields | changes))
+    """test_grpo's small run, as rsim with the tiny model as planner backbone too."""
+    protocol = ProtocolConfig(
+        planner=str(model), strategy=StrategyConfig(max_steps=3, step_max_tokens=8)
+    )
+    # A high rate: the tiny model must visibly move in one step.
+    rsim = {"method": "rsim", "max_tokens": 24, "learning_rate": 1e-3, "protocol": protocol}
+    return grpo_config(model, out, **(rsim | changes))
 
 
 def _logits(folder: Path) -> torch.Tensor:
