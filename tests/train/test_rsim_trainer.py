@@ -152,6 +152,15 @@ def test_joint_training_moves_both_and_saves_the_planner_with_every_checkpoint(
     assert torch.equal(_logits(tmp_path / PLANNER_DIR), _logits(last))
     assert (tmp_path / PLANNER_DIR / BACKBONE_DIR).is_dir()
 
+    # Continual training: a new run given the saved planner starts from exactly it.
+    protocol = ProtocolConfig(planner=str(tmp_path / PLANNER_DIR))
+    again = _config(tiny_model_dir, tmp_path / "continual", protocol=protocol)
+    bench = load_benchmark(again.data, limit=again.limit)
+    trainer, collaborators = build_trainer(again, bench, tmp_path / "continual", None)
+    with torch.no_grad():
+        assert torch.equal(trainer.planner.logits(CONTEXTS), _logits(tmp_path / PLANNER_DIR))
+    collaborators.close()
+
 
 def test_resume_starts_from_the_checkpoint_planner(tiny_model_dir: Path, tmp_path: Path) -> None:
     # A constant rate: a linear decay would reach 0 at the last step, and move nothing.
