@@ -152,8 +152,12 @@ def plot_curves(
     drawn = [k for k in keys if any(h.get(k) for h in history)]
     if not drawn:
         return
-    fig, axes = plt.subplots(1, len(drawn), figsize=(4.2 * len(drawn), 3.4), squeeze=False)
-    for ax, key in zip(axes[0], drawn, strict=True):
+    cols = min(len(drawn), 4)  # a wide run (rsim logs eight series) wraps into rows
+    rows = -(-len(drawn) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(drawn) :]:
+        ax.axis("off")
+    for ax, key in zip(axes.flat, drawn, strict=False):
         points = [(h["step"], h[key]) for h in history if key in h]
         ax.plot([s for s, _ in points], [v for _, v in points], marker=".", color="tab:blue")
         ax.set_title(key)
