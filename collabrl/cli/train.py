@@ -52,7 +52,7 @@ def sft(
     )
 
 
-# grpo, relay and eapo share one config (`collab config show train-grpo`) and one
+# grpo, relay, eapo and rsim share one config (`collab config show train-grpo`) and one
 # command body; the command's name is the method.
 GRPO_HELP = {
     "grpo": "GRPO with the solo protocol: both papers' self-exploratory baseline.",
@@ -60,6 +60,10 @@ GRPO_HELP = {
     "difficulty-aware reward.",
     "eapo": "EAPO §2: GRPO on consult episodes with an expert pool (--expert), F1 reward, "
     "ρ_s = 1/s acceptance and an annealed turn budget.",
+    "rsim": "rSIM §4: a planner (--planner: a backbone model, or a saved planner folder whose "
+    "training continues) and the policy trained together on the strategy protocol, "
+    "λ · planner PPO-clip + (1 − λ) · reasoner GRPO; --train planner|reasoner freezes the "
+    "other. OUT/planner is the trained planner.",
 }
 
 
@@ -70,6 +74,8 @@ def grpo_like(
     limit: int = opt.config_option("limit", "--limit"),
     teacher: str = opt.TEACHER,
     expert: list[str] = opt.EXPERT,
+    planner: str = opt.PLANNER,
+    train: str = opt.config_option("rsim.train", "--train"),
     steps: int = opt.config_option("steps", "--steps"),
     prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
     num_generations: int = opt.config_option("num_generations", "--num-generations"),
@@ -84,11 +90,6 @@ def grpo_like(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    _train_and_report(ctx, config, set_)
-
-
-def _train_and_report(ctx: typer.Context, config: Path, set_: list[str]) -> None:
-    """Train with the command's method (its name), then print the run's table."""
     from collabrl.train.grpo import is_main_process, train_grpo
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
@@ -141,31 +142,3 @@ def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
 
 for _method, _help in GRPO_HELP.items():
     app.command(_method, cls=opt.config_command("train-grpo"), help=_help)(grpo_like)
-
-
-@app.command("rsim", cls=opt.config_command("train-grpo"))
-def rsim(
-    ctx: typer.Context,
-    model: str = opt.MODEL,
-    planner: str = opt.PLANNER,
-    train: str = opt.config_option("rsim.train", "--train"),
-    data: str = opt.config_option("data", "--data"),
-    limit: int = opt.config_option("limit", "--limit"),
-    steps: int = opt.config_option("steps", "--steps"),
-    prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
-    num_generations: int = opt.config_option("num_generations", "--num-generations"),
-    max_tokens: int = opt.config_option("max_tokens", "--max-tokens"),
-    temperature: float = opt.config_option("temperature", "--temperature"),
-    learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
-    seed: int = opt.config_option("seed", "--seed"),
-    eval_data: str = opt.config_option("eval_data", "--eval-data"),
-    eval_limit: int = opt.config_option("eval_limit", "--eval-limit"),
-    out: str = opt.config_option("out", "--out"),
-    resume: bool = opt.config_option("resume", "--resume"),
-    config: Path = opt.CONFIG,
-    set_: list[str] = opt.SET,
-) -> None:
-    """rSIM §4: a planner (--planner: a backbone model or a saved planner folder, whose
-    training continues) and the policy, trained together on the strategy protocol:
-    λ · planner PPO-clip + (1 − λ) · reasoner GRPO. OUT/planner is the trained planner."""
-    _train_and_report(ctx, config, set_)

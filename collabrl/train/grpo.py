@@ -239,14 +239,14 @@ def evaluate_run(
     protocol = rollout_protocol(config)
     if config.method == "eapo":
         protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
+    if config.method == "rsim":  # the planner greedy, as §5 evaluates it
+        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
     results = {}
     for name, model in (("start", config.model), ("final", str(out / FINAL))):
-        if config.method == "rsim":
-            # The planner that ran with this reasoner, at temperature 0 (§5's evaluation).
+        if config.method == "rsim":  # with the planner that ran beside this reasoner
             protocol.planner = (
                 config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
             )
-            protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
         eval_config = EvalConfig(
             benchmark=config.eval_data,
             model=model,

@@ -76,10 +76,11 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RolloutBatch:
-    """One call's episodes and the extras TRL got for them, in the batch's order."""
+    """One call's episodes and what TRL got for them (ids, masks and extras, one list
+    entry per episode), in the batch's order."""
 
     episodes: list[Episode]
-    extras: dict[str, list[Any]]
+    output: dict[str, list[Any]]
 
 
 class ProtocolRollout:

@@ -104,7 +104,7 @@ class RSIMTrainer(GRPOTrainer):
         rewards = [
             planner_reward(bool(correct), strategies)
             for correct, strategies in zip(
-                rollout.extras["correct"], rollout.extras["strategies"], strict=True
+                rollout.output["correct"], rollout.output["strategies"], strict=True
             )
         ]
         device = self.accelerator.device
@@ -120,7 +120,7 @@ class RSIMTrainer(GRPOTrainer):
         output["planner_contexts"] = [s.contexts for s in steps]
         output["planner_actions"] = [s.actions for s in steps]
         output["planner_old_logps"] = [s.old_logps for s in steps]
-        self._log_planner_batch(everyone, rollout.extras["strategies"])
+        self._log_planner_batch(everyone, rollout.output["strategies"])
         return output
 
     def _log_planner_batch(self, rewards: torch.Tensor, strategies: list[list[str]]) -> None:

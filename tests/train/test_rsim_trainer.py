@@ -61,7 +61,7 @@ def test_a_batch_carries_the_planner_decisions_and_group_advantages(batch) -> No
     last = trainer.rollout_func.last
     rewards = [
         planner_reward(bool(c), s).total
-        for c, s in zip(last.extras["correct"], last.extras["strategies"], strict=True)
+        for c, s in zip(last.output["correct"], last.output["strategies"], strict=True)
     ]
     assert inputs["planner_advantages"].tolist() == pytest.approx(group_advantages(rewards, 2))
     for contexts, actions, old in zip(
