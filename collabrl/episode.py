@@ -144,6 +144,15 @@ class Episode:
         return [s for s in self.segments if s.is_helper]
 
     @property
+    def tool_calls(self) -> list[Segment]:
+        """One tool segment per call (apollo), failed calls with `meta["error"]` set."""
+        return [s for s in self.segments if s.author is Author.TOOL]
+
+    @property
+    def tool_errors(self) -> int:
+        return sum(s.meta.get("error") is not None for s in self.tool_calls)
+
+    @property
     def turns(self) -> int:
         """Policy segments: how many times the policy took the pen."""
         return sum(s.author is Author.POLICY for s in self.segments)

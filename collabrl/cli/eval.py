@@ -43,6 +43,14 @@ COLLAB_KEYS = (
     "strategies_per_sample",
     "strategies_injected_per_sample",
 )
+# AlphaApollo's tool metrics: shown together when any tool was called.
+TOOL_KEYS = (
+    "tool_calls_per_sample",
+    "tool_call_error_rate",
+    "tool_use_rate",
+    "accuracy_with_tools",
+    "accuracy_without_tools",
+)
 
 
 @app.command("run", cls=opt.config_command("eval"))
@@ -84,6 +92,8 @@ def run(
 
 
 def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
+    from collabrl.eval.report import format_value
+
     n = int(metrics["samples_per_problem"])
     keys = [k for k in metrics if k.startswith(HEADLINE_PREFIXES) and _shown(k, n)]
     keys += [
@@ -92,16 +102,16 @@ def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
         "stderr",
         "call_ratio",
         *(k for k in COLLAB_KEYS if metrics.get(k)),  # shown when a protocol used them
+        *(TOOL_KEYS if metrics.get("tool_calls_per_sample") else ()),
         "mean_completion_tokens",
         "tokens_per_second",
         "generation_seconds",
     ]
     table = Table("metric", "value", title=f"{int(metrics['problems'])} problems × {n} samples")
     for key in keys:
-        value = metrics[key]
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        table.add_row(key, format_value(metrics[key]))
     for key, value in metrics.get("judge", {}).items():
-        table.add_row(f"judge/{key}", f"{value:.4f}" if isinstance(value, float) else str(value))
+        table.add_row(f"judge/{key}", format_value(value))
     console.print(table)
     if "stand_in" in metrics:
         console.print(f"[yellow]{metrics['stand_in']}[/]")

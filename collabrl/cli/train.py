@@ -55,7 +55,8 @@ def sft(
 # grpo, relay, eapo and rsim share one config (`collab config show train-grpo`) and one
 # command body; the command's name is the method.
 GRPO_HELP = {
-    "grpo": "GRPO with the solo protocol: both papers' self-exploratory baseline.",
+    "grpo": "GRPO with the solo protocol (both papers' self-exploratory baseline), or with "
+    "--protocol apollo: tool-integrated RL, the tools' output masked from the loss.",
     "relay": "RelayLLM §3.2: GRPO on relay episodes with a teacher (--teacher), simple or "
     "difficulty-aware reward.",
     "eapo": "EAPO §2: GRPO on consult episodes with an expert pool (--expert), F1 reward, "
@@ -72,6 +73,7 @@ def grpo_like(
     model: str = opt.MODEL,
     data: str = opt.config_option("data", "--data"),
     limit: int = opt.config_option("limit", "--limit"),
+    protocol: str = opt.PROTOCOL,
     teacher: str = opt.TEACHER,
     expert: list[str] = opt.EXPERT,
     planner: str = opt.PLANNER,

@@ -49,7 +49,7 @@ def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
         cells.append(str(int(m.get("problems", 0))))
         for label in header[5:]:
             key = label.replace("@n", f"@{run['n']}")
-            cells.append(_fmt(m.get(key)))
+            cells.append(format_value(m.get(key)))
         rows.append(cells)
     return header, rows
 
@@ -64,7 +64,8 @@ def _metric_labels(runs: list[dict[str, Any]]) -> list[str]:
     return present
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A metric as printed: 4 decimals, '-' for a metric with no value (None)."""
     if value is None:
         return "-"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
@@ -89,5 +90,5 @@ def router_rows(
         if r["metrics"].get("call_ratio") and f"avg@{r['n']}" in r["metrics"]
     ]
     points = router_table(pairs, collab)
-    rows = [[p.name, _fmt(p.accuracy), _fmt(p.call_ratio), _fmt(p.routed)] for p in points]
+    rows = [[p.name, *map(format_value, (p.accuracy, p.call_ratio, p.routed))] for p in points]
     return ["router", "accuracy", "call_ratio", "routed"], rows

@@ -27,6 +27,8 @@ def episode_usage(episode: Episode) -> dict[str, Any]:
         "format_errors": int(episode.meta.get("format_errors", 0)),
         "strategies_injected": len(episode.meta.get("strategies", [])),
         "strategies_used": sum(episode.meta.get("strategy_counts", {}).values()),
+        "tool_calls": len(episode.tool_calls),
+        "tool_errors": episode.tool_errors,
     }
 
 
@@ -55,4 +57,28 @@ def usage_metrics(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "truncated": sum(r["finish_reason"] == "length" for r in samples) / count,
         "generation_seconds": round(seconds, 2),
         "tokens_per_second": completion / seconds if seconds else 0.0,
+        **tool_metrics(samples),
+    }
+
+
+def tool_metrics(samples: list[dict[str, Any]]) -> dict[str, float | None]:
+    """AlphaApollo's tool metrics: how often tools were called and failed, and the
+    accuracy of samples that used a tool against those that did not (its Figure 7).
+
+    An accuracy over no samples is None, not 0: "never used a tool" is not "always wrong".
+    """
+    calls = sum(int(r.get("tool_calls", 0)) for r in samples)
+    errors = sum(int(r.get("tool_errors", 0)) for r in samples)
+    used = [r for r in samples if int(r.get("tool_calls", 0)) > 0]
+    unused = [r for r in samples if int(r.get("tool_calls", 0)) == 0]
+
+    def accuracy(group: list[dict[str, Any]]) -> float | None:
+        return sum(bool(r.get("correct")) for r in group) / len(group) if group else None
+
+    return {
+        "tool_calls_per_sample": calls / len(samples),
+        "tool_call_error_rate": errors / calls if calls else 0.0,
+        "tool_use_rate": len(used) / len(samples),
+        "accuracy_with_tools": accuracy(used),
+        "accuracy_without_tools": accuracy(unused),
     }

@@ -289,3 +289,79 @@ def agent_returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
 def format_agent_returns(results: list[tuple[int, str | None]]) -> str:
     """The `<agent_returns>` block answering a call; a None result reads "unavailable"."""
     return "".join(agent_returns_pieces(results))
+
+
+# ----------------------------------------------------------------------------- AlphaApollo
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+TOOL_RESPONSE_OPEN = "<tool_response>"
+TOOL_RESPONSE_CLOSE = "</tool_response>"
+_CODE_FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The policy's tool call: a tool name and its arguments, or why none could be read.
+
+    `lenient` marks a call read from code instead of the JSON the prompt asks for
+    (a fenced or bare Python block inside the tags): small models write that often,
+    and it is unambiguous when a `python` tool is offered.
+    """
+
+    name: str | None
+    arguments: dict[str, object]
+    error: str | None = None
+    lenient: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.name is not None
+
+
+def parse_tool_call(text: str, code_tool: str | None = None) -> ToolCall:
+    """The call in the last `<tool_call>…</tool_call>` block of `text`, which generation
+    stopped at the close tag.
+
+    The body is `{"name": …, "arguments": {…}}` (arguments may also be a JSON string,
+    as some chat templates write them). When it is not JSON and `code_tool` names a
+    tool taking `code`, a fenced or bare code body is a call of that tool.
+    """
+    end = text.rstrip()
+    if not end.endswith(TOOL_CALL_CLOSE):
+        return ToolCall(None, {}, error=f"no {TOOL_CALL_CLOSE}")
+    start = end.rfind(TOOL_CALL_OPEN)
+    if start < 0:
+        return ToolCall(None, {}, error=f"{TOOL_CALL_CLOSE} without {TOOL_CALL_OPEN}")
+    body = end[start + len(TOOL_CALL_OPEN) : len(end) - len(TOOL_CALL_CLOSE)].strip()
+    if not body:
+        return ToolCall(None, {}, error="empty tool call")
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return _code_call(body, code_tool)
+    return _json_call(value)
+
+
+def _json_call(value: object) -> ToolCall:
+    if not isinstance(value, dict):
+        return ToolCall(None, {}, error='a tool call is a JSON object {"name": …, "arguments": …}')
+    name, arguments = value.get("name"), value.get("arguments", {})
+    if not isinstance(name, str) or not name:
+        return ToolCall(None, {}, error='the tool call has no "name"')
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (json.JSONDecodeError, RecursionError):
+            return ToolCall(name, {}, error='"arguments" is not a JSON object')
+    if not isinstance(arguments, dict):
+        return ToolCall(name, {}, error='"arguments" is not a JSON object')
+    return ToolCall(name, arguments)
+
+
+def _code_call(body: str, code_tool: str | None) -> ToolCall:
+    if code_tool is None:
+        return ToolCall(None, {}, error="the tool call is not valid JSON")
+    fenced = _CODE_FENCE_RE.search(body)
+    code = fenced.group(1) if fenced else body
+    return ToolCall(code_tool, {"code": code}, lenient=True)

@@ -114,6 +114,14 @@ class GRPOTrainConfig:
             )
         if self.prompt is not None:
             get_prompt(self.prompt)
+        allowed = GRPO_PROTOCOLS if self.method == "grpo" else (PROTOCOL_OF[self.method],)
+        # "solo" is ProtocolConfig's default: what a run that names no protocol carries.
+        if self.protocol.name not in (*allowed, "solo"):
+            raise UserError(
+                f"collab train {self.method} rolls out on {' or '.join(allowed)}, "
+                f"not '{self.protocol.name}'",
+                "drop --protocol",
+            )
         rollout_protocol(self).check()
         from trl import GRPOConfig
 
@@ -122,11 +130,16 @@ class GRPOTrainConfig:
 
 # The protocol each method rolls out with.
 PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult", "rsim": "strategy"}
+# `collab train grpo` may also roll out on apollo: tool-integrated RL (tool output masked).
+GRPO_PROTOCOLS = ("solo", "apollo")
 
 
 def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
     """The method's protocol (EAPO trains with the expert channel open)."""
-    protocol = dataclasses.replace(config.protocol, name=PROTOCOL_OF[config.method])
+    name = PROTOCOL_OF[config.method]
+    if config.method == "grpo" and config.protocol.name in GRPO_PROTOCOLS:
+        name = config.protocol.name
+    protocol = dataclasses.replace(config.protocol, name=name)
     if config.method == "eapo":
         protocol.consult = dataclasses.replace(protocol.consult, mode="open")
     return protocol
@@ -138,8 +151,16 @@ RESUMABLE_KEYS = frozenset(
 )
 
 
-# The methods whose protocol brings its paper's prompts.
-OWN_PROMPT = ("eapo", "rsim")
+# The protocols that bring their paper's prompts (consult, strategy, apollo).
+OWN_PROMPT = ("consult", "strategy", "apollo")
+
+
+def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
+    """The policy's prompt name: None when the rollout protocol brings its own."""
+    if rollout_protocol(config).name in OWN_PROMPT:
+        return None
+    return config.prompt or bench_prompt
+
 
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
 DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
@@ -213,8 +234,7 @@ def train_grpo(
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (consult and strategy
         # bring their own).
-        prompt = None if config.method in OWN_PROMPT else config.prompt or bench.prompt
-        result.evaluation = evaluate_run(config, out, prompt)
+        result.evaluation = evaluate_run(config, out, training_prompt(config, bench.prompt))
         records.write_json(out / "eval.json", result.evaluation)
     return result
 

@@ -40,7 +40,8 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
     if log is None:
         return
     keys = ("correct", "call_ratio", "call_ratio_requested", "calls", "accepted_calls")
-    for key in (*keys, "format_errors", *(["accept_prob"] if "accept_prob" in kwargs else [])):
+    keys += ("format_errors", "tool_calls", "tool_errors", "accept_prob")
+    for key in (k for k in keys if k in kwargs):  # accept_prob: consult only
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key
         log(f"episodes/{name}", sum(values) / len(values))

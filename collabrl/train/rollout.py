@@ -65,6 +65,8 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         "calls": len(episode.calls),
         "accepted_calls": sum(1 for s in episode.calls if s.meta.get("accepted", True)),
         "format_errors": int(episode.meta.get("format_errors", 0)),
+        "tool_calls": len(episode.tool_calls),
+        "tool_errors": episode.tool_errors,
         "format_ok": format_ok(policy_text(episode)),
         "end": str(episode.end),
         # consult: the acceptance probability this step's schedule set.

@@ -29,6 +29,8 @@ CURVE_KEYS = (
     "episodes/calls",
     "episodes/accepted_calls",
     "episodes/format_errors",
+    "episodes/tool_calls",
+    "episodes/tool_errors",
     "accept_prob",
     # rsim: the reasoner's follow reward, the planner's reward and its parts, λ.
     "rewards/follow/mean",
@@ -81,7 +83,7 @@ def build_trainer(
 
     from collabrl.engines.hf import TransformersEngine
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo import OWN_PROMPT, dataset_of, grpo_args, rollout_protocol
+    from collabrl.train.grpo import dataset_of, grpo_args, rollout_protocol, training_prompt
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import ProtocolRollout
     from collabrl.train.schedules import ScheduleCallback
@@ -90,8 +92,9 @@ def build_trainer(
     model = load_model(ref)
     tokenizer = load_tokenizer(ref)
     engine = TransformersEngine(model, tokenizer, config.engine.batch_size, config.model)
-    # consult and strategy bring their papers' prompts; the others use the data's (or --prompt).
-    template = None if config.method in OWN_PROMPT else get_prompt(config.prompt or bench.prompt)
+    # consult, strategy and apollo bring their papers' prompts; the others use the data's.
+    prompt = training_prompt(config, bench.prompt)
+    template = None if prompt is None else get_prompt(prompt)
     protocol_config = rollout_protocol(config)
     if config.method == "rsim" and checkpoint is not None:
         protocol_config.planner = checkpoint_planner(checkpoint)
