@@ -1,0 +1,75 @@
+"""Configuration of `collab evolve`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabrl.config import EngineConfig, SamplingConfig, option, require
+from collabrl.errors import UserError
+from collabrl.protocols.config import ProtocolConfig
+
+SELECT_RULES = ("score", "vote")
+
+
+@dataclass
+class EvolveConfig:
+    """K models × R rounds of proposals over a shared, growing state of verified candidates."""
+
+    benchmark: str = option("arith", "Registered benchmark name or a .jsonl/.parquet/folder path.")
+    models: list[str] = option(
+        [],
+        "The K proposing models: model references or base URLs (repeat --model); the same "
+        "reference twice is two branches of one model.",
+    )
+    rounds: int = option(2, "R: rounds of proposals; round r > 1 reads the state of rounds < r.")
+    verifiers: list[str] = option(
+        [],
+        "Models that review every candidate (references or URLs). Default: each candidate is "
+        "reviewed by the other proposing models (by its own model when K = 1).",
+    )
+    select: str = option(
+        "score",
+        "The final answer's rule: score (highest summed verified score) or vote (majority); "
+        "both are reported every round.",
+    )
+    digest_size: int = option(3, "m: earlier candidates of a problem shown in a round's prompt.")
+    trim_chars: int = option(
+        600, "Characters of a candidate's solution kept in the digest (reviews keep half)."
+    )
+    review_max_tokens: int = option(256, "Tokens a reviewer may write per candidate.")
+    prompt: str | None = option(
+        None, "Proposals' prompt template: relay, eapo-eval, plain (default: the benchmark's)."
+    )
+    limit: int | None = option(None, "Evolve only the first N problems.")
+    out: str | None = option(
+        None, "Run folder (default: a new folder under runs/); resume one with --resume."
+    )
+    protocol: ProtocolConfig = option(
+        ProtocolConfig(), "The protocol every proposal runs through (with its tools)."
+    )
+    sampling: SamplingConfig = option(
+        SamplingConfig(n=2, max_tokens=512, temperature=0.7),
+        "How proposals are sampled; n is the branches: candidates per model, problem and round.",
+    )
+    engine: EngineConfig = option(EngineConfig(), "Which engine runs each model and verifier.")
+
+    def check(self) -> None:
+        """Refuse values no run can use, before the benchmark or any model is loaded."""
+        if not self.models:
+            raise UserError("evolve needs at least one model", "pass --model A --model B")
+        require("rounds", self.rounds, self.rounds >= 1, "at least 1")
+        require("select", self.select, self.select in SELECT_RULES, " or ".join(SELECT_RULES))
+        require("digest_size", self.digest_size, self.digest_size >= 1, "at least 1")
+        require("trim_chars", self.trim_chars, self.trim_chars >= 20, "at least 20")
+        require("review_max_tokens", self.review_max_tokens, self.review_max_tokens >= 1, ">= 1")
+        self.sampling.check()
+        self.protocol.check()
+        if self.protocol.uses_reference():
+            raise UserError(
+                "the reference stand-in reads gold answers, which evolve never shows a model",
+                "use real collaborators",
+            )
+
+
+# Keys that may change when a run is resumed: more rounds, other resources.
+RESUMABLE_KEYS = frozenset({"rounds", "out", "engine", "select"})

@@ -1,0 +1,187 @@
+"""`collab evolve`: K models × R rounds of proposals over a shared state.
+
+Each round:
+1. every model proposes `sampling.n` candidates per problem through the protocol
+   (with its tools), all models at once, one thread and one batched `run` each;
+   from round 2 on the task's question carries the problem's digest of the state;
+2. every candidate is reviewed by other models (`verify.py`) and scored;
+3. selection (`select.py`) runs over the state: every candidate so far;
+4. the round's candidates and summary are saved, and the curve redrawn.
+
+Gold answers only fill `Candidate.correct` for the reported accuracies: no prompt,
+review or selection reads them. A folder with finished rounds is continued with
+`resume=True` (from the first unfinished round, under the same experiment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
+from collabrl.engines import SamplingParams, create_engine, is_url
+from collabrl.errors import UserError
+from collabrl.eval import records
+from collabrl.eval.runner import _template
+from collabrl.evolve.config import RESUMABLE_KEYS, EvolveConfig
+from collabrl.evolve.metrics import plot_curve, round_summary
+from collabrl.evolve.prompts import digest, evolve_question
+from collabrl.evolve.state import (
+    Candidate,
+    checks_of,
+    read_candidates,
+    read_state,
+    round_path,
+    save_round,
+)
+from collabrl.evolve.verify import Reviewer, in_parallel, review
+from collabrl.models import resolve_model
+from collabrl.protocols.base import CollabProtocol, Task, round_seed
+from collabrl.protocols.build import build_protocol, check_protocol
+from collabrl.rewards.verify import is_equivalent
+
+CURVE = "curve.png"
+RoundFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class EvolveResult:
+    out_dir: Path
+    rounds: list[dict[str, Any]]  # state.json's entry of every finished round
+    new_rounds: int
+
+
+@dataclass
+class Proposer:
+    name: str
+    protocol: CollabProtocol
+    reviewer: Reviewer  # the same engine, reviewing the other models' candidates
+
+
+def run_evolve(
+    config: EvolveConfig, resume: bool = False, on_round: RoundFn | None = None
+) -> EvolveResult:
+    """Run (or, with `resume`, continue) an evolve run and write its folder."""
+    config.check()
+    for ref in [*config.models, *config.verifiers]:
+        if not is_url(ref):
+            resolve_model(ref)  # a mistyped --model, without loading it
+    bench = load_benchmark(config.benchmark, limit=config.limit)
+    template = _template(config, bench)
+    check_protocol(config.protocol, template if config.prompt else None)
+    out_dir = records.out_folder(config.out, "evolve", config.benchmark, config.models[0])
+    state = _open_folder(config, out_dir, resume)
+    done = len(state["rounds"])
+    pool = read_candidates(out_dir, done)
+    if done < config.rounds:
+        proposers = _open_proposers(config, bench, template)
+        verifiers = [Reviewer(ref, create_engine(ref, config.engine)) for ref in config.verifiers]
+        try:
+            for round_no in range(done + 1, config.rounds + 1):
+                new = _propose(config, proposers, bench.items, pool, round_no)
+                reviewers = verifiers or [p.reviewer for p in proposers]
+                questions = {item.id: item.problem for item in bench.items}
+                params = SamplingParams(config.review_max_tokens, seed=config.sampling.seed)
+                review(new, questions, reviewers, not verifiers, params, config.trim_chars)
+                pool += new
+                summary = round_summary(round_no, new, pool, bench.items, len(config.models))
+                save_round(out_dir, state, new, summary)
+                plot_curve(state["rounds"], out_dir / CURVE, f"evolve · {bench.name}")
+                if on_round:
+                    on_round(summary)
+        finally:
+            _close(proposers, verifiers)
+    return EvolveResult(out_dir, state["rounds"], max(config.rounds - done, 0))
+
+
+def _open_folder(config: EvolveConfig, out_dir: Path, resume: bool) -> dict[str, Any]:
+    """The state of `out_dir`, refusing to restart a run there unless resuming it."""
+    finished = round_path(out_dir, 1)
+    if records.read_records(finished) and not resume:
+        raise UserError(
+            f"{out_dir} already holds an evolve run",
+            "pass --resume to continue it, or a new --out folder",
+        )
+    records.prepare_folder(config, out_dir, RESUMABLE_KEYS, (finished,))
+    return read_state(out_dir)
+
+
+def _open_proposers(config: EvolveConfig, bench: Benchmark, template: Any) -> list[Proposer]:
+    """One engine per model, shared by its protocol (which leaves it open) and its reviews."""
+    proposers: list[Proposer] = []
+    try:
+        for ref in config.models:
+            engine = create_engine(ref, config.engine)
+            reviewer = Reviewer(ref, engine)
+            proposers.append(Proposer(ref, _protocol(config, bench, template, reviewer), reviewer))
+    except BaseException:
+        _close(proposers, [])
+        raise
+    return proposers
+
+
+def _protocol(config: EvolveConfig, bench: Benchmark, template: Any, reviewer: Reviewer):
+    try:
+        return build_protocol(
+            config.protocol,
+            reviewer.name,
+            config.engine,
+            template,
+            bench.extract_fallback,
+            policy_engine=reviewer.engine,
+        )
+    except BaseException:
+        reviewer.engine.close()
+        raise
+
+
+def _close(proposers: list[Proposer], verifiers: list[Reviewer]) -> None:
+    for p in proposers:
+        p.protocol.close()
+        p.reviewer.engine.close()
+    for v in verifiers:
+        v.engine.close()
+
+
+def _propose(
+    config: EvolveConfig,
+    proposers: list[Proposer],
+    items: list[Item],
+    pool: list[Candidate],
+    round_no: int,
+) -> list[Candidate]:
+    """Every model's candidates for every problem, the models running concurrently."""
+    questions = {i.id: evolve_question(i.problem, _notes(config, pool, i)) for i in items}
+    tasks = [Task(i.id, questions[i.id], b) for i in items for b in range(config.sampling.n)]
+    base = SamplingParams.of(config.sampling)
+
+    def job(k: int) -> list[Candidate]:
+        # A seed per round and per model: two copies of one model still explore apart.
+        params = SamplingParams.of(config.sampling, seed=round_seed(base, round_no, stream=k))
+        episodes = proposers[k].protocol.run(tasks, params)
+        gold = {item.id: item.answer for item in items}
+        return [
+            Candidate(
+                round=round_no,
+                problem_id=task.problem_id,
+                model=k,
+                branch=task.sample,
+                answer=episode.answer,
+                completion=episode.response_text,
+                checks=checks_of(episode, config.trim_chars // 2),
+                correct=is_equivalent(episode.answer, gold[task.problem_id]),
+                episode=episode.to_dict(),
+            )
+            for task, episode in zip(tasks, episodes, strict=True)
+        ]
+
+    per_model = in_parallel([lambda k=k: job(k) for k in range(len(proposers))])
+    return [c for candidates in per_model for c in candidates]
+
+
+def _notes(config: EvolveConfig, pool: list[Candidate], item: Item) -> str:
+    """The problem's digest of the state; empty in round 1."""
+    earlier = [c for c in pool if c.problem_id == item.id]
+    return digest(earlier, config.digest_size, config.trim_chars)

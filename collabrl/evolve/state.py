@@ -1,0 +1,103 @@
+"""The shared state: every candidate of every finished round, and how it is stored.
+
+A candidate is one proposal of one model for one problem in one round, with what
+was checked about it: the tool calls it ran (and whether they failed) and the
+reviews it got. The run folder holds one `round-R.jsonl` of candidates per finished
+round and `state.json`, the run's index (rounds finished, answers selected, metrics).
+Both are replaced atomically, the round file first: a round is finished once
+`state.json` lists it, so a run killed in between redoes only that round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabrl.episode import Author, Episode
+from collabrl.eval import records
+
+STATE = "state.json"
+
+# Verdicts a review can reach; `unknown` is a review whose verdict line was unreadable.
+CORRECT, INCORRECT, UNKNOWN = "correct", "incorrect", "unknown"
+
+
+@dataclass
+class Review:
+    reviewer: str  # the model reference or URL that reviewed
+    verdict: str  # CORRECT | INCORRECT | UNKNOWN
+    text: str
+
+
+@dataclass
+class Candidate:
+    round: int  # 1-based
+    problem_id: str
+    model: int  # index into config.models
+    branch: int
+    answer: str | None
+    completion: str
+    checks: list[dict[str, Any]]  # the episode's tool calls: tool, error, text
+    reviews: list[Review] = field(default_factory=list)
+    # Against the gold answer: reported as accuracy, never read by selection or prompts.
+    correct: bool = False
+    episode: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """The verified score: the share of reviews with a `correct` verdict (an unknown
+        verdict counts against, as a failed check would); 0 with no review."""
+        if not self.reviews:
+            return 0.0
+        return sum(r.verdict == CORRECT for r in self.reviews) / len(self.reviews)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "score": self.score}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Candidate:
+        data = {k: v for k, v in data.items() if k != "score"}
+        return cls(**{**data, "reviews": [Review(**r) for r in data["reviews"]]})
+
+
+def checks_of(episode: Episode, limit: int) -> list[dict[str, Any]]:
+    """The tool calls an episode ran, as the digest shows them (text cut to `limit`)."""
+    return [
+        {"tool": s.meta.get("tool"), "error": s.meta.get("error"), "text": s.text[:limit]}
+        for s in episode.segments
+        if s.author is Author.TOOL
+    ]
+
+
+def round_path(out_dir: Path, round_no: int) -> Path:
+    return out_dir / f"round-{round_no}.jsonl"
+
+
+def read_state(out_dir: Path) -> dict[str, Any]:
+    """The run's index: `{"rounds": [...]}` with one entry per finished round."""
+    path = out_dir / STATE
+    return json.loads(path.read_text()) if path.exists() else {"rounds": []}
+
+
+def read_candidates(out_dir: Path, rounds: int) -> list[Candidate]:
+    """Every candidate of rounds 1..`rounds`, in round order."""
+    return [
+        Candidate.from_dict(r)
+        for round_no in range(1, rounds + 1)
+        for r in records.read_records(round_path(out_dir, round_no))
+    ]
+
+
+def save_round(
+    out_dir: Path, state: dict[str, Any], candidates: list[Candidate], summary: dict[str, Any]
+) -> None:
+    """Store a finished round: its candidates, then the index that lists it."""
+    path = round_path(out_dir, summary["round"])
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in candidates))
+    os.replace(tmp, path)
+    state["rounds"].append(summary)
+    records.write_json(out_dir / STATE, state)
