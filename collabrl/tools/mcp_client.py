@@ -25,6 +25,7 @@ import mcp_types as types
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
+from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from collabrl.config import option
@@ -110,7 +111,8 @@ class MCPConnection:
                 await self._stop.wait()
 
     async def _list_tools(self) -> list[types.Tool]:
-        tools, cursor = [], None
+        tools: list[types.Tool] = []
+        cursor = None
         while True:
             page = await self._client.list_tools(cursor=cursor)
             tools += page.tools
@@ -133,12 +135,13 @@ class MCPConnection:
 
     def close(self) -> None:
         """End the session, stop the server process (stdio) and the loop thread."""
-        if self._stop is not None and self._portal_cm is not None:
+        if self._portal_cm is None:
+            return
+        if self._stop is not None:
             self._portal.call(self._stop.set)
-        if self._portal_cm is not None:
-            # Waits for `_hold` to leave the client, which stops a stdio server.
-            self._portal_cm.__exit__(None, None, None)
-            self._portal_cm = None
+        # Waits for `_hold` to leave the client, which stops a stdio server's process.
+        self._portal_cm.__exit__(None, None, None)
+        self._portal_cm = None
 
 
 @dataclass
@@ -156,6 +159,7 @@ class MCPTool:
 
 
 def connect(config: MCPServerConfig) -> MCPConnection:
+    """Start or reach the server, initialize a session, list its tools."""
     return MCPConnection(config)
 
 
@@ -173,7 +177,9 @@ async def _open_client(config: MCPServerConfig) -> AsyncIterator[Client]:
                     headers=headers, timeout=httpx2.Timeout(config.timeout, read=None)
                 )
             )
-            server: Any = streamable_http_client(config.url, http_client=http)
+            server: Transport | StdioServerParameters = streamable_http_client(
+                config.url, http_client=http
+            )
         else:
             server = StdioServerParameters(
                 command=config.command[0], args=config.command[1:], env=config.env or None
@@ -199,13 +205,18 @@ def to_tool_result(result: types.CallToolResult) -> ToolResult:
 
 
 def _describe(exc: BaseException) -> str:
+    """The exception that says what went wrong, not the task groups it surfaced through."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class ToolRouter:
     """The manager: every tool by name, local or remote, and one `call` for them all."""
 
-    def __init__(self, tools: Sequence[Tool] = (), connections: Sequence[MCPConnection] = ()):
+    def __init__(
+        self, tools: Sequence[Tool] = (), connections: Sequence[MCPConnection] = ()
+    ) -> None:
         self._owned: list[Tool | MCPConnection] = [*tools, *connections]
         self._tools: dict[str, Tool] = {}
         sources = [("local", tools), *((f"MCP server '{c.name}'", c.tools) for c in connections)]

@@ -13,6 +13,7 @@ with `isError` set — the model reads it like any result, and clients count it.
 from __future__ import annotations
 
 import argparse
+import secrets
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +24,8 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collabrl.errors import UserError
 from collabrl.serve.server import base_url
@@ -71,19 +74,21 @@ def serve_tools(
     transport: Literal["stdio", "http"] = "stdio",
     host: str = "127.0.0.1",
     port: int = 8931,
+    api_key: str | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve `tools` until the client hangs up (stdio) or SIGINT/SIGTERM (http).
 
-    `on_ready` gets the address once clients can connect: "stdio", or the URL of
-    the streamable-HTTP endpoint. Over stdio, stdout carries the protocol, so it
-    must not print there.
+    Over HTTP, `api_key` (if set) is required as `Authorization: Bearer KEY`; a stdio
+    server is reachable only by the process that launched it. `on_ready` gets the
+    address once clients can connect: "stdio", or the URL of the HTTP endpoint.
+    Over stdio, stdout carries the protocol, so `on_ready` must not print there.
     """
     server = build_server(tools)
     if transport == "stdio":
         anyio.run(_serve_stdio, server, on_ready)
     elif transport == "http":
-        _serve_http(server, host, port, on_ready)
+        _serve_http(server, host, port, api_key, on_ready)
     else:
         raise UserError(f"unknown MCP transport '{transport}'", "use stdio or http")
 
@@ -96,13 +101,19 @@ async def _serve_stdio(server: Server, on_ready: Callable[[str], None] | None) -
 
 
 def _serve_http(
-    server: Server, host: str, port: int, on_ready: Callable[[str], None] | None
+    server: Server,
+    host: str,
+    port: int,
+    api_key: str | None,
+    on_ready: Callable[[str], None] | None,
 ) -> None:
     import uvicorn
 
     # Stateless: tools keep nothing between calls, and a stateful session would be
     # reaped while a training step leaves it idle for longer than its idle timeout.
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, host=host)
+    if api_key:
+        app = _require_bearer(app, api_key)
     # Bound here rather than by uvicorn, so the address is known (port 0 picks a free
     # one) and connections made right after `on_ready` wait in the backlog.
     try:
@@ -119,6 +130,29 @@ def _serve_http(
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
+def _require_bearer(app: ASGIApp, api_key: str) -> ASGIApp:
+    """`app`, answering 401 to any HTTP request without `Authorization: Bearer KEY`.
+
+    A plain check rather than the SDK's OAuth resource-server support: a shared key
+    is what a training cluster's tool server needs, like `collab serve --api-key`.
+    """
+    expected = f"Bearer {api_key}".encode()
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            sent = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(sent, expected):
+                # A JSON-RPC error body, so MCP clients show its message, not just "401".
+                error = {"code": types.INVALID_REQUEST, "message": "missing or wrong API key"}
+                body = {"jsonrpc": "2.0", "id": None, "error": error}
+                response = JSONResponse(body, status_code=401)
+                await response(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def default_tools() -> list[Tool]:
     """The tools `collab serve tools` offers: the Python interpreter and retrieval."""
     from collabrl.tools.python import PythonToolConfig, build_python_tool
@@ -133,11 +167,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8931)
+    parser.add_argument("--api-key", help="http: require `Authorization: Bearer API_KEY`.")
     args = parser.parse_args(argv)
     try:
         tools = default_tools()
         try:
-            serve_tools(tools, args.transport, args.host, args.port, on_ready=_announce)
+            serve_tools(
+                tools, args.transport, args.host, args.port, args.api_key, on_ready=_announce
+            )
         finally:
             for tool in tools:
                 tool.close()

@@ -3,8 +3,8 @@ client against our server, our client against our server and against a server th
 is not ours (the SDK's MCPServer, defined below).
 
 This file is also the servers' script: `python test_mcp.py ours stdio|http` serves
-the small tools below through `serve_tools`, `python test_mcp.py foreign` serves an
-MCPServer tool set.
+the small tools below through `serve_tools` (over HTTP, requiring the key KEY), and
+`python test_mcp.py foreign` serves an MCPServer tool set.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collabrl.tools.mcp_client import MCPServerConfig, ToolRouter, connect, pars
 pytestmark = pytest.mark.timeout(60)
 
 OURS_STDIO = f"stdio:{sys.executable} {__file__} ours stdio"
+KEY = "test-key"
 FOREIGN_STDIO = f"stdio:{sys.executable} {__file__} foreign"
 
 
@@ -185,12 +186,14 @@ def test_sdk_client_calls_our_server_over_stdio():
 
 
 def test_sdk_client_calls_our_server_over_http(http_url: str):
+    import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     async def main() -> None:
         with anyio.fail_after(30):
-            async with streamable_http_client(http_url) as (read, write):
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"})
+            async with http, streamable_http_client(http_url, http_client=http) as (read, write):
                 async with ClientSession(read, write) as session:
                     await check_with_sdk_session(session)
 
@@ -210,7 +213,7 @@ def test_our_client_lists_and_calls_our_server(ours):
 
 
 def test_our_client_over_http(http_url: str):
-    connection = connect(parse_server(http_url))
+    connection = connect(MCPServerConfig(url=http_url, bearer_token=KEY))
     try:
         assert [t.spec.name for t in connection.tools] == ["add", "divide", "sleep"]
         assert connection.call_tool("add", {"a": 0.5, "b": 1}) == ToolResult("1.5")
@@ -250,13 +253,13 @@ def test_our_client_calls_a_foreign_server():
 
 def test_a_slow_call_times_out_and_the_connection_survives():
     config = parse_server(OURS_STDIO)
-    config.name, config.timeout = "slow", 2
+    config.name, config.timeout = "slow", 1
     connection = connect(config)
     try:
         start = time.monotonic()
-        slow = connection.call_tool("sleep", {"seconds": 20})
+        slow = connection.call_tool("sleep", {"seconds": 4})
         assert slow.error == "unavailable" and "slow" in slow.text
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 3
         assert connection.call_tool("add", {"a": 1, "b": 1}) == ToolResult("2")
     finally:
         connection.close()
@@ -294,14 +297,20 @@ def test_a_dead_server_makes_calls_unavailable():
 def test_a_server_that_cannot_connect_is_a_user_error(server: str):
     threads_before = set(threading.enumerate())
     config = parse_server(server)
-    config.connect_timeout = 3
+    config.connect_timeout = 1
     with pytest.raises(UserError, match="cannot connect to MCP server 'stdio:"):
         connect(config)
     assert set(threading.enumerate()) <= threads_before
 
 
+@pytest.mark.parametrize("token", [None, "wrong-key"])
+def test_our_http_server_refuses_a_missing_or_wrong_key(http_url: str, token: str | None):
+    with pytest.raises(UserError, match="cannot connect.*missing or wrong API key"):
+        connect(MCPServerConfig(url=http_url, bearer_token=token, connect_timeout=10))
+
+
 def test_an_unreachable_url_is_a_user_error():
-    with pytest.raises(UserError, match="127.0.0.1:9/mcp"):
+    with pytest.raises(UserError, match="127.0.0.1:9/mcp': ConnectError"):
         connect(MCPServerConfig(url="http://127.0.0.1:9/mcp", connect_timeout=5))
 
 
@@ -321,9 +330,9 @@ def test_parse_server():
 # ---- the router ---------------------------------------------------------------------
 
 
-def test_router_routes_by_name_across_local_tools_and_servers(ours):
-    foreign = connect(parse_server(FOREIGN_STDIO))
-    router = ToolRouter([Arithmetic("multiply", "*")], [ours, foreign])
+def test_router_routes_by_name_across_local_tools_and_servers():
+    servers = [parse_server(OURS_STDIO), parse_server(FOREIGN_STDIO)]
+    router = ToolRouter.connect([Arithmetic("multiply", "*")], servers)
     try:
         names = [s.name for s in router.specs()]
         assert names == ["multiply", "add", "divide", "sleep", "shout", "fail"]
@@ -332,8 +341,10 @@ def test_router_routes_by_name_across_local_tools_and_servers(ours):
         assert router.call("shout", {"text": "ok"}) == ToolResult("OK")
         unknown = router.call("search", {})
         assert unknown.error == "unknown_tool" and "multiply, add, divide" in unknown.text
+        pid = int(router.call("sleep", {}).text)
     finally:
-        foreign.close()  # `ours` belongs to the module fixture, so the router is not closed
+        router.close()
+    assert gone(pid)
 
 
 def test_router_refuses_two_tools_with_one_name(ours):
@@ -348,22 +359,11 @@ def test_router_connect_closes_what_it_opened_when_one_server_fails():
     assert set(threading.enumerate()) <= threads_before
 
 
-def test_router_close_closes_its_connections():
-    router = ToolRouter.connect([Arithmetic("multiply", "*")], [parse_server(OURS_STDIO)])
-    pid = int(router.call("sleep", {}).text)
-    router.close()
-    assert gone(pid)
-
-
 if __name__ == "__main__":
     from collabrl.tools.mcp_server import serve_tools
 
     if sys.argv[1] == "foreign":
         serve_foreign()
     else:
-        serve_tools(
-            our_tools(),
-            sys.argv[2],
-            port=0,
-            on_ready=lambda address: print(f"ready: {address}", file=sys.stderr, flush=True),
-        )
+        announce = lambda address: print(f"ready: {address}", file=sys.stderr, flush=True)  # noqa: E731
+        serve_tools(our_tools(), sys.argv[2], port=0, api_key=KEY, on_ready=announce)
