@@ -2,7 +2,7 @@
 
 Each round:
 1. every model proposes `sampling.n` candidates per problem through the protocol
-   (with its tools), all models at once, one thread and one batched `run` each;
+   (with its tools), all models at once on a thread each, one batched `run` per branch;
    from round 2 on the task's question carries the problem's digest of the state;
 2. every candidate is reviewed by other models (`verify.py`) and scored;
 3. selection (`select.py`) runs over the state: every candidate so far;
@@ -22,6 +22,7 @@ from typing import Any
 
 from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
 from collabrl.engines import SamplingParams, create_engine, is_url
+from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.eval.runner import _template
@@ -154,28 +155,24 @@ def _propose(
 ) -> list[Candidate]:
     """Every model's candidates for every problem, the models running concurrently."""
     questions = {i.id: evolve_question(i.problem, _notes(config, pool, i)) for i in items}
-    tasks = [Task(i.id, questions[i.id], b) for i in items for b in range(config.sampling.n)]
     base = SamplingParams.of(config.sampling)
+    gold = {item.id: item.answer for item in items}
 
     def job(k: int) -> list[Candidate]:
-        # A seed per round and per model: two copies of one model still explore apart.
-        params = SamplingParams.of(config.sampling, seed=round_seed(base, round_no, stream=k))
-        episodes = proposers[k].protocol.run(tasks, params)
-        gold = {item.id: item.answer for item in items}
-        return [
-            Candidate(
-                round=round_no,
-                problem_id=task.problem_id,
-                model=k,
-                branch=task.sample,
-                answer=episode.answer,
-                completion=episode.response_text,
-                checks=checks_of(episode, config.trim_chars // 2),
-                correct=is_equivalent(episode.answer, gold[task.problem_id]),
-                episode=episode.to_dict(),
-            )
-            for task, episode in zip(tasks, episodes, strict=True)
-        ]
+        # One batched call per branch, each with its own seed (per round, model and
+        # branch): an endpoint samples one prompt under one seed alike every time, so
+        # branches sharing a call and a seed would all be the same candidate.
+        candidates = []
+        for b in range(config.sampling.n):
+            tasks = [Task(i.id, questions[i.id], b) for i in items]
+            stream = k * config.sampling.n + b
+            params = SamplingParams.of(config.sampling, seed=round_seed(base, round_no, stream))
+            episodes = proposers[k].protocol.run(tasks, params)
+            candidates += [
+                _candidate(config, round_no, k, t, e, gold)
+                for t, e in zip(tasks, episodes, strict=True)
+            ]
+        return candidates
 
     per_model = in_parallel([lambda k=k: job(k) for k in range(len(proposers))])
     return [c for candidates in per_model for c in candidates]
@@ -185,3 +182,19 @@ def _notes(config: EvolveConfig, pool: list[Candidate], item: Item) -> str:
     """The problem's digest of the state; empty in round 1."""
     earlier = [c for c in pool if c.problem_id == item.id]
     return digest(earlier, config.digest_size, config.trim_chars)
+
+
+def _candidate(
+    config: EvolveConfig, round_no: int, k: int, task: Task, episode: Episode, gold: dict[str, str]
+) -> Candidate:
+    return Candidate(
+        round=round_no,
+        problem_id=task.problem_id,
+        model=k,
+        branch=task.sample,
+        answer=episode.answer,
+        completion=episode.response_text,
+        checks=checks_of(episode, config.trim_chars // 2),
+        correct=is_equivalent(episode.answer, gold[task.problem_id]),
+        episode=episode.to_dict(),
+    )
