@@ -28,7 +28,6 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collabrl.errors import UserError
-from collabrl.serve.server import base_url
 from collabrl.tools.base import Tool
 from collabrl.tools.mcp_client import ERROR_META_KEY, ToolRouter
 
@@ -123,7 +122,7 @@ def _serve_http(
             f"could not listen on {host}:{port} ({exc.strerror})",
             "is the port in use? pick another with --port",
         ) from exc
-    url = base_url(host, sock.getsockname()[1]).removesuffix("/v1") + MCP_PATH
+    url = f"http://{host}:{sock.getsockname()[1]}{MCP_PATH}"
     if on_ready:
         on_ready(url)
     with sock:
