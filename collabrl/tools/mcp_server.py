@@ -152,14 +152,6 @@ def _require_bearer(app: ASGIApp, api_key: str) -> ASGIApp:
     return guarded
 
 
-def default_tools() -> list[Tool]:
-    """The tools `collab serve tools` offers: the Python interpreter and retrieval."""
-    from collabrl.tools.python import PythonToolConfig, build_python_tool
-    from collabrl.tools.retrieval import RetrievalConfig, build_retrieval_tool
-
-    return [build_python_tool(PythonToolConfig()), build_retrieval_tool(RetrievalConfig())]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m collabrl.tools.mcp_server`: how MCP clients launch our tools over stdio."""
     parser = argparse.ArgumentParser(description="Serve collabrl's tools over MCP.")
@@ -167,9 +159,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8931)
     parser.add_argument("--api-key", help="http: require `Authorization: Bearer API_KEY`.")
+    parser.add_argument("--tools", default="python,retrieve", help="Comma-separated tool names.")
     args = parser.parse_args(argv)
+    # Imported here: the tools' own imports are heavy, and `build_server` needs none.
+    from collabrl.tools.python import PythonToolConfig
+    from collabrl.tools.retrieval import RetrievalConfig
+    from collabrl.tools.toolset import build_tools
+
     try:
-        tools = default_tools()
+        tools = build_tools(args.tools.split(","), PythonToolConfig(), RetrievalConfig())
         try:
             serve_tools(
                 tools, args.transport, args.host, args.port, args.api_key, on_ready=_announce
