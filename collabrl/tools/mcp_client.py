@@ -41,7 +41,7 @@ ERROR_META_KEY = "collabrl/error"
 class MCPServerConfig:
     """One MCP server: a command to launch (stdio) or a URL (streamable HTTP)."""
 
-    name: str = option("", "Name shown in errors and logs (default: the server string).")
+    name: str = option("", "Name shown in errors (default: the URL or the command).")
     command: list[str] = option([], "stdio: the command launching the server, and its args.")
     env: dict[str, str] = option(
         {}, "stdio: extra environment variables (the SDK passes only PATH, HOME and a few more)."
