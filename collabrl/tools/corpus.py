@@ -65,6 +65,14 @@ def check_repo(repo: str) -> None:
         raise UserError(f"unknown repo '{repo}'", f"use one of {', '.join(REPOS)}")
 
 
+def check_chunking(chunk_words: int, overlap_words: int) -> None:
+    if chunk_words < 1 or not 0 <= overlap_words < chunk_words:
+        raise UserError(
+            f"bad chunking: {chunk_words} words with {overlap_words} overlap",
+            "use chunk_words >= 1 and 0 <= overlap_words < chunk_words",
+        )
+
+
 def repo_version(repo: str) -> str:
     """The version the repo's text comes from: an index built from another is stale."""
     check_repo(repo)
@@ -105,11 +113,7 @@ def split_words(text: str, chunk_words: int, overlap_words: int) -> list[tuple[i
     keeps its line breaks and indentation. The last window may be shorter, but no
     window holds only words the previous one already had.
     """
-    if chunk_words < 1 or not 0 <= overlap_words < chunk_words:
-        raise UserError(
-            f"bad chunking: {chunk_words} words with {overlap_words} overlap",
-            "use chunk_words >= 1 and 0 <= overlap_words < chunk_words",
-        )
+    check_chunking(chunk_words, overlap_words)
     spans = [match.span() for match in _WORD.finditer(text)]
     if not spans:
         return []
