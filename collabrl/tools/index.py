@@ -25,13 +25,14 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from collabrl.errors import UserError
 from collabrl.models import cache_home
 from collabrl.tools.corpus import Chunk, build_corpus, check_repo, repo_version
+
+if TYPE_CHECKING:  # numpy is imported when an index is used: `collab --help` need not wait
+    import numpy as np
 
 # Bump when the files of an index change meaning: older indexes are then rebuilt.
 FORMAT = 1
@@ -107,6 +108,8 @@ class MiniLMIndex(Index):
     _model_lock = threading.Lock()
 
     def __init__(self, folder: Path, chunks: list[Chunk], metadata: dict[str, Any]) -> None:
+        import numpy as np
+
         super().__init__(folder, chunks, metadata)
         self.embeddings = np.load(folder / "embeddings.npy")
 
@@ -118,17 +121,19 @@ class MiniLMIndex(Index):
                 cls._model = _load_embedder()
             return cls._model.encode(
                 texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True
-            ).astype(np.float32)
+            ).astype("float32")
 
     @classmethod
     def write(cls, chunks: list[Chunk], folder: Path) -> None:
+        import numpy as np
+
         np.save(folder / "embeddings.npy", cls.embed([chunk.text for chunk in chunks]))
 
     def ranked(self, query: str, top_k: int) -> list[int]:
         if not query.strip() or top_k < 1:
             return []
         similarity = self.embeddings @ self.embed([query])[0]
-        return [int(i) for i in np.argsort(-similarity, kind="stable")[:top_k]]
+        return [int(i) for i in (-similarity).argsort(kind="stable")[:top_k]]
 
 
 def _load_embedder():
