@@ -13,7 +13,9 @@ from collabrl import __version__
 from collabrl.cli import build as build_cli
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
+from collabrl.cli import tools as tools_cli
 from collabrl.cli import train as train_cli
+from collabrl.cli.evolve import evolve
 from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
 from collabrl.cli.options import config_command
@@ -32,9 +34,11 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(build_cli.app, name="build-warmup")
 app.add_typer(train_cli.app, name="train")
+app.add_typer(tools_cli.app, name="tools")
 app.command("serve", cls=config_command("serve"))(serve)
 app.command("infer", cls=config_command("infer"))(infer)
 app.command("filter", cls=config_command("filter"))(filter_data)
+app.command("evolve", cls=config_command("evolve"))(evolve)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -30,6 +30,7 @@ CONFIG_CLASSES = {
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
     "train-grpo": "collabrl.train.grpo:GRPOTrainConfig",
+    "evolve": "collabrl.evolve.config:EvolveConfig",
 }
 
 # A config-bound parameter carries its key in its help text until help is printed.
