@@ -38,9 +38,8 @@ def two_endpoints() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
-    """`collab evolve` as main.py registers it."""
-    monkeypatch.setitem(opt.CONFIG_CLASSES, "evolve", "collabrl.evolve.config:EvolveConfig")
+def cli() -> typer.Typer:
+    """`collab evolve` as main.py registers it (without importing every other command)."""
     app = typer.Typer()
     app.command("evolve", cls=opt.config_command("evolve"))(evolve)
     app.command("other")(lambda: None)  # two commands: `evolve` stays a subcommand
