@@ -16,6 +16,7 @@ is bound to the loop it first ran on, so reusing it across `asyncio.run` calls (
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from collections.abc import Mapping
@@ -107,6 +108,17 @@ def _extra_body(params: SamplingParams) -> dict[str, Any]:
     if params.banned:
         extra["bad_words"] = list(params.banned)
     return extra
+
+
+def row_params(params: SamplingParams, row: int) -> SamplingParams:
+    """The params of one prompt of a batch: each request gets its own seed (seed + row).
+
+    A server seeds every request on its own, so one shared seed would make a batch's
+    equal prompts (the samples of one problem) sample the very same text.
+    """
+    if params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=params.seed + row)
 
 
 def build_request(
@@ -405,7 +417,8 @@ class OpenAIEngine:
     ) -> list[list[Completion]]:
         # Validate every prompt before sending anything, so a bad prompt fails fast.
         requests = [
-            build_request(p, params, self.model or "", self.chat_template_kwargs) for p in prompts
+            build_request(p, row_params(params, i), self.model or "", self.chat_template_kwargs)
+            for i, p in enumerate(prompts)
         ]
         if not requests:
             return []

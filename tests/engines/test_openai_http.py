@@ -583,3 +583,13 @@ def test_a_policy_behind_a_text_only_server_is_marked_reencoded(
     assert segment.logprobs is None
     post = next(body for method, _, body in server.seen if method == "POST")
     assert post["prompt"] == [1, 2, 3] and post["return_token_ids"] is True
+
+
+def test_every_prompt_of_a_batch_gets_its_own_seed():
+    # A server seeds each request alone: a shared seed makes a problem's samples equal.
+    from collabrl.engines.openai_http import row_params
+
+    params = SamplingParams(seed=7, temperature=1.0)
+    assert [row_params(params, i).seed for i in range(3)] == [7, 8, 9]
+    unseeded = SamplingParams(seed=None)
+    assert row_params(unseeded, 5) is unseeded
