@@ -44,23 +44,34 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 def enter_namespaces(cfg: dict) -> None:
     """Move into new mount/pid/net/ipc/uts namespaces under a minimal chroot.
 
-    Only the forked child returns (as PID 1 of the new pid namespace, so its exit
-    kills everything it started); this process waits and mirrors the child's end.
+    Two forks: the first child is PID 1 of the new pid namespace (its end kills
+    everything in it) and reaps orphans; the second runs the code as an ordinary
+    process, which unlike a PID 1 can be killed by its own signals. Only that
+    second child returns; the others wait and pass its exit on.
     """
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     check(libc.unshare(flags), "unshare")
-    child = os.fork()
-    if child:
-        status = os.waitpid(child, 0)[1]
-        if os.WIFSIGNALED(status):  # die of the same signal, so the caller sees -signal
-            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-            os.kill(os.getpid(), os.WTERMSIG(status))
-        os._exit(os.waitstatus_to_exitcode(status))
-    # The caller kills our process group, which holds this child too until the code
-    # calls setsid; from then on this makes the waiting parent's death kill PID 1,
-    # and with it the whole namespace.
+    wait_unless_child(os.fork())
+    # The caller kills our process group, which holds PID 1 too until the code calls
+    # setsid; from then on this makes the waiting parent's death kill PID 1, and with
+    # it the whole namespace.
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
     build_root(cfg)
+    wait_unless_child(os.fork())
+
+
+def wait_unless_child(child: int) -> None:
+    """In the parent of a fork: reap until `child` ends, then exit as bwrap does.
+
+    A signal death becomes exit code 128+signal (PID 1 cannot kill itself with it).
+    """
+    if child == 0:
+        return
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
 
 
 def build_root(cfg: dict) -> None:

@@ -147,7 +147,7 @@ def _run(code: str, limits: SandboxLimits, python: str, mode: str) -> Execution:
         finally:
             exit_code = _kill(proc, python, uid if mode == "rlimits" else None)
         duration = time.monotonic() - start
-    if mode == "bwrap" and exit_code > 128:  # bwrap reports a signalled child as 128+signal
+    if mode != "rlimits" and exit_code > 128:  # jails report a signalled child as 128+signal
         exit_code = 128 - exit_code
     if limit is None:
         limit = _limit_from_end(exit_code, err, duration, limits)
