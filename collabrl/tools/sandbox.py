@@ -119,8 +119,8 @@ class Sandbox:
     def __init__(self, limits: SandboxLimits | None = None, python: str = sys.executable) -> None:
         self.limits = limits or SandboxLimits()
         self.limits.check()
-        self.python = python
-        self.isolation = resolve_isolation(self.limits.isolation, python)
+        self.python = os.path.abspath(python)  # the jail's working directory is elsewhere
+        self.isolation = resolve_isolation(self.limits.isolation, self.python)
 
     def run(self, code: str) -> Execution:
         """Run `code` to its end or to the first limit; never raises for what it does."""
