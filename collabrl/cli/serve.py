@@ -23,11 +23,13 @@ def serve(
     served_model_name: str = opt.config_option("served_model_name", "--served-model-name"),
     tensor_parallel_size: int = opt.config_option("tensor_parallel_size", "--tensor-parallel-size"),
     max_batch_size: int = opt.config_option("max_batch_size", "--max-batch-size"),
+    transport: str = opt.config_option("transport", "--transport"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, then exit."),
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    """Serve a model: `vllm serve` on a GPU, the embedded batched server on a CPU."""
+    """Serve a model: `vllm serve` on a GPU, the embedded batched server on a CPU.
+    `collab serve tools` serves the Python and retrieval tools over MCP instead."""
     from collabrl.errors import UserError
     from collabrl.serve.config import ROLES
     from collabrl.serve.server import choose_engine, resolve_api_key, serve_embedded
@@ -36,6 +38,9 @@ def serve(
     cfg = opt.resolve(ctx, config, set_)
     if cfg.role not in ROLES:
         raise UserError(f"unknown role '{cfg.role}'", f"use one of {', '.join(ROLES)}")
+    if cfg.role == "tools":
+        _serve_tools(cfg, dry_run)
+        return
     kind = choose_engine(cfg)
     if kind == "vllm":
         _serve_vllm(cfg, dry_run)
@@ -55,6 +60,42 @@ def serve(
         ),
     )
     console.print("stopped")
+
+
+def _serve_tools(cfg, dry_run: bool) -> None:
+    """The tools over MCP: stdio for a client that launches us, HTTP for anyone else."""
+    from collabrl.errors import UserError
+    from collabrl.serve.config import TRANSPORTS
+    from collabrl.serve.server import resolve_api_key
+    from collabrl.tools.mcp_server import serve_tools
+    from collabrl.tools.toolset import build_tools, check_tool_names
+
+    if cfg.transport not in TRANSPORTS:
+        raise UserError(f"unknown transport '{cfg.transport}'", f"use {' or '.join(TRANSPORTS)}")
+    check_tool_names(cfg.tools)
+    where = "stdio" if cfg.transport == "stdio" else f"http://{cfg.host}:{cfg.port}/mcp"
+    if dry_run:
+        console.print(f"MCP server: tools {', '.join(cfg.tools)} over {where}")
+        return
+    # Over stdio, stdout is the protocol's channel: every word for people goes to stderr.
+    say = Console(stderr=True)
+    tools = build_tools(cfg.tools, cfg.python, cfg.retrieval)
+    try:
+        serve_tools(
+            tools,
+            cfg.transport,
+            cfg.host,
+            cfg.port,
+            resolve_api_key(cfg),
+            on_ready=lambda address: say.print(
+                f"ready: {address} (tools {', '.join(cfg.tools)}; Ctrl-C to stop)",
+                highlight=False,
+            ),
+        )
+    finally:
+        for tool in tools:
+            tool.close()
+    say.print("stopped")
 
 
 def _serve_vllm(cfg, dry_run: bool) -> None:

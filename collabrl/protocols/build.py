@@ -27,8 +27,8 @@ def build_protocol(
 ) -> CollabProtocol:
     """The protocol `config.name` over the policy `model`.
 
-    `template` is the policy's prompt for solo and relay (consult and strategy use
-    their papers' own prompts); `extract_fallback` adds a benchmark's answer rules.
+    `template` is the policy's prompt for solo and relay (consult, strategy and apollo
+    use their papers' own prompts); `extract_fallback` adds a benchmark's answer rules.
     A `policy_engine` already built by the caller is used as is and left open.
     """
     check_protocol(config, template)
@@ -48,7 +48,7 @@ def build_protocol(
 def check_protocol(config: ProtocolConfig, template: PromptTemplate | None) -> None:
     """Refuse a protocol setup that cannot run, before any model is loaded."""
     config.check()
-    if template is not None and config.name in ("consult", "strategy"):
+    if template is not None and config.name in ("consult", "strategy", "apollo"):
         raise UserError(
             f"the {config.name} protocol uses its paper's prompts",
             "drop --prompt for this protocol",
@@ -102,6 +102,16 @@ def _build(
                 tokenizer=policy.tokenizer,  # the `reference` stand-in counts policy tokens
             )
         return ConsultProtocol(policy, pool, config.consult, extract_fallback)
+    if config.name == "apollo":
+        from collabrl.protocols.apollo import ApolloProtocol, build_router
+
+        policy.require_tokenizer("apollo")  # before the tools start
+        router = build_router(config.apollo)
+        try:
+            return ApolloProtocol(policy, router, config.apollo, extract_fallback)
+        except BaseException:
+            router.close()
+            raise
     from collabrl.protocols.planner import load_planner
     from collabrl.protocols.strategy import StrategyProtocol
 

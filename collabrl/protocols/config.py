@@ -9,18 +9,19 @@ from collabrl.config import option
 from collabrl.engines import is_url
 from collabrl.engines.reference import REFERENCE
 from collabrl.errors import UserError
+from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.consult import ConsultConfig
 from collabrl.protocols.relay import RelayConfig
 from collabrl.protocols.strategy import StrategyConfig
 
-PROTOCOLS = ("solo", "relay", "consult", "strategy")
+PROTOCOLS = ("solo", "relay", "consult", "strategy", "apollo")
 
 
 @dataclass
 class ProtocolConfig:
     """A protocol and the models it brings in beside the policy."""
 
-    name: str = option("solo", "solo | relay | consult | strategy (see docs/protocols/).")
+    name: str = option("solo", "solo | relay | consult | strategy | apollo (see docs/protocols/).")
     teacher: str | None = option(
         None,
         "relay: the teacher, a model reference or a base URL; 'reference' is a stand-in "
@@ -50,6 +51,7 @@ class ProtocolConfig:
     relay: RelayConfig = option(RelayConfig(), "RelayLLM options.")
     consult: ConsultConfig = option(ConsultConfig(), "EAPO options.")
     strategy: StrategyConfig = option(StrategyConfig(), "rSIM options.")
+    apollo: ApolloConfig = option(ApolloConfig(), "AlphaApollo options: the tools.")
 
     def check(self) -> None:
         """Refuse a setup that cannot run, before any model is loaded: every sub-config
@@ -59,6 +61,7 @@ class ProtocolConfig:
         self.relay.check()
         self.consult.check()
         self.strategy.check()
+        self.apollo.check()
         if self.name == "relay" and not self.teacher and not self.relay.teacher_free:
             raise UserError(
                 "the relay protocol needs a teacher",

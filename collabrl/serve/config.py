@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collabrl.config import option
+from collabrl.tools.python import PythonToolConfig
+from collabrl.tools.retrieval import RetrievalConfig
+from collabrl.tools.toolset import LOCAL_TOOLS
 
-ROLES = ("expert", "teacher", "policy", "judge", "planner")
+# `tools` serves no model: the Python and retrieval tools over MCP (docs/mcp.md).
+ROLES = ("expert", "teacher", "policy", "judge", "planner", "tools")
+TRANSPORTS = ("http", "stdio")
 
 
 @dataclass
@@ -40,6 +45,13 @@ class ServeConfig:
     trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")
     log_requests: bool = option(False, "Log every request (vLLM's request log).")
     vllm_args: list[str] = option([], "Extra arguments appended to `vllm serve` verbatim.")
+    # the tools role: an MCP server
+    transport: str = option(
+        "http", "tools role: MCP transport, http (streamable HTTP at /mcp) or stdio."
+    )
+    tools: list[str] = option(list(LOCAL_TOOLS), "tools role: the tools served.")
+    python: PythonToolConfig = option(PythonToolConfig(), "tools role: the python tool.")
+    retrieval: RetrievalConfig = option(RetrievalConfig(), "tools role: the retrieve tool.")
 
     @property
     def name(self) -> str:

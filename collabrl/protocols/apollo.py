@@ -1,0 +1,310 @@
+"""`apollo` (AlphaApollo): the policy reasons with tools, calling them mid-answer.
+
+The policy gets the paper's system prompt (appendix A.1) and the tools' schemas, and
+writes until `</tool_call>`. Each round, the calls of every episode that stopped there
+run together (threads: a sandboxed Python run or a retrieval blocks), and each result
+comes back as `<tool_response>…</tool_response>` on its own lines; the policy resumes,
+until EOS, the token budget or its tool-call budget. The tools are the paper's Python
+interpreter and documentation retrieval (`collabrl.tools`) plus the tools of any MCP
+server in the config, all routed by name (the paper's manager).
+
+In the Episode the tags are environment text and the result is a `tool` segment:
+neither carries loss, so the same episodes train a policy with tool-integrated RL
+(`collab train grpo --protocol apollo`), which the paper leaves for later.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from collabrl.config import option
+from collabrl.data.prompts import PromptTemplate
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Author, EndReason, Episode, Segment
+from collabrl.errors import UserError
+from collabrl.protocols.base import (
+    Policy,
+    Task,
+    environment,
+    finish,
+    new_episodes,
+    remaining,
+    run_rounds,
+    segment_end,
+)
+from collabrl.protocols.parsing import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+    ToolCall,
+    parse_tool_call,
+)
+from collabrl.tools.base import ToolResult, ToolSpec
+from collabrl.tools.python import PythonToolConfig
+from collabrl.tools.retrieval import RetrievalConfig
+from collabrl.tools.toolset import LOCAL_TOOLS, build_tools, check_tool_names
+
+if TYPE_CHECKING:  # the router brings in the MCP client: not needed to check a config
+    from collabrl.tools.mcp_client import ToolRouter
+
+CALL_BUDGET_SPENT = "tool call budget spent"
+
+
+@dataclass
+class ApolloConfig:
+    """Which tools the policy may call, and how often (AlphaApollo)."""
+
+    tools: list[str] = option(
+        list(LOCAL_TOOLS),
+        "Local tools offered: python (the sandboxed interpreter with error correction) "
+        "and retrieve (documentation retrieval); [] offers only the MCP servers' tools.",
+    )
+    mcp_servers: list[str] = option(
+        [],
+        "MCP servers whose tools are offered too: 'stdio:COMMAND ARGS' or an HTTP URL "
+        "(streamable HTTP, e.g. http://host:8765/mcp); see docs/mcp.md.",
+    )
+    python: PythonToolConfig = option(PythonToolConfig(), "The python tool.")
+    retrieval: RetrievalConfig = option(RetrievalConfig(), "The retrieve tool.")
+    max_tool_calls: int = option(
+        8, "Tool calls per episode; later calls are answered 'tool call budget spent'."
+    )
+    max_response_chars: int = option(
+        2000, "Characters of a tool's output shown to the policy; the rest is cut with a note."
+    )
+    parallel_calls: int = option(8, "Tool calls of one round that run at once.")
+    few_shot: bool = option(
+        False,
+        "Append one worked python call to the system prompt (not in the paper): small "
+        "models rarely call a tool from the schema alone.",
+    )
+    lenient_calls: bool = option(
+        True,
+        "Read a <tool_call> whose body is Python code, not the JSON asked for, as a call "
+        "of the python tool (recorded as lenient).",
+    )
+
+    def check(self) -> None:
+        check_tool_names(self.tools)
+        self.python.check()
+        self.retrieval.check()
+        if not self.tools and not self.mcp_servers:
+            raise UserError(
+                "the apollo protocol has no tools",
+                "keep protocol.apollo.tools, or give protocol.apollo.mcp_servers",
+            )
+        for key in ("max_tool_calls", "max_response_chars", "parallel_calls"):
+            if getattr(self, key) < 1:
+                raise UserError(f"apollo.{key} must be >= 1, got {getattr(self, key)}")
+        from collabrl.tools.mcp_client import parse_server
+
+        for server in self.mcp_servers:
+            parse_server(server)  # a malformed server string fails before any model loads
+
+
+def build_router(config: ApolloConfig) -> ToolRouter:
+    """The paper's manager: the local tools and every MCP server's, routed by name."""
+    from collabrl.tools.mcp_client import ToolRouter, parse_server
+
+    tools = build_tools(config.tools, config.python, config.retrieval)
+    try:
+        return ToolRouter.connect(tools, [parse_server(s) for s in config.mcp_servers])
+    except BaseException:
+        for tool in tools:
+            tool.close()
+        raise
+
+
+# ----------------------------------------------------------------------------- the prompt
+
+# AlphaApollo appendix A.1, verbatim (the paper's "\\boxed{}" is a source-code escape).
+SYSTEM_PROMPT = """\
+There are some tools that you can use to help you solve the math problem.
+Examine the available tools and determine which ones might relevant and useful for \
+addressing the query. Make sure to consider the tool metadata for each tool.
+Based on your thorough analysis, decide if your memory is complete and accurate enough to \
+generate the final output, or if additional tool usage is necessary.
+Please reason step by step, and put your final answer within \\boxed{}."""
+
+# How to call: the paper hands the schemas to the chat template; SmolLM2's and many
+# others' templates have no tool slot, so the same information is written out here.
+_TOOLS_HEADER = (
+    "To call a tool, write one JSON object with its name and arguments between "
+    f"{TOOL_CALL_OPEN} and {TOOL_CALL_CLOSE}; its result comes back between "
+    f"{TOOL_RESPONSE_OPEN} and {TOOL_RESPONSE_CLOSE}. The tools:\n<tools>\n"
+)
+
+_FEW_SHOT = f"""
+For example:
+User: What is 12345 * 6789?
+Assistant: Let me compute it.
+{TOOL_CALL_OPEN}
+{{"name": "python", "arguments": {{"code": "print(12345 * 6789)"}}}}
+{TOOL_CALL_CLOSE}
+{TOOL_RESPONSE_OPEN}
+83810205
+{TOOL_RESPONSE_CLOSE}
+The product is \\boxed{{83810205}}."""
+
+
+def apollo_prompt(specs: list[ToolSpec], few_shot: bool) -> PromptTemplate:
+    """The system prompt of A.1 with the tools' schemas, one JSON object per line."""
+    schemas = "\n".join(json.dumps(s.schema(), ensure_ascii=False) for s in specs)
+    system = f"{SYSTEM_PROMPT}\n\n{_TOOLS_HEADER}{schemas}\n</tools>"
+    if few_shot and any(s.name == "python" for s in specs):
+        system += "\n" + _FEW_SHOT
+    return PromptTemplate(
+        name="apollo",
+        system=system,
+        user="{problem}",
+        extract=("boxed",),
+        source="AlphaApollo appendix A.1 (system prompt) with the A.2 tool schemas",
+    )
+
+
+# ----------------------------------------------------------------------------- responses
+
+
+def shown_text(result: ToolResult, limit: int) -> str:
+    """A result as the policy reads it: cut to `limit` characters, saying so."""
+    text = result.text.strip()
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
+
+
+def response_segments(policy: Policy, shown: str, meta: dict[str, Any]) -> list[Segment]:
+    """`<tool_response>` block as segments: the tags are environment, the body the tool's.
+
+    It sits on its own lines (a newline after `</tool_call>` and after the block), so
+    the policy resumes on a fresh line.
+    """
+    opening = f"\n{TOOL_RESPONSE_OPEN}\n"
+    closing = f"\n{TOOL_RESPONSE_CLOSE}\n"
+    return [
+        environment(policy, opening),
+        Segment(Author.TOOL, shown, policy.encode(shown), None, meta),
+        environment(policy, closing),
+    ]
+
+
+def call_meta(call: ToolCall, result: ToolResult) -> dict[str, Any]:
+    """A tool segment's meta: the call and its outcome (the tool's own details beside)."""
+    return {
+        **result.meta,
+        "tool": call.name,
+        "arguments": call.arguments,
+        "lenient": call.lenient,
+        "error": result.error,
+    }
+
+
+def format_errors(episode: Episode) -> int:
+    """Calls that could not be read (not JSON, no name): what the metrics call format errors."""
+    return sum(s.meta.get("error") == "format" for s in episode.tool_calls)
+
+
+_CALL_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + ".*?" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
+
+
+def policy_text(episode: Episode) -> str:
+    """Where the answer is read: the policy's own text, its tool calls left out (a tool's
+    printed `\\boxed{}`, or one inside a call's code, is not the policy's answer)."""
+    text = "\n".join(s.text for s in episode.segments if s.author is Author.POLICY)
+    return _CALL_BLOCK.sub("", text)
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+
+class ApolloProtocol:
+    name = "apollo"
+
+    def __init__(
+        self,
+        policy: Policy,
+        router: ToolRouter,
+        config: ApolloConfig,
+        extract_fallback: tuple[str, ...] = (),
+    ) -> None:
+        config.check()
+        policy.require_tokenizer(self.name)
+        self.policy = policy
+        self.router = router
+        self.config = config
+        specs = router.specs()
+        self.template = apollo_prompt(specs, config.few_shot)
+        names = {s.name for s in specs}
+        self.code_tool = "python" if config.lenient_calls and "python" in names else None
+        extra = tuple(e for e in extract_fallback if e not in self.template.extract)
+        self.extract = self.template.extract + extra
+        self.executor = ThreadPoolExecutor(config.parallel_calls, thread_name_prefix="tool")
+
+    def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
+        episodes = new_episodes(self.policy, self.template, tasks, self.name)
+
+        def after_policy(i: int, segment: Segment) -> ToolCall | None:
+            return self._after_policy(episodes[i], segment, params)
+
+        def serve(pauses: list[tuple[int, ToolCall]], round_no: int) -> list[int]:
+            results = list(self.executor.map(lambda p: self._call(episodes[p[0]], p[1]), pauses))
+            return [
+                i
+                for (i, call), result in zip(pauses, results, strict=True)
+                if self._respond(episodes[i], call, result, params)
+            ]
+
+        run_rounds(self.policy, episodes, params, (TOOL_CALL_CLOSE,), after_policy, serve)
+        for episode in episodes:
+            finish(episode, policy_text(episode), self.extract)
+            episode.meta["format_errors"] = format_errors(episode)
+        return episodes
+
+    def _after_policy(
+        self, episode: Episode, segment: Segment, params: SamplingParams
+    ) -> ToolCall | None:
+        """The call the segment ends with, or None (end set) when the episode is over."""
+        if segment.meta.get("stop_reason") != TOOL_CALL_CLOSE:
+            episode.end = segment_end(segment)
+            return None
+        if remaining(episode, params) <= 0:
+            episode.end = EndReason.LENGTH
+            segment.meta["unanswered"] = str(episode.end)
+            return None
+        return parse_tool_call(segment.text, self.code_tool)
+
+    def _call(self, episode: Episode, call: ToolCall) -> ToolResult:
+        """Run one call; a malformed call or one past the budget is answered, not run."""
+        if not call.ok:
+            return ToolResult(f"Error: {call.error}.", error="format")
+        if len(episode.tool_calls) >= self.config.max_tool_calls:
+            return ToolResult(
+                f"Error: {CALL_BUDGET_SPENT}; write the final answer.", error="budget"
+            )
+        assert call.name is not None
+        return self.router.call(call.name, call.arguments)
+
+    def _respond(
+        self, episode: Episode, call: ToolCall, result: ToolResult, params: SamplingParams
+    ) -> bool:
+        """Append the response block; False when the episode ends instead."""
+        shown = shown_text(result, self.config.max_response_chars)
+        segments = response_segments(self.policy, shown, call_meta(call, result))
+        # The budget bounds every author's tokens, and the policy needs one to go on.
+        if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
+            episode.end = EndReason.LENGTH
+            episode.segments[-1].meta["unanswered"] = str(episode.end)
+            return False
+        for segment in segments:
+            episode.add(segment)
+        return True
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.policy.close()
+        self.router.close()

@@ -1,0 +1,234 @@
+"""The `apollo` protocol (AlphaApollo): tool calls, responses, budgets, masking, metrics.
+
+The policy is scripted (a real Engine that "writes" given texts with the real tokenizer:
+a random tiny model never writes a tool call) and the tools are the real ones — the
+sandboxed Python tool, served in process or by a real MCP server subprocess. One slow
+test runs SmolLM2-135M itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from collabrl.engines.base import SamplingParams
+from collabrl.episode import Author, EndReason, Episode
+from collabrl.errors import UserError
+from collabrl.protocols.apollo import (
+    CALL_BUDGET_SPENT,
+    SYSTEM_PROMPT,
+    ApolloConfig,
+    ApolloProtocol,
+    apollo_prompt,
+    build_router,
+)
+from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from collabrl.tools.mcp_client import ToolRouter
+from tests.protocols.scripted import RecordingEngine, ScriptedEngine
+
+PARAMS = SamplingParams(max_tokens=400, seed=0)
+PYTHON_ONLY = ApolloConfig(tools=["python"])
+
+
+def call(name: str, **arguments: object) -> str:
+    body = json.dumps({"name": name, "arguments": arguments})
+    return f"Let me compute.\n{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
+
+
+@pytest.fixture(scope="module")
+def router():
+    r = build_router(PYTHON_ONLY)
+    yield r
+    r.close()
+
+
+class _Shared:
+    """The module's router, lent to one protocol: its `close` leaves the router open."""
+
+    def __init__(self, router: ToolRouter) -> None:
+        self.specs, self.call = router.specs, router.call
+
+    def close(self) -> None:
+        pass
+
+
+def run(tokenizer, router, replies, config=PYTHON_ONLY, params=PARAMS, tasks=None):
+    engine = ScriptedEngine(tokenizer, list(replies))
+    protocol = ApolloProtocol(Policy(engine, tokenizer), _Shared(router), config)
+    try:
+        episodes = protocol.run(tasks or [Task("p", "What is 6 * 7?")], params)
+    finally:
+        protocol.close()
+    return episodes, engine
+
+
+def authors(episode: Episode) -> str:
+    letter = {Author.POLICY: "P", Author.ENVIRONMENT: "E", Author.TOOL: "T"}
+    return "".join(letter[s.author] for s in episode.segments)
+
+
+# ----------------------------------------------------------------------------- the prompt
+
+
+def test_prompt_is_the_appendix_prompt_with_the_tool_schemas(router):
+    template = apollo_prompt(router.specs(), few_shot=False)
+    assert template.system.startswith(SYSTEM_PROMPT)
+    assert "put your final answer within \\boxed{}." in template.system
+    schema = json.dumps(router.specs()[0].schema(), ensure_ascii=False)
+    assert schema in template.system and '"name": "python"' in schema
+    assert "For example" not in template.system
+    assert "For example" in apollo_prompt(router.specs(), few_shot=True).system
+    assert template.extract == ("boxed",)
+
+
+# ----------------------------------------------------------------------------- rounds
+
+
+def test_a_python_call_runs_and_its_output_comes_back(smol_tokenizer, router):
+    replies = [call("python", code="print(6 * 7)"), "So the answer is \\boxed{42}."]
+    [episode], engine = run(smol_tokenizer, router, replies)
+    assert authors(episode) == "PETEP"
+    tool = episode.tool_calls[0]
+    assert tool.text == "42" and tool.meta["tool"] == "python" and tool.meta["error"] is None
+    assert episode.segments[1].text == "\n<tool_response>\n"
+    assert episode.segments[3].text == "\n</tool_response>\n"
+    assert episode.answer == "42" and episode.end is EndReason.EOS
+    # The policy resumed from exactly the ids the episode records.
+    assert engine.prompts[1] == episode.prompt_ids + [
+        t for s in episode.segments[:4] for t in s.token_ids
+    ]
+    # Tool output and tags carry no loss: only the policy's own tokens do.
+    mask = episode.loss_mask()
+    assert sum(mask) == len(episode.segments[0].token_ids) + len(episode.segments[4].token_ids)
+    assert episode.meta["format_errors"] == 0
+
+
+def test_a_failing_call_is_an_error_the_policy_reads(smol_tokenizer, router):
+    replies = [call("python", code="print(undefined_name)"), "\\boxed{0}"]
+    [episode], _ = run(smol_tokenizer, router, replies)
+    tool = episode.tool_calls[0]
+    assert tool.meta["error"] == "NameError" and "NameError" in tool.text
+    assert episode.tool_errors == 1
+
+
+def test_malformed_and_unknown_calls_are_answered_not_run(smol_tokenizer, router):
+    bad_json = f"{TOOL_CALL_OPEN}{{not json{TOOL_CALL_CLOSE}"
+    replies = [bad_json, call("calculator", x=1), "\\boxed{1}"]
+    [episode], _ = run(
+        smol_tokenizer, router, replies, ApolloConfig(tools=["python"], lenient_calls=False)
+    )
+    first, second = episode.tool_calls
+    assert first.meta["error"] == "format" and "not valid JSON" in first.text
+    assert second.meta["error"] == "unknown_tool" and "python" in second.text
+    assert episode.meta["format_errors"] == 1
+
+
+def test_a_code_body_is_a_lenient_python_call(smol_tokenizer, router):
+    replies = [
+        f"{TOOL_CALL_OPEN}\n```python\nprint(2 ** 10)\n```\n{TOOL_CALL_CLOSE}",
+        "\\boxed{1024}",
+    ]
+    [episode], _ = run(smol_tokenizer, router, replies)
+    tool = episode.tool_calls[0]
+    assert tool.text == "1024" and tool.meta["lenient"] is True
+
+
+def test_calls_past_the_budget_are_refused(smol_tokenizer, router):
+    config = ApolloConfig(tools=["python"], max_tool_calls=1)
+    replies = [call("python", code="print(1)"), call("python", code="print(2)"), "\\boxed{2}"]
+    [episode], _ = run(smol_tokenizer, router, replies, config)
+    first, second = episode.tool_calls
+    assert first.text == "1" and second.meta["error"] == "budget"
+    assert CALL_BUDGET_SPENT in second.text
+
+
+def test_long_output_is_cut_for_the_policy(smol_tokenizer, router):
+    config = ApolloConfig(tools=["python"], max_response_chars=50)
+    replies = [call("python", code="print('x' * 500)"), "\\boxed{1}"]
+    [episode], _ = run(smol_tokenizer, router, replies, config)
+    assert episode.tool_calls[0].text.startswith("x" * 50 + "\n… (")
+
+
+def test_the_token_budget_ends_an_episode_before_a_response(smol_tokenizer, router):
+    params = SamplingParams(max_tokens=30, seed=0)
+    replies = [call("python", code="print('a long answer ' * 20)")]
+    [episode], _ = run(smol_tokenizer, router, replies, params=params)
+    assert episode.end is EndReason.LENGTH
+    assert len(episode.response_ids) <= 30
+
+
+def test_a_batch_runs_its_calls_together(smol_tokenizer, router):
+    def reply(prompt: list[int]) -> str:
+        text = smol_tokenizer.decode(prompt)
+        if "<tool_response>\n" in text:  # the system prompt names the tag too
+            return "\\boxed{" + text.rsplit("<tool_response>\n", 1)[1].split("\n")[0] + "}"
+        n = text.rsplit("What is ", 1)[1].split("?")[0]
+        return call("python", code=f"print({n})")
+
+    tasks = [Task(f"p{i}", f"What is {i} * 11?") for i in range(4)]
+    engine = ScriptedEngine(smol_tokenizer, reply)
+    protocol = ApolloProtocol(Policy(engine, smol_tokenizer), _Shared(router), PYTHON_ONLY)
+    episodes = protocol.run(tasks, PARAMS)
+    protocol.close()
+    assert [e.answer for e in episodes] == [str(i * 11) for i in range(4)]
+
+
+def test_the_answer_is_read_from_the_policy_text_only(smol_tokenizer, router):
+    replies = [call("python", code="print('\\\\boxed{99}')"), "I am done."]
+    [episode], _ = run(smol_tokenizer, router, replies)
+    assert episode.tool_calls[0].text == "\\boxed{99}" and episode.answer is None
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_config_refuses_what_cannot_run():
+    with pytest.raises(UserError, match="unknown tool"):
+        ApolloConfig(tools=["shell"]).check()
+    with pytest.raises(UserError, match="no tools"):
+        ApolloConfig(tools=[]).check()
+    with pytest.raises(UserError, match="max_tool_calls"):
+        ApolloConfig(max_tool_calls=0).check()
+    with pytest.raises(UserError):
+        ApolloConfig(mcp_servers=["ftp://nowhere"]).check()
+    ProtocolConfig(name="apollo").check()
+
+
+# ----------------------------------------------------------------------------- MCP
+
+
+def test_tools_of_an_mcp_server_are_called_through_the_router(smol_tokenizer):
+    server = f"stdio:{sys.executable} -m collabrl.tools.mcp_server --transport stdio --tools python"
+    router = build_router(ApolloConfig(tools=[], mcp_servers=[server]))
+    try:
+        assert [s.name for s in router.specs()] == ["python"]
+        replies = [call("python", code="print(sum(range(10)))"), "\\boxed{45}"]
+        [episode], _ = run(
+            smol_tokenizer, router, replies, ApolloConfig(tools=[], mcp_servers=[server])
+        )
+        assert episode.tool_calls[0].text == "45" and episode.answer == "45"
+    finally:
+        router.close()
+
+
+# ----------------------------------------------------------------------------- the real model
+
+
+@pytest.mark.slow
+def test_smollm2_calls_python_with_the_few_shot_prompt(smol_tokenizer):
+    from collabrl.config import EngineConfig
+    from collabrl.protocols.build import build_protocol
+
+    config = ProtocolConfig(name="apollo", apollo=ApolloConfig(tools=["python"], few_shot=True))
+    protocol = build_protocol(config, "smollm2-135m", EngineConfig())
+    engine = RecordingEngine(protocol.policy.engine)
+    protocol.policy.engine = engine
+    try:
+        [episode] = protocol.run([Task("p", "What is 12345 * 6789?")], PARAMS)
+    finally:
+        protocol.close()
+    assert episode.tool_calls, episode.response_text
