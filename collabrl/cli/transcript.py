@@ -55,6 +55,8 @@ def print_episode(console: Console, episode: Episode, seconds: float) -> None:
         ("end", str(episode.end)),
         ("time", f"{seconds:.2f} s"),
     ]
+    if episode.tool_calls:
+        rows.append(("tool calls", f"{len(episode.tool_calls)} ({episode.tool_errors} failed)"))
     if "strategies" in episode.meta:
         rows.append(("strategies", ", ".join(episode.meta["strategies"])))
     for key, value in rows:

@@ -83,6 +83,11 @@ class ApolloConfig:
         "Append one worked python call to the system prompt (not in the paper): small "
         "models rarely call a tool from the schema alone.",
     )
+    force_call: bool = option(
+        False,
+        "Open the policy's answer with <tool_call> (protocol text), so its first words are "
+        "a call: for demos and small models that never call on their own; not in the paper.",
+    )
     lenient_calls: bool = option(
         True,
         "Read a <tool_call> whose body is Python code, not the JSON asked for, as a call "
@@ -212,6 +217,15 @@ def format_errors(episode: Episode) -> int:
 _CALL_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + ".*?" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
 
 
+def call_text(episode: Episode) -> str:
+    """The text that holds the call the last policy segment ended: the segment, after
+    the opening tag the protocol wrote when it forced the call."""
+    *before, last = episode.segments
+    if before and before[-1].meta.get("forced_call"):
+        return before[-1].text + last.text
+    return last.text
+
+
 def policy_text(episode: Episode) -> str:
     """Where the answer is read: the policy's own text, its tool calls left out (a tool's
     printed `\\boxed{}`, or one inside a call's code, is not the policy's answer)."""
@@ -247,6 +261,9 @@ class ApolloProtocol:
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
         episodes = new_episodes(self.policy, self.template, tasks, self.name)
+        if self.config.force_call:
+            for episode in episodes:
+                episode.add(environment(self.policy, TOOL_CALL_OPEN + "\n", forced_call=True))
 
         def after_policy(i: int, segment: Segment) -> ToolCall | None:
             return self._after_policy(episodes[i], segment, params)
@@ -276,7 +293,7 @@ class ApolloProtocol:
             episode.end = EndReason.LENGTH
             segment.meta["unanswered"] = str(episode.end)
             return None
-        return parse_tool_call(segment.text, self.code_tool)
+        return parse_tool_call(call_text(episode), self.code_tool)
 
     def _call(self, episode: Episode, call: ToolCall) -> ToolResult:
         """Run one call; a malformed call or one past the budget is answered, not run."""

@@ -28,7 +28,7 @@ from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from collabrl.tools.mcp_client import ToolRouter
-from tests.protocols.scripted import RecordingEngine, ScriptedEngine
+from tests.protocols.scripted import ScriptedEngine
 
 PARAMS = SamplingParams(max_tokens=400, seed=0)
 PYTHON_ONLY = ApolloConfig(tools=["python"])
@@ -183,6 +183,18 @@ def test_the_answer_is_read_from_the_policy_text_only(smol_tokenizer, router):
     assert episode.tool_calls[0].text == "\\boxed{99}" and episode.answer is None
 
 
+def test_a_forced_call_opens_the_answer_with_the_tag(smol_tokenizer, router):
+    config = ApolloConfig(tools=["python"], force_call=True)
+    body = json.dumps({"name": "python", "arguments": {"code": "print(3 ** 4)"}})
+    replies = [f"{body}\n{TOOL_CALL_CLOSE}", "\\boxed{81}"]
+    [episode], engine = run(smol_tokenizer, router, replies, config)
+    assert authors(episode) == "EPETEP"
+    assert episode.segments[0].text == TOOL_CALL_OPEN + "\n"
+    assert episode.tool_calls[0].text == "81" and episode.answer == "81"
+    # The policy's first turn was conditioned on the opening tag.
+    assert engine.prompts[0] == episode.prompt_ids + episode.segments[0].token_ids
+
+
 # ----------------------------------------------------------------------------- config
 
 
@@ -219,16 +231,16 @@ def test_tools_of_an_mcp_server_are_called_through_the_router(smol_tokenizer):
 
 
 @pytest.mark.slow
-def test_smollm2_calls_python_with_the_few_shot_prompt(smol_tokenizer):
+def test_smollm2_calls_python_when_the_call_is_forced(smol_tokenizer):
     from collabrl.config import EngineConfig
     from collabrl.protocols.build import build_protocol
 
-    config = ProtocolConfig(name="apollo", apollo=ApolloConfig(tools=["python"], few_shot=True))
+    apollo = ApolloConfig(tools=["python"], few_shot=True, force_call=True)
+    config = ProtocolConfig(name="apollo", apollo=apollo)
     protocol = build_protocol(config, "smollm2-135m", EngineConfig())
-    engine = RecordingEngine(protocol.policy.engine)
-    protocol.policy.engine = engine
     try:
-        [episode] = protocol.run([Task("p", "What is 12345 * 6789?")], PARAMS)
+        [episode] = protocol.run([Task("p", "Compute 987 * 654.")], PARAMS)
     finally:
         protocol.close()
-    assert episode.tool_calls, episode.response_text
+    # Measured: SmolLM2-135M writes the JSON call and reads the result back.
+    assert episode.tool_calls and episode.tool_calls[0].text == "645498", episode.response_text
