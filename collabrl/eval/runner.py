@@ -67,7 +67,7 @@ def run_eval(
         Fields(config.problem_field, config.answer_field, config.id_field),
         config.limit,
     )
-    template = _template(config, bench)
+    template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
     out_dir = prepare_run_folder(config)
     samples_path = out_dir / records.SAMPLES
@@ -100,8 +100,9 @@ def run_eval(
     return EvalResult(out_dir, metrics, len(todo))
 
 
-def _template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
-    """The policy prompt of solo and relay; consult and strategy bring their own."""
+def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
+    """The policy prompt of solo (and relay, when given); consult, strategy and apollo
+    bring their own."""
     if config.prompt:
         return get_prompt(config.prompt)
     if config.protocol.name == "solo":

@@ -45,7 +45,9 @@ class EvolveConfig:
         None, "Run folder (default: a new folder under runs/); resume one with --resume."
     )
     protocol: ProtocolConfig = option(
-        ProtocolConfig(), "The protocol every proposal runs through (with its tools)."
+        ProtocolConfig(name="apollo"),
+        "The protocol every proposal runs through: apollo gives each model the tools "
+        "(an endpoint needs --tokenizer); solo proposes without them.",
     )
     sampling: SamplingConfig = option(
         SamplingConfig(n=2, max_tokens=512, temperature=0.7),

@@ -25,7 +25,7 @@ from collabrl.engines import SamplingParams, create_engine, is_url
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval import records
-from collabrl.eval.runner import _template
+from collabrl.eval.runner import policy_template
 from collabrl.evolve.config import RESUMABLE_KEYS, EvolveConfig
 from collabrl.evolve.metrics import plot_curve, round_summary
 from collabrl.evolve.prompts import digest, evolve_question
@@ -70,7 +70,7 @@ def run_evolve(
         if not is_url(ref):
             resolve_model(ref)  # a mistyped --model, without loading it
     bench = load_benchmark(config.benchmark, limit=config.limit)
-    template = _template(config, bench)
+    template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
     out_dir = records.out_folder(config.out, "evolve", config.benchmark, config.models[0])
     state = _open_folder(config, out_dir, resume)

@@ -65,6 +65,7 @@ def test_two_endpoints_two_rounds_with_resume(cli, two_endpoints, tmp_path: Path
     out = tmp_path / "run"
     common = ["arith", "--model", a, "--model", b, "--limit", "2", "--branches", "2"]
     common += ["--max-tokens", "48", "--out", str(out), "--set", "review_max_tokens=24"]
+    common += ["--protocol", "solo"]  # the tool-free path; apollo runs in process below
     printed = _evolve(cli, *common, "--rounds", "1")
     assert "1 new rounds" in printed and "selected (score)" in printed
     first = (out / "round-1.jsonl").read_bytes()
