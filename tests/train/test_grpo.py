@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from collabrl.errors import UserError
+from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import GRPOTrainConfig, train_grpo
 from collabrl.train.run import CURVES, METRICS
@@ -79,11 +80,31 @@ def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, 
         ({"reward": "fancy"}, "unknown reward"),
         ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL GRPOConfig argument"),
         ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
+        ({"protocol": ProtocolConfig(name="consult")}, "rolls out on solo or apollo"),
+        (
+            {"method": "relay", "protocol": ProtocolConfig(name="apollo", teacher="x")},
+            "rolls out on relay, not 'apollo'",
+        ),
     ],
 )
 def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_path) -> None:
     with pytest.raises(UserError, match=fragment):
         train_grpo(_config(Path("no-such-model"), tmp_path, **changes))
+
+
+def test_grpo_on_apollo_trains_with_the_tools_in_the_rollout(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    # force_call: every episode opens with the <tool_call> tag (environment text, masked).
+    apollo = ApolloConfig(tools=["python"], force_call=True)
+    config = _config(
+        tiny_model_dir, tmp_path, protocol=ProtocolConfig(name="apollo", apollo=apollo)
+    )
+    result = train_grpo(config)
+    assert result.steps == 2
+    steps = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
+    logged = [s for s in steps if "reward" in s]
+    assert {"episodes/tool_calls", "episodes/tool_errors"} <= set(logged[0])
 
 
 def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -> None:
