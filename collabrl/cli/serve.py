@@ -24,6 +24,7 @@ def serve(
     tensor_parallel_size: int = opt.config_option("tensor_parallel_size", "--tensor-parallel-size"),
     max_batch_size: int = opt.config_option("max_batch_size", "--max-batch-size"),
     transport: str = opt.config_option("transport", "--transport"),
+    tool: list[str] = opt.config_option("tools", "--tool"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, then exit."),
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
