@@ -29,6 +29,7 @@ from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
+    append_if_room,
     environment,
     finish,
     new_episodes,
@@ -312,14 +313,7 @@ class ApolloProtocol:
         """Append the response block; False when the episode ends instead."""
         shown = shown_text(result, self.config.max_response_chars)
         segments = response_segments(self.policy, shown, call_meta(call, result))
-        # The budget bounds every author's tokens, and the policy needs one to go on.
-        if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
-            episode.end = EndReason.LENGTH
-            episode.segments[-1].meta["unanswered"] = str(episode.end)
-            return False
-        for segment in segments:
-            episode.add(segment)
-        return True
+        return append_if_room(episode, segments, params)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)

@@ -188,6 +188,19 @@ def policy_turn(
     )
 
 
+def append_if_room(episode: Episode, segments: list[Segment], params: SamplingParams) -> bool:
+    """Append what a round brought back (returns, tool output); or, when it would use
+    the last of the token budget (which bounds every author's tokens, and the policy
+    needs one to go on), end the episode at LENGTH instead. True when appended."""
+    if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
+        episode.end = EndReason.LENGTH
+        episode.segments[-1].meta["unanswered"] = str(episode.end)
+        return False
+    for segment in segments:
+        episode.add(segment)
+    return True
+
+
 def round_seed(params: SamplingParams, round_no: int, stream: int = 0) -> int | None:
     """A fresh seed per round (and per random stream: policy 0, a planner 1, …)."""
     return None if params.seed is None else params.seed + 7919 * round_no + 104729 * stream

@@ -31,6 +31,7 @@ from collabrl.errors import UserError
 from collabrl.protocols.base import (
     Policy,
     Task,
+    append_if_room,
     environment,
     finish,
     new_episodes,
@@ -486,14 +487,7 @@ class ConsultProtocol:
         ]
         replies += [over_budget_reply(q) for q in turn.over_budget]
         segments = returns_segments(self.policy, replies)
-        # The budget bounds every author's tokens, and the policy needs one to go on.
-        if sum(len(s.token_ids) for s in segments) >= remaining(episode, params):
-            episode.end = EndReason.LENGTH
-            episode.segments[-1].meta["unanswered"] = str(episode.end)
-            return False
-        for segment in segments:
-            episode.add(segment)
-        return True
+        return append_if_room(episode, segments, params)
 
     def close(self) -> None:
         self.policy.close()
