@@ -360,7 +360,9 @@ def _json_call(value: object) -> ToolCall:
 
 
 def _code_call(body: str, code_tool: str | None) -> ToolCall:
-    if code_tool is None:
+    # A body opening with `{` is JSON gone wrong, not code: running it would evaluate
+    # the call itself as a Python dict.
+    if code_tool is None or body.startswith("{"):
         return ToolCall(None, {}, error="the tool call is not valid JSON")
     fenced = _CODE_FENCE_RE.search(body)
     code = fenced.group(1) if fenced else body

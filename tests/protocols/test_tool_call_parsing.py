@@ -58,6 +58,11 @@ def test_code_body_is_a_lenient_python_call():
     assert bare.ok and bare.lenient and bare.arguments == {"code": "print(6 * 7)"}
 
 
+def test_broken_json_is_not_run_as_code():
+    call = parse_tool_call(block('{"name": "python", "arguments": {"code": 8 + 6}}'), "python")
+    assert call.error == "the tool call is not valid JSON"
+
+
 def test_json_wins_over_lenient_reading():
     body = json.dumps({"name": "retrieve", "arguments": {"query": "x"}})
     assert not parse_tool_call(block(body), code_tool="python").lenient
