@@ -24,7 +24,9 @@ from collabrl.engines.base import Engine, SamplingParams
 
 # ----------------------------------------------------------------------------- rules
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE = re.compile(
+    r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE
+)
 
 # Names models use without importing them, and the import that binds each.
 COMMON_IMPORTS = {
@@ -77,13 +79,17 @@ def strip_fences(code: str) -> str:
     blocks = _FENCE.findall(code)
     if blocks:
         return "\n".join(b.strip("\n") for b in blocks) + "\n"
-    return "\n".join(line for line in code.splitlines() if not line.strip().startswith("```"))
+    # keepends: code with no fence line comes back exactly as given, not as a "fix"
+    lines = code.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.strip().startswith("```"))
 
 
 def fix_indentation(code: str, max_passes: int = 100) -> str:
     """Repair indentation line by line where the compiler points: an unexpected indent
     takes the previous line's indent; a block missing its indent gets one more level;
     an unindent that matches no level takes the nearest outer one."""
+    if compiles(code):  # dedent would still blank whitespace-only lines inside strings
+        return code
     code = textwrap.dedent(code)
     lines = code.splitlines()
     for _ in range(max_passes):
