@@ -24,9 +24,8 @@ from collabrl.engines.base import Engine, SamplingParams
 
 # ----------------------------------------------------------------------------- rules
 
-_FENCE = re.compile(
-    r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE
-)
+# Any language tag: a block tagged `text` or `Python` is still the code the model meant.
+_FENCE = re.compile(r"```[ \t]*[\w.+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 # Names models use without importing them, and the import that binds each.
 COMMON_IMPORTS = {
@@ -139,6 +138,10 @@ def print_last_expression(code: str) -> str:
     if expression is None or last.end_lineno is None:
         return code
     head = lines[: last.lineno - 1]
+    # Statements before it on its line (`a = 1; a`) stay; col_offset counts UTF-8 bytes.
+    before = lines[last.lineno - 1].encode()[: last.col_offset].decode().rstrip().rstrip(";")
+    if before.strip():
+        head.append(before)
     shown = f"__value = ({expression})\nif __value is not None:\n    print(__value)"
     return "\n".join([*head, shown, *lines[last.end_lineno :]]) + "\n"
 
