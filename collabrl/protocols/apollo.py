@@ -107,10 +107,11 @@ class ApolloConfig:
         for key in ("max_tool_calls", "max_response_chars", "parallel_calls"):
             if getattr(self, key) < 1:
                 raise UserError(f"apollo.{key} must be >= 1, got {getattr(self, key)}")
-        from collabrl.tools.mcp_client import parse_server
+        if self.mcp_servers:  # the MCP SDK is imported only when a server is named
+            from collabrl.tools.mcp_client import parse_server
 
-        for server in self.mcp_servers:
-            parse_server(server)  # a malformed server string fails before any model loads
+            for server in self.mcp_servers:
+                parse_server(server)  # a malformed string fails before any model loads
 
 
 def build_router(config: ApolloConfig) -> ToolRouter:
