@@ -75,6 +75,8 @@ def compiles(code: str) -> bool:
 def strip_fences(code: str) -> str:
     """The code inside markdown fences (every fenced block, joined), or the code
     without stray fence lines when no block is opened properly."""
+    if compiles(code):  # a fence inside a string literal is data, not markdown
+        return code
     blocks = _FENCE.findall(code)
     if blocks:
         return "\n".join(b.strip("\n") for b in blocks) + "\n"
@@ -164,6 +166,8 @@ def add_missing_imports(code: str) -> str:
             bound.add(node.name)
         elif isinstance(node, ast.arg):
             bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
     missing = sorted(name for name in loaded - bound if name in COMMON_IMPORTS)
     if not missing:
         return code

@@ -237,6 +237,7 @@ def test_add_missing_imports(code, imports, output):
         "def f(gcd):\n    return gcd\nprint(f(2))",
         "print([factorial for factorial in range(2)])",
         "class solve:\n    pass\nprint(solve.__name__)",
+        "try:\n    1 / 0\nexcept ZeroDivisionError as gcd:\n    print(gcd)",
         "print(unknown_name)",  # not a common module name: left for the run to report
     ],
 )
@@ -300,7 +301,8 @@ VALID_PROGRAMS = [
     "values = [1, 2, 3]\nprint(sum(values))  # already prints\n",
     "print('a')\n\n\n",
     "try:\n    1 / 0\nexcept ZeroDivisionError as err:\n    print(type(err).__name__)\n",
-    "s = '''\n```\n'''\nprint(len(s))\n".replace("```", "``"),
+    # A fence inside a string literal is data: the program compiles, so it is kept.
+    "s = '''\n```python\nx\n```\n'''\nprint(len(s))\n",
     'doc = """keep\n    \nthis"""\nprint(doc)\n',
     "if True:\n\tprint('tab')\n",
 ]
