@@ -18,9 +18,12 @@ import re
 import textwrap
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from collabrl.engines.base import Engine, SamplingParams
+from collabrl.tools.corpus import REPOS
 
 # ----------------------------------------------------------------------------- rules
 
@@ -247,13 +250,16 @@ In two to four sentences, say the most likely cause of the error and a concrete 
 
 
 class ModelCorrector:
-    """Ask a model why the code failed and how to fix it (one greedy call per error)."""
+    """Ask a model why the code failed and how to fix it (one greedy call per error).
 
-    def __init__(self, engine: Engine, max_tokens: int = 128) -> None:
+    `serial`: tool calls come from many threads and a local model generates one call
+    at a time; an HTTP endpoint (serial=False) batches concurrent requests itself.
+    """
+
+    def __init__(self, engine: Engine, max_tokens: int = 128, serial: bool = True) -> None:
         self.engine = engine
         self.max_tokens = max_tokens
-        # Tool calls come from many threads; a local model generates one call at a time.
-        self._lock = threading.Lock()
+        self._lock: AbstractContextManager = threading.Lock() if serial else nullcontext()
 
     def analyse(self, code: str, error: str) -> str:
         prompt = _ANALYSIS_PROMPT.format(code=code.strip(), error=error.strip())
@@ -278,3 +284,65 @@ def feedback(
         if analysis:
             parts.append(analysis)
     return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- retrieval
+
+# Errors that mostly come from calling a library wrongly (sympy.factorial(-1), a wrong
+# keyword, a misspelt function): for these the paper asks the retrieval module (§2.2).
+RETRIEVAL_ERRORS = (
+    "ValueError",
+    "TypeError",
+    "AttributeError",
+    "ImportError",
+    "ModuleNotFoundError",
+)
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
+_CODE_FRAME = 'File "<code>"'
+
+
+def retrieval_request(error_type: str | None, code: str, traceback: str) -> dict[str, Any] | None:
+    """Arguments for the `retrieve` tool about the library call on the failing line,
+    or None when the error is not one of those or that line calls no known library."""
+    if error_type not in RETRIEVAL_ERRORS:
+        return None
+    function = _library_function(_failing_line(traceback), _imported_names(code))
+    if function is None:
+        return None
+    error = traceback.strip().splitlines()[-1]
+    query = f"How to use {function}? It failed with {error}"
+    return {"repo_name": function.split(".")[0], "query": query}
+
+
+def _failing_line(traceback: str) -> str:
+    """The source line quoted under the traceback's last frame in the model's code."""
+    lines = traceback.splitlines()
+    frames = [i for i, line in enumerate(lines) if _CODE_FRAME in line and i + 1 < len(lines)]
+    return lines[frames[-1] + 1].strip() if frames else ""
+
+
+def _imported_names(code: str) -> dict[str, str]:
+    """What each imported name stands for: `sp` -> sympy, `comb` -> math.comb."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {}
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                names[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _library_function(line: str, names: dict[str, str]) -> str | None:
+    """The first dotted name on `line` that belongs to a library the retriever indexes."""
+    for dotted in _DOTTED.findall(line):
+        root, _, rest = dotted.partition(".")
+        full = names.get(root, root) + (f".{rest}" if rest else "")
+        if full.split(".")[0] in REPOS:
+            return full
+    return None

@@ -3,18 +3,20 @@
 A call takes `{"code": …}`. The rule-based correction runs first (`correction.py`),
 then the code runs in a fresh sandbox (`sandbox.py`: its own process, kernel limits,
 no network, no secrets). What the policy reads is the output, or the traceback and,
-for the error types the paper names, the cause and a suggested fix.
+for the error types the paper names, the cause and a suggested fix — and, for errors
+of library calls, what the `retrieve` tool finds about the function, when given one.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from collabrl.config import EngineConfig, option
 from collabrl.errors import UserError
-from collabrl.tools.base import ToolResult, ToolSpec, bad_arguments
-from collabrl.tools.correction import ModelCorrector, correct, feedback
+from collabrl.tools.base import Tool, ToolResult, ToolSpec, bad_arguments
+from collabrl.tools.correction import ModelCorrector, correct, feedback, retrieval_request
 from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits
 
 # Appendix A.2. The paper's text extraction lost the tool's name and its opening
@@ -49,6 +51,7 @@ SPEC = ToolSpec(
 
 NO_OUTPUT = "(no output; print the values you need)"
 TRACEBACK_LINES = 12  # the end of a traceback: where the error and its line are
+_FRAME = re.compile(r'^  File "(.*)", line \d+')
 
 
 @dataclass
@@ -63,33 +66,51 @@ class PythonToolConfig:
     )
     feedback_max_tokens: int = option(128, "Tokens the correction model may write.")
     engine: EngineConfig = option(EngineConfig(), "Engine of the correction model.")
+    retrieval_feedback: bool = option(
+        True,
+        "After a ValueError, TypeError, AttributeError or ImportError in a library call, "
+        "append what the retrieve tool finds about the function (when it is offered too).",
+    )
     sandbox: SandboxLimits = option(SandboxLimits(), "Limits of every run (docs/tools.md).")
 
     def check(self) -> None:
         self.sandbox.check()
         if self.feedback_max_tokens < 1:
-            raise UserError(f"feedback_max_tokens must be >= 1, got {self.feedback_max_tokens}")
+            raise UserError(
+                f"feedback_max_tokens must be >= 1, got {self.feedback_max_tokens}",
+                "give the correction model room for a sentence or more",
+            )
 
 
 class PythonTool:
-    """Runs model-written code; safe to call from several threads at once."""
+    """Runs model-written code; safe to call from several threads at once.
+
+    `retrieval` is the `retrieve` tool consulted after a library call fails; it is
+    borrowed, not owned: whoever built it closes it.
+    """
 
     spec = SPEC
 
     def __init__(
-        self, sandbox: Sandbox, correction: bool = True, corrector: ModelCorrector | None = None
+        self,
+        sandbox: Sandbox,
+        correction: bool = True,
+        corrector: ModelCorrector | None = None,
+        retrieval: Tool | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.correction = correction
         self.corrector = corrector
+        self.retrieval = retrieval
 
     def call(self, arguments: dict[str, Any]) -> ToolResult:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return bad_arguments(self.spec, '"code" must be a non-empty string of Python code')
         fixed = correct(code) if self.correction else None
-        run = self.sandbox.run(fixed.code if fixed else code)
-        meta = {
+        code = fixed.code if fixed else code
+        run = self.sandbox.run(code)
+        meta: dict[str, Any] = {
             "fixes": fixed.fixes if fixed else [],
             "limit": run.limit,
             "isolation": run.isolation,
@@ -97,12 +118,28 @@ class PythonTool:
         }
         if run.ok:
             return ToolResult(run.stdout.strip() or NO_OUTPUT, None, meta)
-        text = _failure_text(run)
-        note = feedback(run.error_type, fixed.code if fixed else code, text, self.corrector)
+        failure = text = _failure_text(run)
+        note = feedback(run.error_type, code, failure, self.corrector)
         if note:
             meta["feedback"] = note
             text += "\n" + note
+        documentation = self._look_up(run.error_type, code, failure)
+        if documentation:
+            meta["retrieval"] = documentation
+            text += "\n" + documentation
         return ToolResult(text, run.error_type, meta)
+
+    def _look_up(self, error_type: str | None, code: str, traceback: str) -> str | None:
+        """What the retrieve tool says about the library call that failed, if anything."""
+        if self.retrieval is None:
+            return None
+        request = retrieval_request(error_type, code, traceback)
+        if request is None:
+            return None
+        found = self.retrieval.call(request)
+        if not found.ok:
+            return None
+        return f"Documentation of {request['repo_name']} that may help:\n{found.text}"
 
     def close(self) -> None:
         if self.corrector is not None:
@@ -111,17 +148,45 @@ class PythonTool:
 
 def _failure_text(run: Execution) -> str:
     """What printed before the failure, then the end of the traceback or the limit hit."""
-    tail = "\n".join(run.stderr.strip().splitlines()[-TRACEBACK_LINES:])
+    tail = trim_traceback(run.stderr)
     if run.limit and not tail:
         tail = f"Error: the run hit its {run.limit.replace('_', ' ')} limit."
     return "\n".join(part for part in (run.stdout.strip(), tail) if part)
 
 
-def build_python_tool(config: PythonToolConfig) -> PythonTool:
-    from collabrl.engines import create_engine
+def trim_traceback(stderr: str, max_lines: int = TRACEBACK_LINES) -> str:
+    """The traceback the model can act on: the frames of its own code and the error.
+
+    Frames inside libraries (numpy's, sympy's internals) say nothing the model can
+    change; each run of them becomes one line, and only the last lines are kept.
+    """
+    kept: list[str] = []
+    hidden, in_library = 0, False
+    for line in stderr.strip("\n").splitlines():  # keep the indent of a first frame
+        frame = _FRAME.match(line)
+        if frame:
+            in_library = frame.group(1) != "<code>"
+        elif not line.startswith("    "):  # a frame's quoted source is indented 4+
+            in_library = False
+        if in_library:
+            hidden += frame is not None
+            continue
+        if hidden:
+            kept.append(f"  ({hidden} frame{'s' * (hidden > 1)} inside libraries left out)")
+            hidden = 0
+        kept.append(line)
+    return "\n".join(kept[-max_lines:])
+
+
+def build_python_tool(config: PythonToolConfig, retrieval: Tool | None = None) -> PythonTool:
+    """The tool with its correction model loaded, if any; `retrieval` (the retrieve tool,
+    when offered as well) is consulted after library errors unless the config says no."""
+    from collabrl.engines import create_engine, is_url
 
     corrector = None
     if config.correction_model:
         engine = create_engine(config.correction_model, config.engine)
-        corrector = ModelCorrector(engine, config.feedback_max_tokens)
-    return PythonTool(Sandbox(config.sandbox), config.correction, corrector)
+        serial = not is_url(config.correction_model)
+        corrector = ModelCorrector(engine, config.feedback_max_tokens, serial)
+    consulted = retrieval if config.retrieval_feedback else None
+    return PythonTool(Sandbox(config.sandbox), config.correction, corrector, consulted)

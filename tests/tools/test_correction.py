@@ -24,6 +24,7 @@ from collabrl.tools.correction import (
     feedback,
     fix_indentation,
     print_last_expression,
+    retrieval_request,
     strip_fences,
 )
 from tests.protocols.scripted import RecordingEngine
@@ -485,3 +486,90 @@ def test_model_corrector_asks_one_greedy_call_of_max_tokens(tiny_engine):
     # Code and error arrive stripped of surrounding blank lines.
     corrector.analyse("\n\n" + FAILED_CODE + "\n\n", "\n" + FAILED_ERROR + "\n")
     assert recorder.prompts[-1] == recorder.prompts[0]
+
+
+# ----------------------------------------------------------------- retrieval_request
+
+
+def traceback_of(line: str, error: str) -> str:
+    """A traceback as the sandbox prints it, failing on `line` of the model's code."""
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<code>", line 2, in <module>\n'
+        f"    {line}\n"
+        '  File "/venv/lib/python3.11/site-packages/sympy/core/function.py", line 9, in f\n'
+        "    raise ValueError(message)\n"
+        f"{error}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "error", "repo", "function"),
+    [
+        (
+            "import math\nprint(math.comb(-1, 2))",
+            "print(math.comb(-1, 2))",
+            "ValueError: n must be a non-negative integer",
+            "math",
+            "math.comb",
+        ),
+        # An alias resolves to the module: `sp` is sympy.
+        (
+            "import sympy as sp\nsp.factorial(x, 2)",
+            "sp.factorial(x, 2)",
+            "TypeError: factorial takes 1 positional argument",
+            "sympy",
+            "sympy.factorial",
+        ),
+        # A name imported from a module resolves to its full name.
+        (
+            "from fractions import Fraction\nFraction(1.5, 2)",
+            "Fraction(1.5, 2)",
+            "TypeError: both arguments should be Rational instances",
+            "fractions",
+            "fractions.Fraction",
+        ),
+        (
+            "import numpy as np\nnp.linalg.solv([[1]], [1])",
+            "np.linalg.solv([[1]], [1])",
+            "AttributeError: module 'numpy.linalg' has no attribute 'solv'",
+            "numpy",
+            "numpy.linalg.solv",
+        ),
+        # The import itself failed: the library is named on the line as it is.
+        (
+            "from sympy import factorials",
+            "from sympy import factorials",
+            "ImportError: cannot import name 'factorials' from 'sympy'",
+            "sympy",
+            "sympy",
+        ),
+    ],
+)
+def test_retrieval_request_names_the_library_call_on_the_failing_line(
+    code, line, error, repo, function
+):
+    error_type = error.split(":")[0]
+    request = retrieval_request(error_type, code, traceback_of(line, error))
+    assert request == {"repo_name": repo, "query": f"How to use {function}? It failed with {error}"}
+
+
+@pytest.mark.parametrize(
+    ("error_type", "code", "line"),
+    [
+        # Not one of the errors the paper sends to retrieval.
+        ("NameError", "import math\nmath.comb(n, 2)", "math.comb(n, 2)"),
+        ("ZeroDivisionError", "import math\nmath.comb(1, 0) / 0", "math.comb(1, 0) / 0"),
+        (None, "import math", "math.pi"),
+        # The failing line calls no library the retriever indexes.
+        ("ValueError", "def f(x):\n    return int(x)\nf('a')", "f('a')"),
+        ("ImportError", "import networkx", "import networkx"),
+    ],
+)
+def test_retrieval_request_is_none_without_an_indexed_library_error(error_type, code, line):
+    assert retrieval_request(error_type, code, traceback_of(line, "Error: x")) is None
+
+
+def test_retrieval_request_is_none_without_a_frame_of_the_models_code():
+    error = "ValueError: n must be a non-negative integer"
+    assert retrieval_request("ValueError", "import math", error) is None

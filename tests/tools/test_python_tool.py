@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,9 @@ from collabrl.tools.python import (
     PythonTool,
     PythonToolConfig,
     build_python_tool,
+    trim_traceback,
 )
+from collabrl.tools.retrieval import RetrievalConfig, RetrievalTool
 from collabrl.tools.sandbox import Sandbox, SandboxLimits
 from tests.tools.test_correction import PAPER_COMB, PAPER_FENCED, PAPER_FENCED_OUTPUT
 
@@ -58,6 +61,52 @@ def test_output_before_a_failure_is_kept(tool):
     assert result.error == "IndexError"
     assert result.text.startswith("partial\nTraceback")
     assert result.text.endswith(GUIDANCE["IndexError"])
+
+
+def test_library_frames_are_left_out_of_the_traceback(tool):
+    result = tool.call({"code": "import numpy as np\nprint(np.linalg.inv(np.zeros((2, 2))))"})
+    assert result.error == "LinAlgError"
+    assert result.text.splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "<code>", line 2, in <module>',
+        "    print(np.linalg.inv(np.zeros((2, 2))))",
+        "           " + "^" * 31,
+        "  (2 frames inside libraries left out)",
+        "numpy.linalg.LinAlgError: Singular matrix",
+    ]
+
+
+def test_trim_traceback_keeps_frames_of_the_code_between_library_frames():
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "<code>", line 5, in <module>\n'
+        "    main()\n"
+        '  File "/lib/sympy/core/cache.py", line 72, in wrapper\n'
+        "    retval = cfunc(*args, **kwargs)\n"
+        "             ^^^^^^^^^^^^^^^^^^^^^^\n"
+        '  File "<code>", line 3, in main\n'
+        "    return helper(-1)\n"
+        '  File "/lib/sympy/functions/combinatorial/factorials.py", line 9, in eval\n'
+        "    raise ValueError(message)\n"
+        "ValueError: argument must be nonnegative\n"
+    )
+    assert trim_traceback(stderr).splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "<code>", line 5, in <module>',
+        "    main()",
+        "  (1 frame inside libraries left out)",
+        '  File "<code>", line 3, in main',
+        "    return helper(-1)",
+        "  (1 frame inside libraries left out)",
+        "ValueError: argument must be nonnegative",
+    ]
+    # Only the last lines are kept: the error and the frames nearest to it.
+    assert trim_traceback(stderr, max_lines=2).splitlines() == [
+        "  (1 frame inside libraries left out)",
+        "ValueError: argument must be nonnegative",
+    ]
+    syntax = "  File \"<code>\", line 1\n    x = (1,\n        ^\nSyntaxError: '(' was never closed"
+    assert trim_traceback(syntax) == syntax
 
 
 def test_error_without_guidance_has_no_feedback(tool):
@@ -142,3 +191,40 @@ def test_embedded_model_explains_a_name_error():
     assert note.startswith(GUIDANCE["NameError"] + "\n")
     assert note[len(GUIDANCE["NameError"]) + 1 :].strip()  # the model wrote something
     assert result.text.endswith(note)
+
+
+@pytest.fixture
+def retrieval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RetrievalTool:
+    """The real retrieve tool over the math module's docs: raw chunks, no model."""
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path))
+    return RetrievalTool(RetrievalConfig(raw=True))
+
+
+def test_library_errors_append_what_retrieval_finds(sandbox, retrieval):
+    tool = PythonTool(sandbox, retrieval=retrieval)
+    result = tool.call({"code": "import math\nprint(math.comb(-1, 2))"})
+    assert result.error == "ValueError"
+    request = {
+        "repo_name": "math",
+        "query": "How to use math.comb? "
+        "It failed with ValueError: n must be a non-negative integer",
+    }
+    found = retrieval.call(request)
+    documentation = f"Documentation of math that may help:\n{found.text}"
+    assert result.meta["retrieval"] == documentation
+    # The order the policy reads: traceback, the fixed note, then the documentation.
+    assert result.text.endswith(GUIDANCE["ValueError"] + "\n" + documentation)
+
+
+def test_retrieval_is_not_consulted_for_other_errors(sandbox, retrieval):
+    tool = PythonTool(sandbox, retrieval=retrieval)
+    for code in ["import math\nprint(math.comb(n, 2))", "import math\nprint(math.pi / 0)"]:
+        result = tool.call({"code": code})
+        assert result.error in ("NameError", "ZeroDivisionError")
+        assert "retrieval" not in result.meta and "Documentation" not in result.text
+
+
+def test_build_passes_retrieval_unless_the_config_turns_it_off(retrieval):
+    assert build_python_tool(PythonToolConfig(sandbox=LIMITS), retrieval).retrieval is retrieval
+    off = PythonToolConfig(sandbox=LIMITS, retrieval_feedback=False)
+    assert build_python_tool(off, retrieval).retrieval is None
