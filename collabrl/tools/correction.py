@@ -147,7 +147,8 @@ def print_last_expression(code: str) -> str:
     before = lines[last.lineno - 1].encode()[: last.col_offset].decode().rstrip().rstrip(";")
     if before.strip():
         head.append(before)
-    shown = f"__value = ({expression})\nif __value is not None:\n    print(__value)"
+    # The expression keeps a line of its own, so a traceback quotes the model's text.
+    shown = f"__value = (\n{expression}\n)\nif __value is not None:\n    print(__value)"
     return "\n".join([*head, shown, *lines[last.end_lineno :]]) + "\n"
 
 
@@ -329,9 +330,10 @@ def _imported_names(code: str) -> dict[str, str]:
         return {}
     names = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Import):  # `import numpy.linalg` binds numpy, not linalg
             for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = alias.name
+                root = alias.name.split(".")[0]
+                names[alias.asname or root] = alias.name if alias.asname else root
         elif isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 names[alias.asname or alias.name] = f"{node.module}.{alias.name}"

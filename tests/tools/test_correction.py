@@ -119,9 +119,11 @@ def test_paper_missing_math_import_is_added_and_only_the_real_mistake_remains():
 
 def test_paper_bare_last_expression_is_printed():
     fixed = print_last_expression(PAPER_BARE)
-    assert fixed.splitlines()[:-3] == PAPER_BARE.splitlines()[:-1]
-    assert fixed.splitlines()[-3:] == [
-        "__value = (solution)",
+    assert fixed.splitlines()[:-5] == PAPER_BARE.splitlines()[:-1]
+    assert fixed.splitlines()[-5:] == [
+        "__value = (",
+        "solution",  # on its own line: a traceback quotes it as the model wrote it
+        ")",
         "if __value is not None:",
         "    print(__value)",
     ]
@@ -535,6 +537,14 @@ def traceback_of(line: str, error: str) -> str:
             "AttributeError: module 'numpy.linalg' has no attribute 'solv'",
             "numpy",
             "numpy.linalg.solv",
+        ),
+        # `import numpy.linalg` binds numpy itself.
+        (
+            "import numpy.linalg\nnumpy.array([1], dtype='x')",
+            "numpy.array([1], dtype='x')",
+            "TypeError: data type 'x' not understood",
+            "numpy",
+            "numpy.array",
         ),
         # The import itself failed: the library is named on the line as it is.
         (

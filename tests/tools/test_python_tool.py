@@ -122,6 +122,13 @@ def test_bare_last_expression_is_printed(tool):
     assert result.meta["fixes"] == ["print_last_expression"]
 
 
+def test_a_failing_last_expression_is_quoted_as_the_model_wrote_it(tool):
+    result = tool.call({"code": "values = [1, 2]\nvalues[2] * 10"})
+    assert result.error == "IndexError"
+    assert "    values[2] * 10" in result.text.splitlines()
+    assert "__value" not in result.text
+
+
 def test_empty_output_says_so(tool):
     result = tool.call({"code": "x = 41 + 1\n"})
     assert (result.ok, result.text, result.meta["fixes"]) == (True, NO_OUTPUT, [])
