@@ -19,18 +19,20 @@ def check_tool_names(names: list[str]) -> None:
 def build_tools(
     names: list[str], python: PythonToolConfig, retrieval: RetrievalConfig
 ) -> list[Tool]:
-    """The named tools, built in order; if one fails, those already built are closed."""
+    """The named tools, in order; if one fails, those already built are closed.
+
+    When both are offered, the python tool consults the retrieve tool after a library
+    error (§2.2), so retrieve is built first and lent to it.
+    """
     check_tool_names(names)
-    builders = {
-        "python": lambda: build_python_tool(python),
-        "retrieve": lambda: build_retrieval_tool(retrieval),
-    }
-    tools: list[Tool] = []
+    built: dict[str, Tool] = {}
     try:
-        for name in names:
-            tools.append(builders[name]())
+        if "retrieve" in names:
+            built["retrieve"] = build_retrieval_tool(retrieval)
+        if "python" in names:
+            built["python"] = build_python_tool(python, built.get("retrieve"))
     except BaseException:
-        for tool in tools:
+        for tool in built.values():
             tool.close()
         raise
-    return tools
+    return [built[name] for name in names]
