@@ -79,6 +79,10 @@ def build_root(cfg: dict) -> None:
     root = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    size = f"size={cfg['disk_bytes']}"
+    # /tmp first: binds under it (a venv in /tmp) must land on the tmpfs, not under it.
+    os.makedirs(root + "/tmp")
+    mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
     for source in cfg["binds"]:
         target = root + source
         os.makedirs(target, mode=0o755, exist_ok=True)
@@ -92,10 +96,8 @@ def build_root(cfg: dict) -> None:
     for device in ("null", "zero", "random", "urandom"):
         open(root + "/dev/" + device, "w").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
-    size = f"size={cfg['disk_bytes']}"
-    for path, mode in (("/tmp", "1777"), (cfg["workdir"], "0700")):
-        os.makedirs(root + path, exist_ok=True)
-        mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode={mode}")
+    os.makedirs(root + cfg["workdir"], exist_ok=True)
+    mount("tmpfs", root + cfg["workdir"], "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
     os.chroot(root)
     os.chdir("/")
 

@@ -290,6 +290,9 @@ def _bwrap_args(limits: SandboxLimits, binds: list[str], symlinks: dict[str, str
     args += ["--unshare-cgroup-try"]
     if os.geteuid() != 0:  # root stays root inside, so the jail can drop to a throwaway uid
         args.append("--unshare-user")
+    size = str(limits.disk_mb << 20)
+    # /tmp first: binds under it (a venv in /tmp) must land on the tmpfs, not under it.
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     made: set[str] = set()
     for source in binds:
         for parent in reversed(Path(source).parents[:-1]):  # bwrap would make them 0700
@@ -299,9 +302,7 @@ def _bwrap_args(limits: SandboxLimits, binds: list[str], symlinks: dict[str, str
         args += ["--ro-bind", source, source]
     for name, dest in symlinks.items():
         args += ["--symlink", dest, name]
-    size = str(limits.disk_mb << 20)
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "0700", "--size", size, "--tmpfs", WORKDIR, "--chdir", WORKDIR]
     return args
 

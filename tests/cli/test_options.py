@@ -198,12 +198,14 @@ def test_scalar_section_is_not_hidden_by_an_option(tmp_path: Path, monkeypatch) 
 @pytest.mark.parametrize("command", sorted(opt.CONFIG_CLASSES))
 def test_config_show_is_a_config_file_of_the_resolved_values(command: str, tmp_path) -> None:
     cls = opt.load_config_class(command)
-    # The model a command runs: `teacher` for `filter`, whose teacher is its only model.
-    model = "teacher" if command == "filter" else "model"
-    result = runner.invoke(app, ["config", "show", command, "--set", f"{model}=./somewhere"])
+    # The model a command runs: `teacher` for `filter`, whose teacher is its only model,
+    # `models` for `evolve`, which runs several.
+    key = {"filter": "teacher", "evolve": "models"}.get(command, "model")
+    value = "[./somewhere]" if key == "models" else "./somewhere"
+    result = runner.invoke(app, ["config", "show", command, "--set", f"{key}={value}"])
     assert result.exit_code == 0, result.stdout
     shown = build_config(cls, [yaml.safe_load(result.stdout)])
-    assert shown == build_config(cls, [], [f"{model}=./somewhere"])
+    assert shown == build_config(cls, [], [f"{key}={value}"])
     for key, help_text in field_help(cls).items():
         assert f"# {help_text}\n" in result.stdout, key
 

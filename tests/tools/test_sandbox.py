@@ -112,3 +112,19 @@ def test_unusable_interpreter_is_refused():
 def test_error_type_reads_the_last_traceback_line(stderr, exit_code, expected):
     result = Execution("", stderr, exit_code, None, "bwrap", 0.1)
     assert result.error_type == expected
+
+
+def test_an_interpreter_whose_prefix_is_under_tmp_still_sees_its_packages(tmp_path):
+    # The jails mount a private /tmp: a venv living under /tmp (CI clones there) must be
+    # bound on top of it, not hidden beneath it.
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    [site] = venv.glob("lib/python3*/site-packages")
+    (site / "marker_module.py").write_text("VALUE = 42\n")
+    result = Sandbox(FAST, python=str(venv / "bin" / "python")).run(
+        "import marker_module\nprint(marker_module.VALUE)"
+    )
+    assert result.ok and result.stdout == "42\n", result
