@@ -25,6 +25,10 @@ class PromptTemplate:
         head = [{"role": "system", "content": self.system}] if self.system else []
         return [*head, {"role": "user", "content": user}]
 
+    def extractors(self, fallback: tuple[str, ...]) -> tuple[str, ...]:
+        """The template's answer extractors, then a benchmark's fallbacks not among them."""
+        return self.extract + tuple(e for e in fallback if e not in self.extract)
+
 
 PROMPTS: dict[str, PromptTemplate] = {
     "relay": PromptTemplate(

@@ -257,8 +257,7 @@ class ApolloProtocol:
         self.template = apollo_prompt(specs, config.few_shot)
         names = {s.name for s in specs}
         self.code_tool = "python" if config.lenient_calls and "python" in names else None
-        extra = tuple(e for e in extract_fallback if e not in self.template.extract)
-        self.extract = self.template.extract + extra
+        self.extract = self.template.extractors(extract_fallback)
         self.executor = ThreadPoolExecutor(config.parallel_calls, thread_name_prefix="tool")
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:

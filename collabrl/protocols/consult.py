@@ -375,8 +375,7 @@ class ConsultProtocol:
         self.policy = policy
         self.pool = pool
         self.config = config
-        extra = tuple(e for e in extract_fallback if e not in self.template.extract)
-        self.extract = self.template.extract + extra
+        self.extract = self.template.extractors(extract_fallback)
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
         episodes = new_episodes(self.policy, self.template, tasks, self.name)
