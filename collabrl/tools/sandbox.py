@@ -91,16 +91,23 @@ class Execution:
             return None
         if self.limit:
             return self.limit
-        match = _EXCEPTION.search(self.stderr)
+        match = _last_exception(self.stderr)
         if match:
             return match.group(1).rsplit(".", 1)[-1]
         return f"signal {-self.exit_code}" if self.exit_code < 0 else "exit_code"
 
 
-# The last line of a traceback: "ValueError: ..." or "mod.sub.Error" alone.
-_EXCEPTION = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b.*\s*\Z", re.M
-)
+# A traceback's closing line: "ValueError: ..." or "mod.sub.Error" alone, unindented.
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b.*$", re.M)
+
+
+def _last_exception(stderr: str) -> re.Match[str] | None:
+    """The last traceback's closing line. Not simply the last line: the tracebacks of
+    forked children interleave, so the last line may be another child's source line."""
+    matches = list(_EXCEPTION.finditer(stderr))
+    return matches[-1] if matches else None
+
+
 # Exceptions that mean a kernel limit refused the code, read off that last line.
 _LIMIT_ERRORS = {
     "MemoryError": "memory",
@@ -207,7 +214,9 @@ def _limit_from_end(
         return "cpu_time"
     if exit_code == 0:
         return None
-    last = stderr.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+    text = stderr.decode(errors="replace").strip()
+    match = _last_exception(text)
+    last = match.group(0) if match else text.rsplit("\n", 1)[-1]
     return next((limit for text, limit in _LIMIT_ERRORS.items() if text in last), None)
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from collabrl.errors import UserError
-from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits
+from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits, _limit_from_end
 
 FAST = SandboxLimits(cpu_seconds=5, wall_seconds=10, memory_mb=2048)
 
@@ -112,6 +112,21 @@ def test_unusable_interpreter_is_refused():
 def test_error_type_reads_the_last_traceback_line(stderr, exit_code, expected):
     result = Execution("", stderr, exit_code, None, "bwrap", 0.1)
     assert result.error_type == expected
+
+
+# A fork bomb's children write their tracebacks at once: the last line of stderr is
+# another child's source line, not the exception (seen in CI).
+INTERLEAVED = (
+    "Traceback (most recent call last):\nTraceback (most recent call last):\n"
+    '  File "<code>", line 3, in <module>\n'
+    "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+    '  File "<code>", line 3, in <module>\n    os.fork()\n'
+)
+
+
+def test_interleaved_tracebacks_still_name_the_limit_and_the_exception():
+    assert _limit_from_end(1, INTERLEAVED.encode(), 0.1, SandboxLimits()) == "processes"
+    assert Execution("", INTERLEAVED, 1, None, "bwrap", 0.1).error_type == "BlockingIOError"
 
 
 def test_an_interpreter_whose_prefix_is_under_tmp_still_sees_its_packages(tmp_path):
