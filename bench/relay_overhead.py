@@ -75,6 +75,7 @@ class CallingStudent:
 def relay_run(
     student: TransformersEngine, teacher_ref: str, tasks, args
 ) -> tuple[float, list[Episode], int]:
+    student.reset()  # nothing from an earlier repeat (the same episodes) is served
     calling = CallingStudent(student, args.every, args.n)
     template = get_prompt("relay")
     # The policy writes on after a teacher EOS: the bench times a fixed call pattern.

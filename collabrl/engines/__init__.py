@@ -64,4 +64,6 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
         device=config.device,
         prefix_cache=config.prefix_cache,
         chat_template_kwargs=config.chat_template_kwargs,
+        prefix_cache_mb=config.prefix_cache_mb,
+        continuous=config.continuous_batching,
     )

@@ -1,13 +1,17 @@
-"""Batched generation with transformers' `generate` — the CPU default.
+"""Batched generation over an in-memory transformers model — the CPU default.
 
-Prompts are expanded `n` times, sorted by length (less padding), cut into
-batches of `batch_size`, left-padded and generated together. Each row is then
-trimmed to what the model really produced: up to its EOS, or up to the token
-that completed a stop string.
+Prompts are expanded `n` times into rows. By default the rows go through continuous
+batching with per-row KV caches (`continuous.py`): a finished row's place goes to the
+next waiting row, and each row is prefilled from the longest cached prefix of its
+prompt. Models whose cache has sliding-window layers, and `continuous=False`, take the
+static path instead: rows sorted by length, cut into batches of `batch_size`,
+left-padded and run through transformers' `generate`. Either way each row is then
+trimmed to what the model really produced: up to its EOS, or up to the token that
+completed a stop string.
 
 The engine may share its model with a trainer: a seeded call leaves torch's global
-random state as it found it, and the prefix KV cache is dropped when the weights
-change (an optimizer step), or on `reset()`.
+random state as it found it, and the prefix caches are dropped when the weights change
+(an optimizer step), or on `reset()`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collabrl.engines.base import (
     cut_at_stop,
     encode_prompt,
 )
+from collabrl.engines.continuous import Decoder, PrefixStore, Row, supports_row_caches
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +53,8 @@ class TransformersEngine:
         name: str = "transformers",
         prefix_cache: bool = False,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        prefix_cache_mb: int = 1024,
+        continuous: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -57,13 +64,14 @@ class TransformersEngine:
         self.name = name
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._eos_ids = _eos_token_ids(model, tokenizer)
-        # The last one-row sequence and its KV cache: a protocol that resumes one episode
-        # (relay, consult) sends that sequence plus a few new tokens, and re-reading the
-        # whole prefix would cost more than decoding on a CPU (measured in bench/). The
-        # weights' fingerprint it was computed with comes along: after an optimizer step
-        # the cache is stale.
-        self.prefix_cache = prefix_cache
-        self._cached: tuple[WeightsFingerprint, list[int], Any] | None = None
+        self.continuous = continuous and supports_row_caches(model)
+        # KV caches of earlier sequences: a protocol that resumes its episodes (relay,
+        # consult) sends each one back with a few new tokens, and re-reading the whole
+        # prefix would cost more than decoding on a CPU (measured in bench/). They are
+        # only valid for the weights that computed them: after an optimizer step they go.
+        self.prefix_cache = prefix_cache and self.continuous
+        self._store = PrefixStore(prefix_cache_mb * 2**20)
+        self._store_weights: WeightsFingerprint | None = None
         self.cached_tokens = 0  # prompt tokens served from the cache, for tests and benches
         self._interrupt: threading.Event | None = None  # see `interruptible`
 
@@ -76,6 +84,8 @@ class TransformersEngine:
         device: str = "cpu",
         prefix_cache: bool = False,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        prefix_cache_mb: int = 1024,
+        continuous: bool = True,
     ) -> TransformersEngine:
         """Load a model reference (see `collabrl.models`) into an engine."""
         from collabrl.models import load_model, load_tokenizer, resolve_model
@@ -83,7 +93,16 @@ class TransformersEngine:
         model_ref = resolve_model(ref)
         model = load_model(model_ref, dtype=dtype, device=device)
         tokenizer = load_tokenizer(model_ref)
-        return cls(model, tokenizer, batch_size, ref, prefix_cache, chat_template_kwargs)
+        return cls(
+            model,
+            tokenizer,
+            batch_size,
+            ref,
+            prefix_cache,
+            chat_template_kwargs,
+            prefix_cache_mb,
+            continuous,
+        )
 
     # -- prompts -----------------------------------------------------------------
 
@@ -108,8 +127,8 @@ class TransformersEngine:
     # -- state ---------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget the prefix KV cache (call after changing the weights out of place)."""
-        self._cached = None
+        """Forget the prefix KV caches (call after changing the weights out of place)."""
+        self._store.clear()
 
     @contextlib.contextmanager
     def interruptible(self, event: threading.Event) -> Iterator[None]:
@@ -126,20 +145,75 @@ class TransformersEngine:
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(params.n)]
-        # Longest first: similar lengths share a batch, and a memory problem shows
-        # up in the first batch rather than after an hour.
-        order = sorted(range(len(rows)), key=lambda r: -len(rows[r][1]))
-        results: list[Completion | None] = [None] * len(rows)
-        for batch_no, batch in enumerate(_chunks(order, self.batch_size)):
-            seed = None if params.seed is None else params.seed + batch_no
-            outputs = self._generate_batch([rows[r][1] for r in batch], params, seed)
-            for r, completion in zip(batch, outputs, strict=True):
-                results[r] = completion
+        if self.continuous:
+            results = self._generate_continuous([ids for _, ids in rows], params)
+        else:
+            results = self._generate_static([ids for _, ids in rows], params)
         grouped: list[list[Completion]] = [[] for _ in prompts]
         for (prompt_index, _), completion in zip(rows, results, strict=True):
-            assert completion is not None
             grouped[prompt_index].append(completion)
         return grouped
+
+    def _generate_continuous(self, prompts: list[list[int]], params: SamplingParams):
+        rows = [Row(i, ids, self._generator(params.seed, i)) for i, ids in enumerate(prompts)]
+        decoder = Decoder(
+            self.model,
+            self.batch_size,
+            self._eos_ids,
+            store=self._valid_store(),
+            hits_stop=self._stop_check(params.stop) if params.stop else None,
+            banned=self._banned_ids(params.banned) if params.banned else [],
+            interrupt=self._interrupt,
+        )
+        decoder.run(rows, params)
+        self.cached_tokens += decoder.cached_tokens
+        return [
+            self._finish_row(
+                row.tokens, row.logprobs if params.logprobs else None, params, len(row.prompt)
+            )
+            for row in rows
+        ]
+
+    def _generator(self, seed: int | None, row: int) -> torch.Generator | None:
+        """Row `row`'s own random stream when seeded: its draws depend on nothing else."""
+        if seed is None:
+            return None
+        import torch
+
+        return torch.Generator(device=self.model.device).manual_seed(seed + row)
+
+    def _valid_store(self) -> PrefixStore | None:
+        """The prefix store, emptied first if the weights changed since it was filled."""
+        if not self.prefix_cache:
+            return None
+        weights = _fingerprint(self.model)
+        if weights != self._store_weights:
+            self._store.clear()
+            self._store_weights = weights
+        return self._store
+
+    def _stop_check(self, stops: tuple[str, ...]):
+        """Whether a row's newest tokens contain a stop string; decoding only a window of
+        them keeps the check's cost flat in the row's length."""
+        window = 2 * max(len(stop) for stop in stops) + 4
+
+        def hits(tokens: list[int]) -> bool:
+            text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=True)
+            return any(stop in text for stop in stops)
+
+        return hits
+
+    def _generate_static(self, prompts: list[list[int]], params: SamplingParams):
+        # Longest first: similar lengths share a batch, and a memory problem shows
+        # up in the first batch rather than after an hour.
+        order = sorted(range(len(prompts)), key=lambda r: -len(prompts[r]))
+        results: list[Completion | None] = [None] * len(prompts)
+        for batch_no, batch in enumerate(_chunks(order, self.batch_size)):
+            seed = None if params.seed is None else params.seed + batch_no
+            outputs = self._generate_batch([prompts[r] for r in batch], params, seed)
+            for r, completion in zip(batch, outputs, strict=True):
+                results[r] = completion
+        return results
 
     def _generate_batch(
         self, batch: list[list[int]], params: SamplingParams, seed: int | None
@@ -147,8 +221,6 @@ class TransformersEngine:
         import torch
 
         input_ids, attention_mask = self._left_pad(batch)
-        weights = _fingerprint(self.model) if self.prefix_cache and len(batch) == 1 else None
-        reuse = self._reusable_cache(batch, weights)
         with torch.inference_mode(), _seeded(seed, self.model.device):
             out = self.model.generate(
                 input_ids=input_ids,
@@ -157,11 +229,8 @@ class TransformersEngine:
                 return_dict_in_generate=True,
                 output_logits=params.logprobs,
                 stopping_criteria=self._stopping_criteria(),
-                **reuse,
                 **self._generation_kwargs(params),
             )
-        if weights is not None:
-            self._cached = (weights, out.sequences[0].tolist(), out.past_key_values)
         new_tokens = out.sequences[:, input_ids.shape[1] :].tolist()
         logprobs = _sampled_logprobs(out, input_ids.shape[1], params) if params.logprobs else None
         rows_logprobs = logprobs or [None] * len(batch)
@@ -169,31 +238,6 @@ class TransformersEngine:
             self._finish_row(tokens, row_logprobs, params, len(prompt))
             for tokens, row_logprobs, prompt in zip(new_tokens, rows_logprobs, batch, strict=True)
         ]
-
-    def _reusable_cache(
-        self, batch: list[list[int]], weights: WeightsFingerprint | None
-    ) -> dict[str, Any]:
-        """`past_key_values` covering the longest prefix this one-row prompt shares with
-        the previous one-row sequence, computed with the same weights; empty when there is
-        nothing to reuse."""
-        cached, self._cached = self._cached, None  # generate extends the cache in place
-        if weights is None or cached is None or cached[0] != weights:
-            return {}
-        _, previous, cache = cached
-        prompt = batch[0]
-        # At least one prompt token must be left to feed the model; the cache holds every
-        # token of the previous sequence but its last (never fed back in).
-        limit = min(len(prompt) - 1, cache.get_seq_length())
-        shared = next(
-            (i for i, (a, b) in enumerate(zip(prompt[:limit], previous, strict=False)) if a != b),
-            min(limit, len(previous)),
-        )
-        if shared == 0:
-            return {}
-        if shared < cache.get_seq_length():
-            cache.crop(shared - cache.get_seq_length())  # negative: tokens to drop at the end
-        self.cached_tokens += shared
-        return {"past_key_values": cache}
 
     def _stopping_criteria(self) -> StoppingCriteriaList:
         event = self._interrupt

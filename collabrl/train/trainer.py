@@ -91,7 +91,15 @@ def build_trainer(
     ref = resolve_model(config.model)
     model = load_model(ref)
     tokenizer = load_tokenizer(ref)
-    engine = TransformersEngine(model, tokenizer, config.engine.batch_size, config.model)
+    engine = TransformersEngine(
+        model,
+        tokenizer,
+        config.engine.batch_size,
+        config.model,
+        prefix_cache=config.engine.prefix_cache,
+        prefix_cache_mb=config.engine.prefix_cache_mb,
+        continuous=config.engine.continuous_batching,
+    )
     # consult, strategy and apollo bring their papers' prompts; the others use the data's.
     prompt = training_prompt(config, bench.prompt)
     template = None if prompt is None else get_prompt(prompt)

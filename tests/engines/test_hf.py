@@ -343,7 +343,7 @@ def test_cut_at_stop(text, stops, include, expected) -> None:
 
 
 def test_prefix_cache_resumes_a_sequence_without_changing_it(tiny_model_dir) -> None:
-    """A one-row prompt that extends the previous sequence reuses its KV cache."""
+    """A prompt that extends an earlier sequence reuses its KV cache."""
     cached = TransformersEngine.from_ref(str(tiny_model_dir), prefix_cache=True)
     plain = TransformersEngine.from_ref(str(tiny_model_dir))
     start = cached.encode([{"role": "user", "content": SHORT}])
@@ -357,10 +357,13 @@ def test_prefix_cache_resumes_a_sequence_without_changing_it(tiny_model_dir) -> 
         histories.append(ids)
     assert histories[0] == histories[1]
     assert cached.cached_tokens > 2 * len(start) and plain.cached_tokens == 0
-    # A different prompt shares only the chat template's head; batches never reuse.
+    # Every row of a batch reuses: both rows here are prefixes of the stored sequences
+    # (all of a prompt but its last token is served; that one starts the row).
     before = cached.cached_tokens
-    cached.generate([start, start], SamplingParams(max_tokens=2))
-    assert cached.cached_tokens == before
+    assert cached.generate([start, start], SamplingParams(max_tokens=2)) == plain.generate(
+        [start, start], SamplingParams(max_tokens=2)
+    )
+    assert cached.cached_tokens == before + 2 * (len(start) - 1)
 
 
 # --- chat-template options -----------------------------------------------------------------------
