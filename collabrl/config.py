@@ -94,7 +94,7 @@ class EngineConfig:
         "instead of re-reading the prefix.",
     )
     prefix_cache_mb: int = option(
-        1024, "Memory the transformers engine keeps for earlier sequences' KV caches (MiB)."
+        2048, "Memory the transformers engine keeps for earlier sequences' KV caches (MiB)."
     )
     dtype: str = option("float32", "Weights dtype: float32 (fastest on CPU), bfloat16, float16.")
     device: str = option("cpu", "Torch device for the transformers engine (cpu, cuda, cuda:1).")

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 # Per layer, the keys and values of one sequence: [1, kv heads, tokens, head dim] each.
 LayerKV = tuple[torch.Tensor, torch.Tensor]
+# Columns a batch cache grows by at least when full.
+GROW_MIN = 64
 
 
 def supports_row_caches(model: PreTrainedModel) -> bool:
@@ -90,6 +92,10 @@ class PrefixStore:
         size = _nbytes(kv)
         if size > self.max_bytes:
             return
+        # An entry that is a prefix of this one serves no prompt better than it does:
+        # a row's prompt goes once the row's whole sequence is in.
+        for old in [old for old in self._entries if key[: len(old)] == old]:
+            self._bytes -= _nbytes(self._entries.pop(old))
         self._entries[key] = kv
         self._bytes += size
         while self._bytes > self.max_bytes:
@@ -109,6 +115,55 @@ class PrefixStore:
             return 0, None
         self._entries.move_to_end(best_key)
         return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key]]
+
+
+class GrowingLayer(DynamicLayer):
+    """A cache layer that appends into spare room instead of concatenating.
+
+    transformers' `DynamicLayer` concatenates, allocating and copying the whole cache at
+    every step: at batch 16 and 600 tokens that was 57% of a decode step on a CPU
+    (torch.profiler). Here the keys and values are views of buffers that grow by half
+    when full, so a step writes only its new column.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, used: int) -> None:
+        super().__init__()
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self._keys, self._values = keys, values  # [batch, heads, room, head dim]
+        self.used = used
+        self.keys, self.values = keys[:, :, :used], values[:, :, :used]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        new = key_states.shape[2]
+        if self.used + new > self._keys.shape[2]:
+            self._grow(self.used + new)
+        self._keys[:, :, self.used : self.used + new] = key_states
+        self._values[:, :, self.used : self.used + new] = value_states
+        self.used += new
+        self.keys = self._keys[:, :, : self.used]
+        self.values = self._values[:, :, : self.used]
+        return self.keys, self.values
+
+    def _grow(self, needed: int) -> None:
+        room = max(needed, spare_room(self._keys.shape[2]))
+        for name in ("_keys", "_values"):
+            old = getattr(self, name)
+            grown = old.new_zeros(old.shape[0], old.shape[1], room, old.shape[3])
+            grown[:, :, : self.used] = old[:, :, : self.used]
+            setattr(self, name, grown)
+
+
+def spare_room(width: int) -> int:
+    """Columns to allocate for a cache `width` wide: half as many again, at least 64 more."""
+    return width + max(width // 2, GROW_MIN)
+
+
+def growing_cache(layers: list[LayerKV], used: int) -> DynamicCache:
+    """A cache over buffers whose first `used` columns hold the keys and values."""
+    cache = DynamicCache()
+    cache.layers = [GrowingLayer(keys, values, used) for keys, values in layers]
+    return cache
 
 
 class Batch:
@@ -165,6 +220,7 @@ class Batch:
             self.rows, self.pads, self.cache = [], [], None
             return
         merged = []
+        room = spare_room(width)
         for layer in range(len(caches[0]) if caches else len(self.cache.layers)):
             parts: list[LayerKV] = []
             if keep:
@@ -172,11 +228,11 @@ class Batch:
                 index = torch.tensor(keep, device=old.keys.device)
                 parts.append((old.keys[index, :, cut:], old.values[index, :, cut:]))
             parts += [kv[layer] for kv in caches]
-            merged.append(tuple(_right_align([p[i] for p in parts], width) for i in (0, 1)))
+            merged.append(tuple(_right_align([p[i] for p in parts], width, room) for i in (0, 1)))
         self.pads = [self.pads[i] - cut + width - kept for i in keep]
         self.pads += [width - _length(kv) for kv in caches]
         self.rows = [self.rows[i] for i in keep] + list(rows)
-        self.cache = DynamicCache(ddp_cache_data=merged) if self.rows else None
+        self.cache = growing_cache(merged, width) if self.rows else None
 
     def row_cache(self, i: int) -> list[LayerKV]:
         """A copy of row i's cache without its padding (the batch tensors move on)."""
@@ -322,14 +378,15 @@ def _choose(scores: torch.Tensor, rows: list[Row], params: SamplingParams) -> to
     return torch.cat(draws)
 
 
-def _right_align(parts: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Stack [b, h, t, d] tensors along the batch, each left-padded with zeros to `width`."""
+def _right_align(parts: list[torch.Tensor], width: int, room: int) -> torch.Tensor:
+    """Stack [b, h, t, d] tensors along the batch, each left-padded with zeros to `width`,
+    in a buffer `room` columns wide."""
     first = parts[0]
     rows = sum(p.shape[0] for p in parts)
-    out = first.new_zeros(rows, first.shape[1], width, first.shape[3])
+    out = first.new_zeros(rows, first.shape[1], room, first.shape[3])
     start = 0
     for part in parts:
-        out[start : start + part.shape[0], :, width - part.shape[2] :] = part
+        out[start : start + part.shape[0], :, width - part.shape[2] : width] = part
         start += part.shape[0]
     return out
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from collabrl.config import EngineConfig
 from collabrl.engines.base import (
     Completion,
     Prompt,
@@ -53,7 +54,7 @@ class TransformersEngine:
         name: str = "transformers",
         prefix_cache: bool = False,
         chat_template_kwargs: Mapping[str, Any] | None = None,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int = EngineConfig.prefix_cache_mb,
         continuous: bool = True,
     ) -> None:
         if batch_size < 1:
@@ -84,7 +85,7 @@ class TransformersEngine:
         device: str = "cpu",
         prefix_cache: bool = False,
         chat_template_kwargs: Mapping[str, Any] | None = None,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int = EngineConfig.prefix_cache_mb,
         continuous: bool = True,
     ) -> TransformersEngine:
         """Load a model reference (see `collabrl.models`) into an engine."""

@@ -142,12 +142,19 @@ def _sample(
                 progress(start + len(units), len(todo))
 
 
+CONTINUOUS_CHUNK_BATCHES = 4
+
+
 def chunk_size(engine: EngineConfig, model: str) -> int:
     """How many units go to the engine at once: a kill loses at most one chunk."""
     if engine.kind == "openai" or (engine.kind == "auto" and is_url(model)):
         return engine.max_concurrency
     if engine.kind == "vllm":
         return 256  # vLLM schedules internally; chunks only bound what a kill loses
+    if engine.continuous_batching:
+        # Rows that finish are replaced from the same call only: a chunk of several
+        # batches keeps the batch full until its last rows.
+        return CONTINUOUS_CHUNK_BATCHES * engine.batch_size
     return engine.batch_size
 
 

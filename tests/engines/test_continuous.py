@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from collabrl.engines.base import SamplingParams
-from collabrl.engines.continuous import Batch, PrefixStore, Row
+from collabrl.engines.continuous import Batch, GrowingLayer, PrefixStore, Row
 from collabrl.engines.hf import TransformersEngine
 from collabrl.models import load_model, load_tokenizer
 from tests.conftest import EMBEDDED
@@ -107,12 +107,21 @@ def _kv(length: int, value: float, layers: int = 2) -> list[tuple[torch.Tensor, 
 
 def test_the_store_serves_the_longest_prefix_and_leaves_a_token_to_feed() -> None:
     store = PrefixStore(max_bytes=10**6)
-    store.put([1, 2, 3], _kv(3, 1.0))
+    store.put([1, 2, 9, 9], _kv(4, 1.0))
     store.put([1, 2, 3, 4, 5], _kv(5, 2.0))
     shared, kv = store.longest([1, 2, 3, 4, 5])
     assert shared == 4 and kv[0][0].shape[2] == 4 and kv[0][0][0, 0, 0, 0] == 2.0
     assert store.longest([1, 2, 9])[0] == 2
     assert store.longest([7, 1, 2]) == (0, None)
+
+
+def test_an_entry_that_another_extends_is_dropped() -> None:
+    store = PrefixStore(max_bytes=10**6)
+    store.put([1, 2, 3], _kv(3, 1.0))
+    store.put([1, 2, 3, 4, 5], _kv(5, 2.0))  # the same row, finished
+    store.put([1, 2, 7], _kv(3, 3.0))  # another branch stays
+    assert len(store) == 2
+    assert store.longest([1, 2, 3, 0])[1][0][0][0, 0, 0, 0] == 2.0
 
 
 def test_the_store_forgets_the_least_recently_used_past_its_budget() -> None:
@@ -158,3 +167,16 @@ def test_smollm2_greedy_tokens_are_unchanged_by_continuous_batching() -> None:
     prompts = [[{"role": "user", "content": p}] for p in PROMPTS[:6]]
     params = SamplingParams(max_tokens=40)
     assert _tokens(engine, prompts, params) == _tokens(reference, prompts, params)
+
+
+def test_a_growing_layer_keeps_its_columns_when_it_grows() -> None:
+    keys, values = _kv(3, 1.0, layers=1)[0]
+    room = torch.zeros(1, 2, 4, 4)
+    room[:, :, :3] = keys
+    layer = GrowingLayer(room, room.clone() * -1, used=3)
+    for step in range(70):  # past the 4 columns of room, twice
+        new = torch.full((1, 2, 1, 4), float(step))
+        got_keys, got_values = layer.update(new, -new)
+    assert layer.get_seq_length() == 73 and got_keys.shape == (1, 2, 73, 4)
+    assert torch.all(got_keys[:, :, :3] == 1.0) and torch.all(got_values[:, :, :3] == -1.0)
+    assert [got_keys[0, 0, 3 + s, 0].item() for s in range(70)] == [float(s) for s in range(70)]
