@@ -368,16 +368,18 @@ def print_checks(runs: list[Run], configs: list[str], cores: int) -> None:
     print("\nchecks")
     for c in configs[1:]:
         r = next(x for x in runs if x.config == c)
-        diff = (r.tokens - base.tokens) / base.tokens
-        same = sum(a == b for a, b in zip(r.per_prompt_ids, base.per_prompt_ids, strict=True))
+        k = len(base.per_prompt_ids)  # the loop may have run on the first k prompts only
+        tokens = sum(r.per_prompt_tokens[:k])
+        diff = (tokens - base.tokens) / base.tokens
+        same = sum(a == b for a, b in zip(r.per_prompt_ids[:k], base.per_prompt_ids, strict=True))
         flag = (
             "  <-- differs by more than 10%: tokens/s compares unequal work"
             if abs(diff) > COUNT_TOLERANCE
             else ""
         )
         print(
-            f"  {c}: {r.tokens} tokens vs loop {base.tokens} ({diff:+.1%}); "
-            f"identical token sequences for {same}/{len(base.per_prompt_ids)} prompts{flag}"
+            f"  {c}: {tokens} tokens vs loop {base.tokens} ({diff:+.1%}) on the loop's {k} "
+            f"prompts; identical token sequences for {same}/{k}{flag}"
         )
     unstable = {c for c in configs if len({r.tokens for r in runs if r.config == c}) > 1}
     if unstable:
@@ -451,6 +453,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--problems", "-P", type=int, default=16, help="first P problems (default: 16)")
     p.add_argument("--max-tokens", type=int, default=128, help="max new tokens (default: 128)")
     p.add_argument(
+        "--loop-problems",
+        type=int,
+        metavar="K",
+        help="run the per-sample loop on the first K problems only (default: all P): its "
+        "tokens/s does not depend on how many prompts it loops over, and it is slow",
+    )
+    p.add_argument(
         "--batch-sizes", default="8,16", help="comma-separated engine batch sizes (default: 8,16)"
     )
     p.add_argument(
@@ -498,7 +507,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     if not args.modes or not set(args.modes) <= {"static", "continuous"}:
         p.error(f"--modes takes static and/or continuous, got {','.join(args.modes)!r}")
-    for name in ("problems", "max_tokens", "repeats"):
+    args.loop_problems = min(args.loop_problems or args.problems, args.problems)
+    for name in ("problems", "max_tokens", "repeats", "loop_problems"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -555,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"greedy, max_tokens={args.max_tokens}, EOS ids {eos_ids}, "
         f"pad id {tokenizer.pad_token_id}, "
-        f"no stop strings; repeats={args.repeats} (interleaved), medians reported\n"
+        f"no stop strings; repeats={args.repeats} (interleaved), medians reported; the "
+        f"per-sample loop runs on the first {args.loop_problems} problems\n"
     )
 
     if not args.no_warmup:  # first calls pay one-off allocation and kernel selection costs
@@ -582,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[Run] = []
     for rep in range(args.repeats):
-        runs.append(measure(run_loop, model, tokenizer, messages, args, eos_ids, rep))
+        looped = messages[: args.loop_problems]
+        runs.append(measure(run_loop, model, tokenizer, looped, args, eos_ids, rep))
         for label, engine in engines.items():
             runs.append(measure(run_batched, label, engine, model, messages, params, rep))
     print()

@@ -25,6 +25,7 @@ from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.compat import checkpointing
 from collabrl.train.rsim import PLANNER_DIR, RSIMConfig
 from collabrl.train.run import CHECKPOINTS, FINAL, check_trl_keys, start_run
 from collabrl.train.schedules import ScheduleConfig
@@ -209,7 +210,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         # On a CPU, bf16 makes a step ~10x slower.
         "bf16": not cpu and torch.cuda.is_bf16_supported(),
         "use_cpu": cpu,
-        "gradient_checkpointing": False,
+        **checkpointing(False),
         **(DAPO_CLIP if config.method == "eapo" else {}),
         **config.trl,
     }

@@ -31,6 +31,7 @@ from collabrl.config import option, require
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import load_model, load_tokenizer, resolve_model
+from collabrl.train.compat import checkpointing
 from collabrl.train.run import (
     CHECKPOINTS,
     CURVES,
@@ -274,7 +275,7 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
         "warmup_steps": config.warmup_ratio,  # below 1, TRL reads it as a ratio
         "max_length": config.max_length,
         "seed": config.seed,
-        "activation_checkpointing": config.activation_checkpointing,
+        **checkpointing(config.activation_checkpointing),
         "completion_only_loss": True,  # the prompt is the problem, not what is learned
         "save_strategy": config.save_strategy,
         "save_steps": config.save_steps,

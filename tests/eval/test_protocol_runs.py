@@ -76,6 +76,8 @@ def test_expert_server_killed_during_a_consult_eval(smol_tokenizer, tiny_model_d
             "consult": {"expert_max_tokens": 8},
         }
         config = _config(str(tiny_model_dir), out, protocol, limit=6, batch=2)
+        # Chunks of one batch (two episodes), so the expert dies between chunks.
+        config.engine.continuous_batching = False
 
         def progress(done: int, total: int) -> None:
             if done == 2:  # the first chunk of two episodes is finished: kill the expert

