@@ -34,7 +34,9 @@ class ServeConfig:
     # embedded (transformers) server
     max_batch_size: int = option(16, "Most requests generated together (embedded server).")
     batch_wait_ms: float = option(
-        10.0, "How long the first request of a batch waits for others (embedded server)."
+        10.0,
+        "A batch closes once no request has come for this long, or when it is full "
+        "(embedded server).",
     )
     dtype: str = option("float32", "Weights dtype of the embedded server (float32 on CPU).")
     device: str = option("cpu", "Torch device of the embedded server.")

@@ -30,6 +30,25 @@ def test_concurrent_requests_share_one_generate_call(tiny_engine):
     assert results[2][0][0].token_ids == alone[0][0].token_ids  # each request gets its own rows
 
 
+def test_requests_arriving_one_after_another_join_the_same_batch(tiny_engine):
+    """The window restarts at each arrival: four requests 60 ms apart, with a 100 ms
+    window, are one batch although the last comes 180 ms after the first."""
+    params = SamplingParams(max_tokens=2)
+
+    async def submit_later(batcher, delay):
+        await asyncio.sleep(delay)
+        return await batcher.submit(["q"], params)
+
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, max_batch_size=8, wait_s=0.1)
+        batcher.start()
+        await asyncio.gather(*(submit_later(batcher, 0.06 * i) for i in range(4)))
+        await batcher.stop()
+        return batcher.batches
+
+    assert _run(main()) == 1
+
+
 def test_different_parameters_are_not_mixed(tiny_engine):
     async def main():
         batcher = DynamicBatcher(tiny_engine, max_batch_size=8, wait_s=0.2)
