@@ -275,14 +275,24 @@ def _record(
 
 
 def step_profile(
-    model: Any, batch_sizes: list[int], context: int, steps: int, rounds: int, before=lambda: None
+    model: Any,
+    batch_sizes: list[int],
+    context: int,
+    steps: int,
+    rounds: int,
+    before=lambda: None,
+    growing: bool = False,
 ) -> dict[int, float]:
     """Median seconds of one KV-cached decode step at each batch size.
 
     `B * t(1) / t(B)` is the best tokens/s ratio batching can reach on this
     machine when every row is useful: an upper bound for the table above.
+    `growing` times the continuous engine's cache (preallocated buffers) instead
+    of transformers' default one (which `generate`, hence the loop, uses).
     """
     import torch
+
+    from collabrl.engines.continuous import _right_align, growing_cache, spare_room
 
     sizes = sorted({1, *batch_sizes})
     times: dict[int, list[float]] = {b: [] for b in sizes}
@@ -295,6 +305,16 @@ def step_profile(
             nxt = torch.randint(0, vocab, (b, 1), generator=gen, device=model.device)
             with torch.inference_mode():
                 cache = model(input_ids=ids, use_cache=True).past_key_values
+                if growing:
+                    room = spare_room(context + steps)
+                    buffers = [
+                        (
+                            _right_align([layer.keys], context, room),
+                            _right_align([layer.values], context, room),
+                        )
+                        for layer in cache.layers
+                    ]
+                    cache = growing_cache(buffers, context)
                 for _ in range(steps):
                     t0 = time.perf_counter()
                     model(input_ids=nxt, past_key_values=cache, use_cache=True)

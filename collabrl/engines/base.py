@@ -11,14 +11,19 @@ handed a partial answer in its own chat template.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 ChatMessage = dict[str, str]
 Prompt = str | list[ChatMessage] | list[int]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,33 @@ class Interruptible(Protocol):
     shuts down): within `interruptible(event)`, setting `event` ends it at the next token."""
 
     def interruptible(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
+
+@runtime_checkable
+class BudgetedEngine(Protocol):
+    """An engine that batches prompts with different token budgets together: the
+    pool's teacher calls of one relay round each ask for their own n."""
+
+    def generate_budgeted(
+        self, prompts: list[Prompt], params: SamplingParams, budgets: list[int]
+    ) -> list[list[Completion]]: ...
+
+
+def generate_by_budget(
+    generate: Callable[[list[T], SamplingParams], list[R]],
+    prompts: list[T],
+    params: SamplingParams,
+    budgets: list[int],
+) -> list[R]:
+    """`generate` once per distinct budget (its `max_tokens`), results in prompt order:
+    for a generate that takes one max length per call."""
+    results: list[R | None] = [None] * len(prompts)
+    for budget in sorted(set(budgets)):
+        picked = [j for j, b in enumerate(budgets) if b == budget]
+        with_budget = dataclasses.replace(params, max_tokens=budget)
+        for j, out in zip(picked, generate([prompts[j] for j in picked], with_budget), strict=True):
+            results[j] = out
+    return results  # type: ignore[return-value]  # every index was picked once
 
 
 def encode_prompt(

@@ -53,6 +53,7 @@ class Row:
     index: int
     prompt: list[int]
     generator: torch.Generator | None = None
+    limit: int | None = None  # this row's most new tokens (None: the call's max_tokens)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     done: bool = False
@@ -353,7 +354,7 @@ class Decoder:
             row.tokens.append(token)
             row.done = (
                 token in self.eos_ids
-                or len(row.tokens) >= params.max_tokens
+                or len(row.tokens) >= (row.limit or params.max_tokens)
                 or (self.hits_stop is not None and self.hits_stop(row.tokens))
             )
 

@@ -41,7 +41,14 @@ import openai
 
 from collabrl.config import EndpointConfig, EngineConfig, PoolConfig
 from collabrl.engines import create_engine, is_url
-from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
+from collabrl.engines.base import (
+    BudgetedEngine,
+    Completion,
+    Engine,
+    Prompt,
+    SamplingParams,
+    generate_by_budget,
+)
 from collabrl.engines.loop import LoopThread
 from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
 from collabrl.engines.reference import REFERENCE, REFERENCE_NAME, Reference, reference_completion
@@ -311,15 +318,20 @@ class ExpertPool:
         A call is a `Call` or a plain (expert id, prompt) tuple. Raises only for misuse: a
         closed pool, or `params.n != 1` (a call has one answer).
         """
+        return await self._ask_each([Call(*c) for c in calls], [params] * len(calls))
+
+    async def _ask_each(self, calls: list[Call], params: list[SamplingParams]) -> list[CallRecord]:
+        """`ask` with each call's own sampling parameters."""
         self._check_open()
-        if params.n != 1:
-            raise ValueError(f"an expert call has one answer: params.n must be 1, got {params.n}")
-        calls = [Call(*c) for c in calls]
+        for p in params:
+            if p.n != 1:
+                raise ValueError(f"an expert call has one answer: params.n must be 1, got {p.n}")
         records: list[CallRecord | None] = [None] * len(calls)
         remote: list[int] = []
-        local: dict[str, list[int]] = {}
+        # Local calls share a batch when only their token budgets differ.
+        local: dict[tuple[str, SamplingParams], list[int]] = {}
         for i, (expert_id, prompt, reference) in enumerate(calls):
-            records[i] = self._settle_early(expert_id, prompt, reference, params)
+            records[i] = self._settle_early(expert_id, prompt, reference, params[i])
             if records[i] is not None:
                 continue
             endpoint = self.endpoint_for(expert_id)
@@ -327,13 +339,19 @@ class ExpertPool:
             if is_url(endpoint.ref):
                 remote.append(i)
             else:
-                local.setdefault(endpoint.ref, []).append(i)
-        jobs = [self._ask_remote(i, calls[i], params) for i in remote]
-        jobs += [self._ask_local([(i, calls[i]) for i in g], params) for g in local.values()]
+                shared = dataclasses.replace(params[i], max_tokens=1)
+                local.setdefault((endpoint.ref, shared), []).append(i)
+        jobs = [self._ask_remote(i, calls[i], params[i]) for i in remote]
+        jobs += [
+            self._ask_local(
+                [(i, calls[i]) for i in g], params[g[0]], [params[i].max_tokens for i in g]
+            )
+            for g in local.values()
+        ]
         for done in await asyncio.gather(*jobs):
             for i, record in done:
                 records[i] = record
-                self._remember(record, params)
+                self._remember(record, params[i])
         answered = [r for r in records if r is not None]
         assert len(answered) == len(calls), "every call gets exactly one record"
         return answered
@@ -351,10 +369,10 @@ class ExpertPool:
         their params keeps them concurrent instead of one round trip per count.
         """
 
-        async def ask_all() -> list[list[CallRecord]]:
-            return list(await asyncio.gather(*(self.ask(c, p) for c, p in groups)))
-
-        return self._run_sync(ask_all())
+        calls = [Call(*c) for group, _ in groups for c in group]
+        params = [p for group, p in groups for _ in group]
+        records = iter(self._run_sync(self._ask_each(calls, params)))
+        return [[next(records) for _ in group] for group, _ in groups]
 
     def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -456,9 +474,10 @@ class ExpertPool:
         return [(index, record)]
 
     async def _ask_local(
-        self, items: list[tuple[int, Call]], params: SamplingParams
+        self, items: list[tuple[int, Call]], params: SamplingParams, budgets: list[int]
     ) -> list[tuple[int, CallRecord]]:
-        """All calls to one local model as one batched generate."""
+        """All calls to one local model as one batched generate; `budgets` are the calls'
+        max tokens (`params.max_tokens` is the first call's)."""
         endpoint = self.endpoint_for(items[0][1].expert_id)
         assert endpoint is not None
         prompts = [call.prompt for _, call in items]
@@ -474,7 +493,9 @@ class ExpertPool:
             lock = self._generate_lock(endpoint)
 
             def attempt() -> Awaitable[list[list[Completion]]]:
-                return self._in_thread(self._generate_locked, engine, lock, prompts, params)
+                return self._in_thread(
+                    self._generate_locked, engine, lock, prompts, params, budgets
+                )
 
             outputs, error, attempts = await self._with_retries(attempt, local=True)
         return [
@@ -514,11 +535,20 @@ class ExpertPool:
             delay *= 2
 
     def _generate_locked(
-        self, engine: Engine, lock: threading.Lock, prompts: list[Prompt], params: SamplingParams
+        self,
+        engine: Engine,
+        lock: threading.Lock,
+        prompts: list[Prompt],
+        params: SamplingParams,
+        budgets: list[int],
     ) -> list[list[Completion]]:
         with lock:
             self._count_call()
-            return engine.generate(prompts, params)
+            if len(set(budgets)) == 1:
+                return engine.generate(prompts, dataclasses.replace(params, max_tokens=budgets[0]))
+            if isinstance(engine, BudgetedEngine):
+                return engine.generate_budgeted(prompts, params, budgets)
+            return generate_by_budget(engine.generate, prompts, params, budgets)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

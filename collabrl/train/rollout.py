@@ -28,6 +28,7 @@ server, whose weights TRL syncs before each rollout.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -124,14 +125,18 @@ class ProtocolRollout:
         offset = trainer.accelerator.process_index * len(prompts)
         tasks = self.tasks(prompts, offset)
         params = dataclasses.replace(self.params, seed=self._step_seed(trainer))
+        began = time.perf_counter()
         if trainer.use_vllm:
             # TRL has synced the trained weights into its vLLM before calling the rollout.
             self.protocol.policy.engine = self.vllm_engine(trainer)
             episodes = self.protocol.run(tasks, params)
         else:
             episodes = self._run_live(trainer, tasks, params)
+        seconds = time.perf_counter() - began
         trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
         out = self.to_trl(episodes)
+        # Logged as episodes/rollout_seconds: the generation share of TRL's step_time.
+        out["rollout_seconds"] = [seconds] * len(episodes)
         self.last = RolloutBatch(episodes, out)
         return out
 

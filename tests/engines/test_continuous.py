@@ -57,6 +57,26 @@ def test_refilled_rows_match_one_prompt_at_a_time(tiny_model_dir: Path) -> None:
     assert engine.cached_tokens > 0  # each prompt's second sample reused the first's cache
 
 
+@pytest.mark.parametrize("continuous", [True, False])
+def test_each_prompt_gets_its_own_budget_in_one_call(tiny_model_dir: Path, continuous) -> None:
+    """`generate_budgeted` gives each row what `generate` with its own max_tokens gives."""
+    engine, reference = _engines(tiny_model_dir, batch_size=3, continuous=continuous)
+    budgets = [1, 9, 4, 16, 2, 9, 5]
+    params = SamplingParams(max_tokens=999, n=2)  # unused: each prompt's budget rules
+    got = [
+        c.token_ids for group in engine.generate_budgeted(PROMPTS, params, budgets) for c in group
+    ]
+    expected = [
+        c.token_ids
+        for prompt, budget in zip(PROMPTS, budgets, strict=True)
+        for c in reference.generate([prompt], SamplingParams(max_tokens=budget, n=2))[0]
+    ]
+    assert got == expected
+    assert [len(t) for t in got[::2]] == budgets  # no early EOS here: every row used its budget
+    with pytest.raises(ValueError, match="budgets"):
+        engine.generate_budgeted(PROMPTS, params, budgets[:-1])
+
+
 def test_batched_rounds_reuse_each_rows_cache_and_keep_the_tokens(tiny_model_dir: Path) -> None:
     """A relay-style loop: every episode comes back with its output and a few new tokens."""
     engine, reference = _engines(tiny_model_dir, batch_size=4, prefix_cache=True)

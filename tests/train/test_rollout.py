@@ -117,6 +117,8 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
     )
     inputs = trainer._generate_and_score_completions([{"prompt": "p"}, {"prompt": "p"}])
     assert inputs["advantages"].abs().sum() > 0  # the two samples were rewarded apart
+    mode = "train" if model.training else "eval"  # TRL files the metrics by the model's mode
+    assert trainer._metrics[mode]["episodes/rollout_seconds"][-1] > 0  # generation's share
 
     # TRL fuses the LM head into its log-prob computation, so the last hidden state is
     # watched instead: position t's hidden state feeds only the logits at t.
