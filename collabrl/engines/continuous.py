@@ -122,9 +122,10 @@ class GrowingLayer(DynamicLayer):
     """A cache layer that appends into spare room instead of concatenating.
 
     transformers' `DynamicLayer` concatenates, allocating and copying the whole cache at
-    every step: at batch 16 and 600 tokens that was 57% of a decode step on a CPU
-    (torch.profiler). Here the keys and values are views of buffers that grow by half
-    when full, so a step writes only its new column.
+    every step: at batch 16 and 600 tokens a decode step took 169.8 ms with it and 143.9
+    ms with this layer on a 2-core CPU (bench/decode_step.py). Here the keys and values
+    are views of buffers that grow by half when full, so a step writes only its new
+    column.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, used: int) -> None:
