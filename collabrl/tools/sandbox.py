@@ -152,7 +152,7 @@ def _run(code: str, limits: SandboxLimits, python: str, mode: str) -> Execution:
             _send(proc, code)
             out, err, limit = _collect(proc, limits, start + limits.wall_seconds)
         finally:
-            exit_code = _kill(proc, python, uid if mode == "rlimits" else None)
+            exit_code = _kill(proc, python, uid, reap=mode == "rlimits" and uid is not None)
         duration = time.monotonic() - start
     if mode != "rlimits" and exit_code > 128:  # jails report a signalled child as 128+signal
         exit_code = 128 - exit_code
@@ -220,24 +220,51 @@ def _limit_from_end(
     return next((limit for text, limit in _LIMIT_ERRORS.items() if text in last), None)
 
 
-def _kill(proc: subprocess.Popen, python: str, uid: int | None) -> int:
+def _kill(proc: subprocess.Popen, python: str, uid: int | None, reap: bool) -> int:
     """Kill the run and everything it started, whether or not it already ended.
 
     Returns the first process's exit code. In the jails, killing the first process
-    kills the pid namespace. In rlimits mode a process may have left our group
-    (setsid), so every process of the run's throwaway uid is killed too.
+    kills the pid namespace. In rlimits mode (`reap`) a process may have left our
+    group (setsid), so every process of the run's throwaway uid is killed too.
     """
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # proc is not reaped yet, so its pgid is ours
     except ProcessLookupError:
         pass
     exit_code = proc.wait()
-    if uid is not None:
+    if reap:
         # Bounded: a zombie not yet reaped by init still counts as signalled.
         subprocess.run(
             [python, "-I", "-S", "-c", _REAPER], user=uid, group=uid, extra_groups=[], env={}
         )
+    if uid is not None:
+        _wait_until_gone(uid)
     return exit_code
+
+
+def _wait_until_gone(uid: int, timeout: float = 5.0) -> None:
+    """Wait, bounded, until no live process of `uid` is left.
+
+    SIGKILL is asynchronous: a killed process (in the jails, one torn down with its
+    pid namespace after the first process was reaped) can still be running its exit
+    for some milliseconds on a busy machine. A run returns only once it has ended.
+    """
+    deadline = time.monotonic() + timeout
+    while _live_processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _live_processes(uid: int) -> list[int]:
+    """Pids of the processes of `uid` that are not zombies (Linux /proc)."""
+    live = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            live.append(int(status.parent.name))
+    return live
 
 
 # Run as the throwaway uid: kill(-1) reaches every process of that uid but itself.

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from collabrl.errors import UserError
+from collabrl.tools import sandbox as sandbox_module
 from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits, _limit_from_end
 
 FAST = SandboxLimits(cpu_seconds=5, wall_seconds=10, memory_mb=2048)
@@ -143,3 +147,17 @@ def test_an_interpreter_whose_prefix_is_under_tmp_still_sees_its_packages(tmp_pa
         "import marker_module\nprint(marker_module.VALUE)"
     )
     assert result.ok and result.stdout == "42\n", result
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another uid needs root")
+def test_a_killed_process_counts_as_gone_once_it_is_a_zombie():
+    uid = sandbox_module._throwaway_uid()
+    proc = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[])
+    try:
+        assert sandbox_module._live_processes(uid) == [proc.pid]
+        os.kill(proc.pid, signal.SIGKILL)
+        sandbox_module._wait_until_gone(uid)
+        assert sandbox_module._live_processes(uid) == []  # a zombie, not yet reaped by us
+    finally:
+        proc.kill()
+        proc.wait()
