@@ -8,6 +8,7 @@ vLLM's default, `raw_logprobs`, reports the model's distribution before any of t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -89,19 +90,35 @@ class VLLMEngine:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lora = lora
         self.name = name
+        self.cached_tokens = 0  # prompt tokens served from vLLM's prefix cache
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.chat_template_kwargs)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        return self.generate_budgeted(prompts, params, [params.max_tokens] * len(prompts))
+
+    def generate_budgeted(
+        self, prompts: list[Prompt], params: SamplingParams, budgets: list[int]
+    ) -> list[list[Completion]]:
+        """`generate` with each prompt's own most new tokens, in one vLLM call (it takes
+        one SamplingParams per prompt); `params.max_tokens` is unused."""
+        if len(budgets) != len(prompts) or min(budgets, default=1) < 1:
+            raise ValueError("budgets: one positive token count per prompt")
         vllm = _import_vllm()
         token_prompts = [{"prompt_token_ids": self.encode(p)} for p in prompts]
+        per_prompt = [
+            to_vllm_params(vllm.SamplingParams, dataclasses.replace(params, max_tokens=budget))
+            for budget in budgets
+        ]
         outputs = self.llm.generate(
             token_prompts,
-            sampling_params=to_vllm_params(vllm.SamplingParams, params),
+            sampling_params=per_prompt,
             use_tqdm=False,
             lora_request=self._lora_request(vllm),
         )
+        # vLLM's automatic prefix caching: prompt tokens whose KV blocks it already held.
+        self.cached_tokens += sum(getattr(out, "num_cached_tokens", 0) or 0 for out in outputs)
         return [
             [_to_completion(c, params, len(out.prompt_token_ids)) for c in out.outputs]
             for out in outputs

@@ -27,9 +27,11 @@ class _StandInLLM:
     def __init__(self, **kwargs) -> None:
         self.kwargs = kwargs
         self.prompts: list[dict] = []
+        self.calls: list = []  # the sampling_params of each generate call
 
     def generate(self, prompts, sampling_params, use_tqdm, lora_request):
         self.prompts += prompts
+        self.calls.append(sampling_params)
         step = [{5: SimpleNamespace(logprob=-0.5)}, {2: SimpleNamespace(logprob=-0.1)}]
         output = SimpleNamespace(
             text="ok", token_ids=[5, 2], logprobs=step, finish_reason="stop", stop_reason=None
@@ -78,3 +80,17 @@ def test_chat_prompts_are_rendered_with_the_chat_template_kwargs(
     sent = engine.llm.prompts[0]["prompt_token_ids"]
     assert engine.tokenizer.decode(sent).endswith(EMPTY_THINK)
     assert c.token_ids == [5, 2] and c.logprobs == [-0.5, -0.1] and c.prompt_tokens == len(sent)
+
+
+def test_each_prompt_gets_its_own_budget_in_one_call(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
+) -> None:
+    """A relay round's teacher calls, each with its own n, go to vLLM together."""
+    _stand_in(monkeypatch, "0.11.0")
+    engine = VLLMEngine(str(tiny_model_dir))
+    results = engine.generate_budgeted(["a", "b", "c"], SamplingParams(max_tokens=99), [3, 8, 3])
+    [sent] = engine.llm.calls
+    assert [p["max_tokens"] for p in sent] == [3, 8, 3]
+    assert len(results) == 3
+    with pytest.raises(ValueError, match="budgets"):
+        engine.generate_budgeted(["a"], SamplingParams(), [0])
