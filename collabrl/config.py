@@ -79,7 +79,9 @@ class EngineConfig:
 
     kind: str = option(
         "auto",
-        "transformers | vllm | openai | auto (openai for http(s) URLs, otherwise transformers).",
+        "transformers | vllm | openai | auto (openai for http(s) URLs; for a local model "
+        "vllm where it is installed and has a device (a GPU, or vLLM's CPU build), "
+        "otherwise transformers; $COLLABRL_AUTO_ENGINE=transformers keeps transformers).",
     )
     batch_size: int = option(16, "Sequences generated together (transformers engine).")
     continuous_batching: bool = option(
@@ -110,6 +112,16 @@ class EngineConfig:
     tensor_parallel_size: int = option(1, "GPUs one model is split across (vllm engine).")
     gpu_memory_utilization: float = option(0.8, "Fraction of GPU memory vLLM may take.")
     max_model_len: int | None = option(None, "Context length cap for vLLM (default: model's).")
+    kv_cache_mb: int = option(
+        4096,
+        "vLLM's CPU build: memory for its KV cache (MiB); on a GPU, gpu_memory_utilization "
+        "decides (on a CPU it would be a share of the machine's RAM).",
+    )
+    enforce_eager: bool = option(
+        False,
+        "vLLM: run the model eagerly, without torch.compile or CUDA graphs (starts in "
+        "seconds instead of minutes, decodes slower).",
+    )
     chat_template_kwargs: dict[str, Any] = option(
         {},
         "Options for the model's chat template, e.g. {enable_thinking: false} (Qwen3's "

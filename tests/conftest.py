@@ -3,13 +3,22 @@
 The tiny model loads in well under a second and generates fast on a CPU, so
 engine and eval-runner tests exercise real transformers generation instead of
 mocks. Its weights are random, but seeded, so its outputs are deterministic.
+
+`engine: auto` is pinned to the transformers engine for the whole run (subprocesses
+included), so that results do not depend on whether vLLM is installed; the vLLM
+paths have their own tests (tests/engines/test_vllm_real.py).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from collabrl.engines import AUTO_ENGINE_ENV
+
+os.environ[AUTO_ENGINE_ENV] = "transformers"
 
 EMBEDDED = "smollm2-135m"
 

@@ -17,7 +17,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`collab serve ROLE --engine transformers` on 127.0.0.1, killed on exit."""
+    """`collab serve ROLE --engine ENGINE` on 127.0.0.1, stopped on exit.
+
+    It is ready when a line contains `ready` (the embedded server's `ready: URL`;
+    vLLM's server logs `Application startup complete`).
+    """
 
     def __init__(
         self,
@@ -26,6 +30,8 @@ class ServerProcess:
         role: str = "expert",
         api_key: str | None = None,
         extra: tuple[str, ...] = (),
+        engine: str = "transformers",
+        ready: str = "ready:",
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
@@ -38,7 +44,7 @@ class ServerProcess:
             "--model",
             str(model),
             "--engine",
-            "transformers",
+            engine,
             "--port",
             str(self.port),
             *extra,
@@ -49,6 +55,7 @@ class ServerProcess:
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         self.lines: list[str] = []
+        self._ready_marker = ready
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -56,7 +63,7 @@ class ServerProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line)
-            if line.startswith("ready:"):
+            if self._ready_marker in line:
                 self._ready.set()
 
     def wait_ready(self, timeout: float = 180.0) -> ServerProcess:
@@ -68,8 +75,14 @@ class ServerProcess:
         return self
 
     def kill(self) -> None:
+        """SIGTERM first: `collab serve --engine vllm` forwards it to the vLLM server it
+        started in a process group of its own, which a SIGKILL would leave running."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.proc.wait(timeout=30)
 
     def __enter__(self) -> ServerProcess:

@@ -100,10 +100,10 @@ def _serve_tools(cfg, dry_run: bool) -> None:
 
 
 def _serve_vllm(cfg, dry_run: bool) -> None:
+    from collabrl.engines.vllm import installed_vllm
     from collabrl.serve.server import resolve_api_key
     from collabrl.serve.vllm_launcher import (
         check_vllm_ready,
-        installed_vllm_version,
         launch_vllm,
         lora_adapter_for,
         lora_note,
@@ -115,12 +115,14 @@ def _serve_vllm(cfg, dry_run: bool) -> None:
     if not dry_run:
         check_vllm_ready()  # before converting any weights
     lora = lora_adapter_for(cfg.model)
+    distribution, version = installed_vllm() or ("vllm", None)
     command = vllm_command(
         cfg,
         model_path_for(cfg.model, convert=not dry_run),
-        installed_vllm_version(),
+        version,
         api_key=resolve_api_key(cfg),
         lora=lora,
+        distribution=distribution,
     )
     if lora is not None:
         console.print(lora_note(cfg.name))

@@ -630,7 +630,8 @@ class ExpertPool:
                 max_retries=0,
             )
         else:
-            kind = "vllm" if base.kind == "vllm" else "transformers"  # both run in-process
+            # A local model runs in-process: the pool's engine kind, or auto's choice.
+            kind = "auto" if base.kind == "openai" else base.kind
             config = dataclasses.replace(base, kind=kind)
         return create_engine(endpoint.ref, config)
 

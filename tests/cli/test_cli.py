@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 from collabrl import __version__
 from collabrl.cli.main import app
 from collabrl.data.benchmarks import load_benchmark
+from collabrl.engines.vllm import installed_vllm
+from collabrl.serve.vllm_launcher import server_entry_point
 
 COLLAB = Path(sys.executable).with_name("collab")
 runner = CliRunner()
@@ -327,8 +329,12 @@ def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     words = result.stdout.split()
-    assert words[:2] == ["vllm", "serve"]
-    assert words[3:] == [
+    # `vllm serve PATH`, or with vLLM's CPU build installed its module entry point.
+    distribution = (installed_vllm() or ("vllm", None))[0]
+    entry = server_entry_point("PATH", distribution)
+    model_path = words[entry.index("PATH")]
+    assert words[: len(entry)] == server_entry_point(model_path, distribution)
+    assert words[len(entry) :] == [
         "--host",
         "::",
         "--port",

