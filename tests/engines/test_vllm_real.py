@@ -101,8 +101,7 @@ def test_collab_serve_runs_vllms_server_for_the_official_client(engine: VLLMEngi
     point), read by the `openai` client and by the expert pool's OpenAI engine."""
     import openai
 
-    flags = "[--dtype, float32, --enforce-eager]"
-    settings = ("max_model_len=2048", "gpu_memory_utilization=0.3", f"vllm_args={flags}")
+    settings = ("max_model_len=2048", "kv_cache_mb=1024", "vllm_args=[--enforce-eager]")
     extra = tuple(part for setting in settings for part in ("--set", setting))
     server = ServerProcess(
         MODEL, engine="vllm", api_key="k3y", extra=extra, ready="startup complete"

