@@ -113,5 +113,9 @@ def test_collab_serve_runs_vllms_server_for_the_official_client(engine: VLLMEngi
             openai.OpenAI(base_url=server.url, api_key="wrong").models.list()
         config = EngineConfig(kind="openai", api_key="k3y", max_retries=0)
         over_http = create_engine(server.url, config)
-        prompts = [_chat(q) for q in QUESTIONS]
-        assert _ids(over_http, prompts) == _ids(engine, prompts)
+        chats = [_chat(q) for q in QUESTIONS]
+        texts = [group[0].text for group in over_http.generate(chats, GREEDY)]
+        assert texts == [group[0].text for group in engine.generate(chats, GREEDY)]
+        # Token-id prompts come back as the sampled ids (vLLM's `return_token_ids`).
+        ids = [engine.encode(chat) for chat in chats]
+        assert _ids(over_http, ids) == _ids(engine, ids)
