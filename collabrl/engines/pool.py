@@ -630,8 +630,9 @@ class ExpertPool:
                 max_retries=0,
             )
         else:
-            # A local model runs in-process: the pool's engine kind, or auto's choice.
-            kind = "auto" if base.kind == "openai" else base.kind
+            # A local model runs in-process, on vLLM only when asked: `auto` would put a
+            # second vLLM beside the policy's, each reserving most of a GPU's memory.
+            kind = "vllm" if base.kind == "vllm" else "transformers"
             config = dataclasses.replace(base, kind=kind)
         return create_engine(endpoint.ref, config)
 
