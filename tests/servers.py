@@ -19,8 +19,8 @@ def free_port() -> int:
 class ServerProcess:
     """`collab serve ROLE --engine ENGINE` on 127.0.0.1, stopped on exit.
 
-    It is ready when a line contains `ready` (the embedded server's `ready: URL`;
-    vLLM's server logs `Application startup complete`).
+    It is ready when a line of its output contains `ready` (default `ready:`, the
+    embedded server's `ready: URL`; vLLM's server logs `Application startup complete`).
     """
 
     def __init__(

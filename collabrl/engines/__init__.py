@@ -30,7 +30,7 @@ def is_url(ref: str) -> bool:
 def resolve_kind(model: str, config: EngineConfig) -> str:
     """The engine `config.kind` means for `model`, `auto` resolved: openai for a URL;
     for a local model vLLM where it is installed and has a device (a GPU, or its CPU
-    build, which decodes 1.7x faster than the transformers engine here:
+    build, which in float32 decoded 1.5x faster than the transformers engine here:
     docs/benchmarks.md), otherwise transformers."""
     kind = config.kind
     if kind not in ENGINE_KINDS:
@@ -39,10 +39,10 @@ def resolve_kind(model: str, config: EngineConfig) -> str:
         return kind
     if is_url(model):
         return "openai"
-    from collabrl.engines.vllm import vllm_can_run
-
     if os.environ.get(AUTO_ENGINE_ENV) == "transformers":
         return "transformers"
+    from collabrl.engines.vllm import vllm_can_run
+
     return "vllm" if vllm_can_run() else "transformers"
 
 

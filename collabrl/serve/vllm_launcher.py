@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from types import FrameType
 
-from collabrl.engines.vllm import has_processed_logprobs, is_cpu_build, release
+from collabrl.engines.vllm import has_processed_logprobs, release, vllm_has_device
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
 from collabrl.serve.config import ServeConfig
@@ -212,17 +212,11 @@ def check_vllm_ready() -> None:
         raise UserError(
             "vLLM is not installed", "pip install 'collabrl[vllm]' or use --engine transformers"
         )
-    if not is_cpu_build() and not _gpu_visible():
+    if not vllm_has_device():
         raise UserError(
             "no GPU is visible to vLLM",
             "check nvidia-smi / CUDA_VISIBLE_DEVICES, or use --engine transformers",
         )
-
-
-def _gpu_visible() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 # -- running it ----------------------------------------------------------------------
