@@ -36,6 +36,10 @@ class SamplingParams:
     top_k: int = -1  # -1 or 0: no top-k cut
     n: int = 1
     seed: int | None = None
+    # Each prompt's own seed, in prompt order; empty: prompt i gets `seed + i`. A server
+    # and vLLM seed every request on its own, so one seed shared by the samples of a
+    # problem would make them the same text.
+    seeds: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     include_stop: bool = False  # keep the matched stop string at the end of the text
     banned: tuple[str, ...] = ()  # strings the model may never produce
@@ -68,6 +72,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def prompt_seed(self, index: int) -> int | None:
+        """The seed of prompt `index` of a batch: its own (`seeds`), else `seed + index`."""
+        if self.seeds:
+            return self.seeds[index]
+        return None if self.seed is None else self.seed + index
+
+    def check_seeds(self, prompts: int) -> None:
+        """Refuse per-prompt seeds that do not match the batch (a caller's bug)."""
+        if self.seeds and len(self.seeds) != prompts:
+            raise ValueError(f"seeds: one per prompt, got {len(self.seeds)} for {prompts}")
 
 
 @dataclass
@@ -134,7 +149,10 @@ def generate_by_budget(
     results: list[R | None] = [None] * len(prompts)
     for budget in sorted(set(budgets)):
         picked = [j for j, b in enumerate(budgets) if b == budget]
-        with_budget = dataclasses.replace(params, max_tokens=budget)
+        # Each prompt keeps its own seed in the sub-batch.
+        seeded = params.seeds or params.seed is not None
+        seeds = tuple(params.prompt_seed(j) for j in picked) if seeded else ()
+        with_budget = dataclasses.replace(params, max_tokens=budget, seeds=seeds)
         for j, out in zip(picked, generate([prompts[j] for j in picked], with_budget), strict=True):
             results[j] = out
     return results  # type: ignore[return-value]  # every index was picked once

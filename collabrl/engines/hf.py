@@ -17,6 +17,7 @@ random state as it found it, and the prefix caches are dropped when the weights 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -157,10 +158,12 @@ class TransformersEngine:
         9 calls of a GRPO rollout; docs/benchmarks.md)."""
         if len(budgets) != len(prompts) or min(budgets, default=1) < 1:
             raise ValueError("budgets: one positive token count per prompt")
+        params.check_seeds(len(prompts))
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(params.n)]
         row_prompts = [ids for _, ids in rows]
         row_budgets = [budgets[i] for i, _ in rows]
+        params = dataclasses.replace(params, seeds=_row_seeds(params, len(prompts)))
         if self.continuous:
             results = self._generate_continuous(row_prompts, params, row_budgets)
         else:
@@ -174,7 +177,7 @@ class TransformersEngine:
         self, prompts: list[list[int]], params: SamplingParams, budgets: list[int]
     ):
         rows = [
-            Row(i, ids, self._generator(params.seed, i), limit)
+            Row(i, ids, self._generator(params.prompt_seed(i)), limit)
             for i, (ids, limit) in enumerate(zip(prompts, budgets, strict=True))
         ]
         decoder = Decoder(
@@ -195,13 +198,13 @@ class TransformersEngine:
             for row in rows
         ]
 
-    def _generator(self, seed: int | None, row: int) -> torch.Generator | None:
-        """Row `row`'s own random stream when seeded: its draws depend on nothing else."""
+    def _generator(self, seed: int | None) -> torch.Generator | None:
+        """A row's own random stream when seeded: its draws depend on nothing else."""
         if seed is None:
             return None
         import torch
 
-        return torch.Generator(device=self.model.device).manual_seed(seed + row)
+        return torch.Generator(device=self.model.device).manual_seed(seed)
 
     def _valid_store(self) -> PrefixStore | None:
         """The prefix store, emptied first if the weights changed since it was filled."""
@@ -229,8 +232,10 @@ class TransformersEngine:
         # up in the first batch rather than after an hour.
         order = sorted(range(len(prompts)), key=lambda r: -len(prompts[r]))
         results: list[Completion | None] = [None] * len(prompts)
-        for batch_no, batch in enumerate(_chunks(order, self.batch_size)):
-            seed = None if params.seed is None else params.seed + batch_no
+        for batch in _chunks(order, self.batch_size):
+            # One stream per static batch (`generate` samples all its rows from one),
+            # seeded by its first row's seed.
+            seed = params.prompt_seed(batch[0]) if params.seeds else None
             outputs = self._generate_batch([prompts[r] for r in batch], params, seed)
             for r, completion in zip(batch, outputs, strict=True):
                 results[r] = completion
@@ -404,3 +409,14 @@ class _Interrupted(StoppingCriteria):
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _row_seeds(params: SamplingParams, prompts: int) -> tuple[int, ...]:
+    """Each row's seed (a prompt's n samples are rows): sample j of prompt i draws with
+    the prompt's own seed + j, or `seed + i·n + j` when prompts have no seeds of their own."""
+    n = params.n
+    if params.seeds:
+        return tuple(params.seeds[i] + j for i in range(prompts) for j in range(n))
+    if params.seed is None:
+        return ()
+    return tuple(params.seed + i * n + j for i in range(prompts) for j in range(n))

@@ -111,14 +111,15 @@ def _extra_body(params: SamplingParams) -> dict[str, Any]:
 
 
 def row_params(params: SamplingParams, row: int) -> SamplingParams:
-    """The params of one prompt of a batch: each request gets its own seed (seed + row).
+    """The params of one prompt of a batch: each request gets its own seed (the prompt's
+    own, else seed + row).
 
     A server seeds every request on its own, so one shared seed would make a batch's
     equal prompts (the samples of one problem) sample the very same text.
     """
-    if params.seed is None:
+    if params.seed is None and not params.seeds:
         return params
-    return dataclasses.replace(params, seed=params.seed + row)
+    return dataclasses.replace(params, seed=params.prompt_seed(row), seeds=())
 
 
 def build_request(
@@ -415,6 +416,7 @@ class OpenAIEngine:
     async def _generate_on_loop(
         self, prompts: list[Prompt], params: SamplingParams
     ) -> list[list[Completion]]:
+        params.check_seeds(len(prompts))
         # Validate every prompt before sending anything, so a bad prompt fails fast.
         requests = [
             build_request(p, row_params(params, i), self.model or "", self.chat_template_kwargs)

@@ -315,10 +315,17 @@ class ExpertPool:
     async def ask(self, calls: list[Call], params: SamplingParams) -> list[CallRecord]:
         """Send every call concurrently; one record per call, in order, nothing raised.
 
-        A call is a `Call` or a plain (expert id, prompt) tuple. Raises only for misuse: a
-        closed pool, or `params.n != 1` (a call has one answer).
+        A call is a `Call` or a plain (expert id, prompt) tuple. As in one engine batch,
+        call i is sampled with its own seed (`params.prompt_seed(i)`): a server seeds each
+        request on its own, and a shared seed would make equal prompts answer alike.
+        Raises only for misuse: a closed pool, or `params.n != 1` (a call has one answer).
         """
-        return await self._ask_each([Call(*c) for c in calls], [params] * len(calls))
+        params.check_seeds(len(calls))
+        own = [
+            dataclasses.replace(params, seed=params.prompt_seed(i), seeds=())
+            for i in range(len(calls))
+        ]
+        return await self._ask_each([Call(*c) for c in calls], own)
 
     async def _ask_each(self, calls: list[Call], params: list[SamplingParams]) -> list[CallRecord]:
         """`ask` with each call's own sampling parameters."""
@@ -328,7 +335,7 @@ class ExpertPool:
                 raise ValueError(f"an expert call has one answer: params.n must be 1, got {p.n}")
         records: list[CallRecord | None] = [None] * len(calls)
         remote: list[int] = []
-        # Local calls share a batch when only their token budgets differ.
+        # Local calls share a batch when only their token budgets and seeds differ.
         local: dict[tuple[str, SamplingParams], list[int]] = {}
         for i, (expert_id, prompt, reference) in enumerate(calls):
             records[i] = self._settle_early(expert_id, prompt, reference, params[i])
@@ -339,12 +346,13 @@ class ExpertPool:
             if is_url(endpoint.ref):
                 remote.append(i)
             else:
-                shared = dataclasses.replace(params[i], max_tokens=1)
-                local.setdefault((endpoint.ref, shared), []).append(i)
+                local.setdefault((endpoint.ref, _shared_params(params[i])), []).append(i)
         jobs = [self._ask_remote(i, calls[i], params[i]) for i in remote]
         jobs += [
             self._ask_local(
-                [(i, calls[i]) for i in g], params[g[0]], [params[i].max_tokens for i in g]
+                [(i, calls[i]) for i in g],
+                _with_seeds([params[i] for i in g]),
+                [params[i].max_tokens for i in g],
             )
             for g in local.values()
         ]
@@ -360,18 +368,25 @@ class ExpertPool:
         """Blocking `ask`, usable from plain code and from inside a running event loop."""
         return self._run_sync(self.ask(calls, params))
 
+    def ask_each_sync(self, calls: list[Call], params: list[SamplingParams]) -> list[CallRecord]:
+        """Blocking `ask` with each call's own sampling params, all in flight at once: a
+        relay round's teacher calls each ask for their own n, with their episode's seed.
+        Local calls that differ only in budget and seed still share one batch."""
+        if len(params) != len(calls):
+            raise ValueError(f"one params per call: {len(params)} for {len(calls)} calls")
+        return self._run_sync(self._ask_each([Call(*c) for c in calls], params))
+
     def ask_groups_sync(
         self, groups: list[tuple[list[Call], SamplingParams]]
     ) -> list[list[CallRecord]]:
-        """Several `ask`s, each with its own sampling params, all in flight at once.
-
-        A relay round asks the teacher for different token counts; grouping calls by
-        their params keeps them concurrent instead of one round trip per count.
-        """
-
+        """Several `ask`s, each with its own sampling params, all in flight at once."""
         calls = [Call(*c) for group, _ in groups for c in group]
-        params = [p for group, p in groups for _ in group]
-        records = iter(self._run_sync(self._ask_each(calls, params)))
+        params = [
+            dataclasses.replace(p, seed=p.prompt_seed(i), seeds=())
+            for group, p in groups
+            for i in range(len(group))
+        ]
+        records = iter(self.ask_each_sync(calls, params))
         return [[next(records) for _ in group] for group, _ in groups]
 
     def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -688,6 +703,21 @@ class ExpertPool:
     def __repr__(self) -> str:
         names = ", ".join(endpoint_name(e) for e in self.endpoints)
         return f"ExpertPool(K={self.config.num_experts}, {self.config.assignment}: {names})"
+
+
+def _shared_params(params: SamplingParams) -> SamplingParams:
+    """What local calls must share to be one batch: all but the token budget and the
+    seed (whether they are seeded at all does count)."""
+    seed = None if params.seed is None else 0
+    return dataclasses.replace(params, max_tokens=1, seed=seed, seeds=())
+
+
+def _with_seeds(params: list[SamplingParams]) -> SamplingParams:
+    """One batch's params: the first call's, each call keeping its own seed."""
+    first = params[0]
+    if first.seed is None:
+        return first
+    return dataclasses.replace(first, seeds=tuple(p.seed for p in params))
 
 
 def _record(

@@ -115,11 +115,19 @@ class VLLMEngine:
         one SamplingParams per prompt); `params.max_tokens` is unused."""
         if len(budgets) != len(prompts) or min(budgets, default=1) < 1:
             raise ValueError("budgets: one positive token count per prompt")
+        params.check_seeds(len(prompts))
         vllm = _import_vllm()
         token_prompts = [{"prompt_token_ids": self.encode(p)} for p in prompts]
+        # vLLM seeds each request on its own: every prompt gets its own seed, or the
+        # samples of one problem would all be the same text.
         per_prompt = [
-            to_vllm_params(vllm.SamplingParams, dataclasses.replace(params, max_tokens=budget))
-            for budget in budgets
+            to_vllm_params(
+                vllm.SamplingParams,
+                dataclasses.replace(
+                    params, max_tokens=budget, seed=params.prompt_seed(i), seeds=()
+                ),
+            )
+            for i, budget in enumerate(budgets)
         ]
         outputs = self.llm.generate(
             token_prompts,

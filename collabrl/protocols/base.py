@@ -10,6 +10,7 @@ same object serves `collab infer`, `collab eval` and the trainers.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -183,8 +184,11 @@ def policy_turn(
     budgets = [remaining(e, params) for e in episodes]
     if limit is not None:
         budgets = [min(limit, b) for b in budgets]
+    seeds = episode_seeds(params, episodes, round_no)
     return policy.continue_(
-        [e.visible_ids for e in episodes], budgets, round_params(params, round_no, **changes)
+        [e.visible_ids for e in episodes],
+        budgets,
+        round_params(params, round_no, seeds=seeds, **changes),
     )
 
 
@@ -204,6 +208,35 @@ def append_if_room(episode: Episode, segments: list[Segment], params: SamplingPa
 def round_seed(params: SamplingParams, round_no: int, stream: int = 0) -> int | None:
     """A fresh seed per round (and per random stream: policy 0, a planner 1, …)."""
     return None if params.seed is None else params.seed + 7919 * round_no + 104729 * stream
+
+
+# Random streams of one episode's round: the policy, a planner, its collaborators.
+POLICY_STREAM, PLANNER_STREAM, COLLABORATOR_STREAM = 0, 1, 2
+
+
+def episode_seed(
+    params: SamplingParams, episode: Episode, round_no: int, stream: int = POLICY_STREAM
+) -> int | None:
+    """The seed of one episode's round, from the run's seed (a trainer folds its step
+    in), the problem, the sample index, the round and the random stream.
+
+    vLLM and servers seed each request on its own, so a seed shared by a batch would
+    make the samples of one problem identical (all GRPO advantages 0). Hashed, so every
+    process derives the same seed for the same episode, whatever batch it is in.
+    """
+    if params.seed is None:
+        return None
+    key = f"{params.seed}/{episode.problem_id}/{episode.meta.get('sample', 0)}/{round_no}/{stream}"
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") >> 1
+
+
+def episode_seeds(
+    params: SamplingParams, episodes: list[Episode], round_no: int, stream: int = POLICY_STREAM
+) -> tuple[int, ...]:
+    """`episode_seed` of every episode, in order; empty when the run is unseeded."""
+    if params.seed is None:
+        return ()
+    return tuple(episode_seed(params, e, round_no, stream) for e in episodes)  # type: ignore[misc]
 
 
 def round_params(params: SamplingParams, round_no: int, **changes: object) -> SamplingParams:

@@ -19,6 +19,7 @@ as help in `Episode.call_ratio_*` and carry no loss.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,15 +30,16 @@ from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
+    COLLABORATOR_STREAM,
     Policy,
     Task,
     append_if_room,
     environment,
+    episode_seed,
     finish,
     new_episodes,
     policy_turn,
     remaining,
-    round_params,
     run_rounds,
     segment_end,
 )
@@ -85,6 +87,7 @@ class ConsultConfig:
     )
     expert_max_tokens: int = option(512, "Tokens an expert may write per answer.")
     expert_temperature: float = option(0.0, "Expert sampling temperature; 0 is greedy.")
+    expert_top_p: float = option(1.0, "Expert nucleus sampling cut-off, in (0, 1].")
     expert_timeout: float = option(
         600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."
     )
@@ -111,6 +114,8 @@ class ConsultConfig:
             raise UserError(
                 f"consult.expert_temperature must be >= 0, got {self.expert_temperature}"
             )
+        if not 0.0 < self.expert_top_p <= 1.0:
+            raise UserError(f"consult.expert_top_p must be in (0, 1], got {self.expert_top_p}")
         if self.expert_timeout <= 0:
             raise UserError(f"consult.expert_timeout must be > 0, got {self.expert_timeout}")
         if self.self_collab and self.mode != "open":
@@ -407,7 +412,7 @@ class ConsultProtocol:
             return self._after_policy(episodes[i], segment, params)
 
         def serve(pauses: list[tuple[int, ConsultTurn]], round_no: int) -> list[int]:
-            turns = [(turn, tasks[i].reference) for i, turn in pauses]
+            turns = [(episodes[i], turn, tasks[i].reference) for i, turn in pauses]
             answers = self._ask(turns, params, round_no)
             return [
                 i
@@ -442,17 +447,19 @@ class ConsultProtocol:
 
     def _ask(
         self,
-        turns: list[tuple[ConsultTurn, Reference | None]],
+        turns: list[tuple[Episode, ConsultTurn, Reference | None]],
         params: SamplingParams,
         round_no: int,
     ) -> list[list[CallRecord]]:
         """Every query of the round in one pool call; the records split back per turn.
 
-        Each turn comes with its task's reference, which only the `reference` stand-in reads.
+        Each turn comes with its task's reference, which only the `reference` stand-in
+        reads. Every query is sampled with its own seed (its episode's, round's and
+        place's in the turn): K experts asked alike must not answer alike.
         """
         calls = [
             (q.expert_id, expert_messages(q.query), reference)
-            for turn, reference in turns
+            for _, turn, reference in turns
             for q in turn.queries
         ]
         if not calls:
@@ -461,11 +468,20 @@ class ConsultProtocol:
         expert = SamplingParams(
             max_tokens=self.config.expert_max_tokens,
             temperature=self.config.expert_temperature,
-            seed=round_params(params, round_no).seed,
+            top_p=self.config.expert_top_p,
         )
-        records = self.pool.ask_sync(calls, expert)
+        seeds = [
+            episode_seed(params, episode, round_no, COLLABORATOR_STREAM)
+            for episode, turn, _ in turns
+            for _ in turn.queries
+        ]
+        own = [
+            dataclasses.replace(expert, seed=None if seed is None else seed + q)
+            for q, seed in enumerate(seeds)
+        ]
+        records = self.pool.ask_each_sync(calls, own)
         out: list[list[CallRecord]] = []
-        for turn, _ in turns:
+        for _, turn, _ in turns:
             out.append(records[: len(turn.queries)])
             records = records[len(turn.queries) :]
         return out

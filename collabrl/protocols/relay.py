@@ -20,6 +20,7 @@ trajectory a trainer sees is exactly the one the policy was conditioned on.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +30,13 @@ from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
+    COLLABORATOR_STREAM,
     Policy,
     Task,
+    episode_seed,
     finish,
     new_episodes,
     remaining,
-    round_params,
     run_rounds,
     segment_end,
 )
@@ -230,46 +232,43 @@ class RelayProtocol:
         params: SamplingParams,
         round_no: int,
     ) -> None:
-        """Send this round's calls, grouped by token count, all at once.
+        """Send this round's calls, each asking for its own n tokens, all at once.
 
         Each call carries its task's reference, which only the `reference` stand-in reads.
         """
         if not calls:
             return
         assert self.teacher is not None  # relay_step grants no call in teacher-free mode
-        by_n: dict[int, list[tuple[int, RelayStep]]] = {}
-        for i, step in calls:
-            by_n.setdefault(step.n, []).append((i, step))
-        groups = [
+        asked = [
             (
-                [
-                    (
-                        1,
-                        teacher_messages(
-                            self.template, tasks[i].question, episodes[i].response_text
-                        ),
-                        tasks[i].reference,
-                    )
-                    for i, _ in members
-                ],
-                self._teacher_params(params, round_no, n),
+                1,
+                teacher_messages(self.template, tasks[i].question, episodes[i].response_text),
+                tasks[i].reference,
             )
-            for n, members in by_n.items()
+            for i, _ in calls
         ]
-        answers = self.teacher.ask_groups_sync(groups)
-        for members, records in zip(by_n.values(), answers, strict=True):
-            for (i, step), record in zip(members, records, strict=True):
-                budget = remaining(episodes[i], params)
-                segment = episodes[i].add(self._teacher_segment(record, step, budget))
-                if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
-                    episodes[i].end = EndReason.TEACHER_EOS
+        # Each call with its own n and its episode's seed (the teacher samples the n
+        # tokens; calls of a group's samples must not share one seed).
+        own = [
+            self._teacher_params(
+                params, step.n, episode_seed(params, episodes[i], round_no, COLLABORATOR_STREAM)
+            )
+            for i, step in calls
+        ]
+        for (i, step), record in zip(calls, self.teacher.ask_each_sync(asked, own), strict=True):
+            budget = remaining(episodes[i], params)
+            segment = episodes[i].add(self._teacher_segment(record, step, budget))
+            if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
+                episodes[i].end = EndReason.TEACHER_EOS
 
-    def _teacher_params(self, params: SamplingParams, round_no: int, n: int) -> SamplingParams:
+    def _teacher_params(self, params: SamplingParams, n: int, seed: int | None) -> SamplingParams:
         """n tokens at the teacher's own temperature, with no stop, ban or log-probs."""
         temperature = self.config.teacher_temperature
-        return round_params(
+        return dataclasses.replace(
             params,
-            round_no,
+            n=1,
+            seed=seed,
+            seeds=(),
             max_tokens=n,
             stop=(),
             include_stop=False,

@@ -13,6 +13,7 @@ from collabrl.episode import Episode
 from collabrl.protocols.base import (
     Policy,
     Task,
+    episode_seeds,
     finish,
     new_episodes,
     round_params,
@@ -34,7 +35,7 @@ class SoloProtocol:
             # Text-only policies (an endpoint without --tokenizer) get the chat prompt.
             [e.visible_ids or e.meta["prompt"] for e in episodes],
             [params.max_tokens] * len(episodes),
-            round_params(params, 0),
+            round_params(params, 0, seeds=episode_seeds(params, episodes, 0)),
         )
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)

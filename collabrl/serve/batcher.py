@@ -1,7 +1,8 @@
 """Dynamic batching: requests that arrive together share one `generate` call.
 
-A batch takes requests until none has come for `wait_s`; requests with
-identical sampling parameters are merged (a batch holds at most
+A batch takes requests until none has come for `wait_s`; requests whose sampling
+parameters differ at most in their seed are merged, each prompt keeping its request's
+seed (a batch holds at most
 `max_batch_size` sequences); generation runs on one worker thread, so the
 event loop keeps accepting requests while the model works — and those
 requests form the next batch.
@@ -14,6 +15,7 @@ generation in progress, so a busy server stops within seconds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -122,7 +124,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(
-                self._worker, self._generate, prompts, batch[0].params
+                self._worker, self._generate, prompts, _batch_params(batch)
             )
         except Exception as err:  # a failed batch fails its requests, not the server
             for job in batch:
@@ -143,12 +145,30 @@ class DynamicBatcher:
             return self.engine.generate(prompts, params)
 
 
+def _unseeded(params: SamplingParams) -> SamplingParams:
+    """What jobs must share to be batched: every parameter but the seed, and whether
+    they are seeded at all."""
+    seeded = params.seed is not None or bool(params.seeds)
+    return dataclasses.replace(params, seed=0 if seeded else None, seeds=())
+
+
+def _batch_params(batch: list[_Job]) -> SamplingParams:
+    """The params of a merged batch: each prompt with its own request's seed."""
+    first = batch[0].params
+    if first.seed is None and not first.seeds:
+        return first
+    seeds = tuple(job.params.prompt_seed(i) for job in batch for i in range(len(job.prompts)))
+    return dataclasses.replace(first, seeds=seeds)
+
+
 def _take_batch(pending: list[_Job], max_rows: int) -> tuple[list[_Job], list[_Job]]:
-    """The oldest job plus later jobs with the same parameters, up to `max_rows` sequences."""
+    """The oldest job plus later jobs whose parameters differ at most in their seed, up
+    to `max_rows` sequences."""
     first = pending[0]
+    shared = _unseeded(first.params)
     batch, rest, rows = [first], [], first.rows
     for job in pending[1:]:
-        if job.params == first.params and rows + job.rows <= max_rows:
+        if _unseeded(job.params) == shared and rows + job.rows <= max_rows:
             batch.append(job)
             rows += job.rows
         else:
