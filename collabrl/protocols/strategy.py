@@ -7,9 +7,11 @@ running episode in one batched call; the strategy's guidance text is appended as
 guidance segment, and the reasoner continues all running episodes in one batched
 generate until it writes "\\n\\n". Choosing `terminal` injects its guidance ("So the
 final answer is") and the reasoner writes one last step, to its EOS. An episode also
-ends at the reasoner's EOS, after `max_steps` strategies, or at the token budget;
-`episode.end` says which. Each guidance segment records the planner's choice and, for
-the rsim planner, the chosen action's log-prob; the episode records the planner's
+ends after `max_steps` strategies or at the token budget, and, under `end: eos` only,
+at the reasoner's EOS inside a step; `episode.end` says which. The paper reads both
+ways (Algorithm 1 asks the planner until it picks Terminal, appendix A.7 also stops
+at EOS): `StrategyConfig.end` picks one. Each guidance segment records the planner's
+choice and, for the rsim planner, the chosen action's log-prob; the episode records the planner's
 temperature and `summary_chars`, so a trainer rebuilds exactly the contexts and
 probabilities of the rollout (`planner_contexts`).
 
@@ -109,6 +111,8 @@ PS_PLUS_PROMPT = PromptTemplate(
 # -- the protocol ----------------------------------------------------------------------
 
 PLANNER_KINDS = ("rsim", "prompting", "ps+")
+# What ends an episode besides max_steps and the token budget (StrategyConfig.end).
+END_MODES = ("terminal", "eos")
 
 
 @dataclass
@@ -143,6 +147,14 @@ class StrategyConfig:
         "Strategies the rsim planner may not choose (rSIM Table 5 masks one at a time), by "
         "name, e.g. [self-reflection]; empty: all nine.",
     )
+    end: str = option(
+        "terminal",
+        "What ends an episode besides max_steps and the token budget. terminal: only the "
+        "planner choosing terminal (rSIM Algorithm 1, 'while a_trace is not Terminal'); a "
+        "reasoner EOS inside a step is dropped and the planner is asked again. eos: also "
+        "the reasoner's EOS (appendix A.7, 'terminates when a terminal strategy is chosen or "
+        "an end-of-sequence is reached').",
+    )
 
     def masked_indices(self) -> tuple[int, ...]:
         """The masked strategies' action indices."""
@@ -163,6 +175,8 @@ class StrategyConfig:
             )
         if self.summary_chars != 0 and self.summary_chars < 8:
             raise UserError(f"strategy.summary_chars must be 0 or >= 8, got {self.summary_chars}")
+        if self.end not in END_MODES:
+            raise UserError(f"unknown strategy.end '{self.end}'", f"use {' or '.join(END_MODES)}")
         self._check_masked()
 
     def _check_masked(self) -> None:
@@ -236,6 +250,8 @@ class StrategyProtocol:
                 planner=self.config.planner_kind,
                 planner_temperature=self.config.planner_temperature,
                 summary_chars=self.config.summary_chars,
+                end_mode=self.config.end,
+                eos_continued=0,  # end: terminal: reasoner EOSes the planner overrode
                 strategies=[],
             )
         final: list[Episode] = []  # chose terminal: their last step is written after the loop
@@ -300,13 +316,33 @@ class StrategyProtocol:
             self.policy, episodes, params, round_no, limit, stop=stop, include_stop=bool(stop)
         )
         for episode, segment in zip(episodes, segments, strict=True):
-            episode.add(segment)
             if episode.end is not None:
+                episode.add(segment)
                 continue  # a terminal step: the episode already ended by the planner's choice
             if segment.meta["stop_reason"] is None and segment_end(segment) is EndReason.EOS:
-                episode.end = EndReason.EOS
-            elif remaining(episode, params) <= 0:
+                if self.config.end == "eos":
+                    episode.end = EndReason.EOS
+                else:
+                    # Algorithm 1: only the planner ends the episode. The EOS token goes, so
+                    # the reasoner is never conditioned on an EOS mid-answer; the next
+                    # guidance opens a new paragraph after the step's text.
+                    self._drop_eos(segment)
+                    episode.meta["eos_continued"] += 1
+            episode.add(segment)
+            if episode.end is None and remaining(episode, params) <= 0:
                 episode.end = EndReason.LENGTH
+
+    def _drop_eos(self, segment: Segment) -> None:
+        """Remove the EOS token a step ended on (its text, decoded without special
+        tokens, is unchanged); a segment whose last id is not special is left as is."""
+        tokenizer = self.policy.tokenizer
+        ids = segment.token_ids
+        if not ids or tokenizer is None or ids[-1] not in tokenizer.all_special_ids:
+            return
+        segment.token_ids = ids[:-1]
+        if segment.logprobs is not None:
+            segment.logprobs = segment.logprobs[:-1]
+        segment.meta["eos_dropped"] = True
 
     def close(self) -> None:
         self.policy.close()
@@ -315,6 +351,7 @@ class StrategyProtocol:
 
 
 __all__ = [
+    "END_MODES",
     "PS_PLUS_PROMPT",
     "STEP_PROMPT",
     "StrategyConfig",

@@ -1,15 +1,22 @@
 """rSIM training (`collab train rsim`): what the planner and the reasoner learn from.
 
 rSIM (seed 004, §4 and appendix A.4-A.8) trains a planner (leader) and the reasoner
-(follower) together on the `strategy` protocol's episodes:
+(follower) together on the `strategy` protocol's episodes. §4's objective is
 
-    loss = λ · planner PPO-clip loss + (1 − λ) · reasoner GRPO loss
+    J = 1/G Σ_j 1/|o_j| Σ_t [λ · planner ratio · A^p + (1 − λ) · reasoner ratio · A]
 
 with λ = 0.7 for the first N steps (the planner first), then 0.3 (the reasoner). Both
 advantages are group-relative: the reasoner's is TRL's, over R = R_acc + R_format +
 R_follow; the planner's is computed here, over R^p = R_acc + R_terminal + R_penalty,
-and applied to every strategy the planner chose in the episode (A.8: the action's
-reward goes to what it guided). The reward rules are `collabrl.rewards.rsim`.
+and every token of a step carries the ratio and advantage of the strategy that guided
+it (A.8: the action's reward goes to what it guided), so a decision weighs by the
+tokens it guided (`planner_token_weights`).
+
+λ acts through the learning rates, not the loss: the two agents share no parameter and
+AdamW divides each parameter's step by its own gradient scale, so a loss weight would
+cancel out. The planner's rate is multiplied by λ and the reasoner's by 1 − λ
+(`agent_lr_factors`), which is what the weighted objective does under plain SGD; the
+two loss terms are then summed unweighted.
 
 This module holds the config, the λ schedule, what the trainer reads of an episode and
 the planner's loss, all plain functions; `rsim_trainer.py` puts them into TRL's
@@ -19,12 +26,14 @@ GRPOTrainer.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl.config import option, require
-from collabrl.episode import Author, Episode
+from collabrl.episode import Author, EndReason, Episode
 from collabrl.errors import UserError
 from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
 from collabrl.protocols.strategy import planner_contexts
@@ -48,14 +57,25 @@ class RSIMConfig:
         "frozen (a plug-in planner for it); reasoner: the planner frozen.",
     )
     lambda_first: float = option(
-        0.7, "λ, the planner loss's weight, for steps 1..lambda_switch_step (§4: 0.7)."
+        0.7,
+        "λ for steps 1..lambda_switch_step (§4: 0.7, the planner first). λ scales the "
+        "learning rates: the planner's by λ, the reasoner's by 1 − λ (under AdamW a loss "
+        "weight would cancel out).",
     )
-    lambda_after: float = option(0.3, "λ after lambda_switch_step (§4: 0.3, the reasoner's turn).")
+    lambda_after: float = option(
+        0.3,
+        "λ after lambda_switch_step (§4: 0.3, the reasoner's turn): planner rate × λ, "
+        "reasoner rate × (1 − λ).",
+    )
     lambda_switch_step: int = option(
-        0, "N, the last step of the first stage; 0: half the run (the paper gives no N)."
+        0,
+        "N, the last step of the first stage; 0: half the run (the paper gives no N), "
+        "written into the run's config.yaml as a number when it starts, so a resume with "
+        "another --steps keeps it.",
     )
     planner_learning_rate: float | None = option(
-        None, "AdamW learning rate of the planner (default: learning_rate, as in §5)."
+        None,
+        "AdamW learning rate of the planner before λ scales it (default: learning_rate, as in §5).",
     )
 
     def check(self) -> None:
@@ -70,6 +90,11 @@ class RSIMConfig:
         require("rsim.planner_learning_rate", lr, lr is None or lr > 0, "> 0")
 
 
+def default_switch_step(max_steps: int) -> int:
+    """N when lambda_switch_step is 0: half the run, rounded up."""
+    return math.ceil(max_steps / 2)
+
+
 def planner_weight(step: int, config: RSIMConfig, max_steps: int) -> float:
     """λ at 1-based optimizer step `step`: the two-stage schedule under joint training,
     1 when only the planner learns and 0 when only the reasoner does."""
@@ -79,8 +104,24 @@ def planner_weight(step: int, config: RSIMConfig, max_steps: int) -> float:
         return 1.0
     if config.train == "reasoner":
         return 0.0
-    switch = config.lambda_switch_step or math.ceil(max_steps / 2)
+    switch = config.lambda_switch_step or default_switch_step(max_steps)
     return config.lambda_first if step <= switch else config.lambda_after
+
+
+@dataclass(frozen=True)
+class AgentRates:
+    """What each agent's learning rate is multiplied by at one step."""
+
+    planner: float
+    reasoner: float
+
+
+def agent_lr_factors(step: int, config: RSIMConfig, max_steps: int) -> AgentRates:
+    """The learning-rate multipliers at 1-based step `step`: λ for the planner, 1 − λ for
+    the reasoner. AdamW's step is invariant to a gradient's scale, so this (and not a
+    loss weight) is how λ changes how far each agent moves: under SGD the two agree."""
+    weight = planner_weight(step, config, max_steps)
+    return AgentRates(planner=weight, reasoner=1.0 - weight)
 
 
 # -- what the trainer reads of an episode ----------------------------------------------
@@ -88,12 +129,15 @@ def planner_weight(step: int, config: RSIMConfig, max_steps: int) -> float:
 
 @dataclass(frozen=True)
 class PlannerSteps:
-    """The planner's decisions in one episode: what it saw, what it chose, and the
-    log-probability the choice had when it was sampled (the PPO ratio's denominator)."""
+    """The planner's decisions in one episode: what it saw, what it chose, the
+    log-probability the choice had when it was sampled (the PPO ratio's denominator)
+    and how many reasoner tokens the step it guided holds (its weight in §4's sum over
+    tokens)."""
 
     contexts: list[PlannerContext]
     actions: list[int]
     old_logps: list[float]
+    tokens: list[int]
 
 
 def planner_steps(episode: Episode) -> PlannerSteps:
@@ -109,7 +153,20 @@ def planner_steps(episode: Episode) -> PlannerSteps:
         planner_contexts(episode),
         [int(s.meta["index"]) for s in guidance],
         [float(s.meta["logprob"]) for s in guidance],
+        guided_token_counts(episode),
     )
+
+
+def guided_token_counts(episode: Episode) -> list[int]:
+    """The reasoner's tokens after each guidance segment, up to the next one: the tokens
+    whose ratio and advantage are that decision's in §4's per-token objective."""
+    counts: list[int] = []
+    for segment in episode.segments:
+        if segment.author is Author.GUIDANCE:
+            counts.append(0)
+        elif segment.author is Author.POLICY and counts:
+            counts[-1] += len(segment.token_ids)
+    return counts
 
 
 def guided_steps(episode: Episode) -> list[tuple[str, str]]:
@@ -126,16 +183,57 @@ def guided_steps(episode: Episode) -> list[tuple[str, str]]:
 
 
 def strategy_extras(episode: Episode) -> dict[str, object]:
-    """What the rSIM rewards read of a `strategy` episode besides its correctness."""
+    """What the rSIM rewards and logs read of a `strategy` episode besides its
+    correctness (its end reason is the common extras' `end`)."""
     text = "".join(s.text for s in episode.segments if s.author is Author.POLICY)
     return {
         "strategies": list(episode.meta.get("strategies", [])),
         "follow": follow_share(guided_steps(episode)),
         "step_format": format_reward(text),
+        # end: terminal: how many times the reasoner's EOS was overridden.
+        "eos_continued": int(episode.meta.get("eos_continued", 0)),
     }
 
 
+# Why a `strategy` episode ended, as logged: planner/end_<reason>, shares summing to 1.
+END_REASONS: tuple[str, ...] = (
+    EndReason.TERMINAL,
+    EndReason.EOS,
+    EndReason.MAX_STEPS,
+    EndReason.LENGTH,
+    EndReason.EMPTY,
+)
+
+
+def end_shares(ends: Sequence[str]) -> dict[str, float]:
+    """The share of episodes that ended for each of END_REASONS (0 with no episode).
+    Under `end: terminal` the eos share stays 0; a high length + max_steps share means
+    the budget cuts episodes, which makes choosing terminal first the planner's best
+    bet (docs/training.md)."""
+    counts = Counter(str(end) for end in ends)
+    unknown = set(counts) - set(END_REASONS)
+    if unknown:
+        raise ValueError(f"not a strategy episode's end: {', '.join(sorted(unknown))}")
+    total = len(ends)
+    return {str(reason): counts[reason] / total if total else 0.0 for reason in END_REASONS}
+
+
 # -- the planner's loss ------------------------------------------------------------------
+
+
+def planner_token_weights(tokens: Sequence[Sequence[int]]) -> list[float]:
+    """Each planner decision's weight in §4's objective 1/G Σ_j 1/|o_j| Σ_t, flattened
+    in order: decision i of sample j carries the n_ji tokens of the step it guided, so
+    its weight is n_ji / |o_j| / G, with |o_j| = Σ_i n_ji the sample's reasoner tokens
+    and G the samples given (TRL's `grpo` loss averages the reasoner's the same way).
+    A decision that guided no token, and every decision of a sample with none, weighs 0.
+    """
+    samples = len(tokens)
+    weights: list[float] = []
+    for row in tokens:
+        total = sum(row)
+        weights.extend(n / total / samples if total else 0.0 for n in row)
+    return weights
 
 
 def planner_clip_loss(
@@ -144,9 +242,11 @@ def planner_clip_loss(
     advantages: torch.Tensor,
     epsilon_low: float,
     epsilon_high: float,
+    weights: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped objective over planner actions, negated as a loss, and the share of
-    actions whose ratio was clipped. All three tensors are [A], one entry per action."""
+    """PPO's clipped objective over planner actions, summed with `weights`
+    (`planner_token_weights`) and negated as a loss, and the share of actions whose
+    ratio was clipped. All four tensors are [A], one entry per action."""
     import torch
 
     ratio = torch.exp(new_logps - old_logps)
@@ -155,7 +255,7 @@ def planner_clip_loss(
     was_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | (
         (ratio > 1 + epsilon_high) & (advantages > 0)
     )
-    return -objective.mean(), was_clipped.float().mean()
+    return -(weights * objective).sum(), was_clipped.float().mean()
 
 
 def plot_strategies(history: list[dict[str, Any]], path: Path, title: str) -> None:

@@ -1,16 +1,20 @@
 """`RSIMTrainer`: TRL's GRPOTrainer, taught that a second policy — the planner — acts.
 
 TRL trains the reasoner exactly as it trains any GRPO policy (its rollout is the
-`strategy` protocol, its loss masks the guidance tokens through `env_mask`). Five
+`strategy` protocol, its loss masks the guidance tokens through `env_mask`). Six
 overrides add the planner (`collabrl.train.rsim` has the rules):
 
 - `create_optimizer`: the planner's parameters become one more AdamW group (its own
   learning rate), so the scheduler, the checkpointed optimizer state and resume cover it;
+- `create_scheduler`: under joint training, λ enters the schedule of every group — the
+  planner's rate × λ, the reasoner's × (1 − λ), at each step — so the stage switch acts
+  under AdamW, and a resumed run recomputes the same rates from the restored step;
 - `_generate_and_score_completions`: after TRL scores the batch, the planner's rewards
   are gathered from every process, made group-relative, and the planner's decisions
-  (contexts, actions, sampling log-probs) join the batch as lists, which TRL shuffles
-  and splits together with the tensors;
-- `_compute_loss`: λ · planner PPO-clip loss + (1 − λ) · TRL's reasoner loss;
+  (contexts, actions, sampling log-probs, guided token counts) join the batch as lists,
+  which TRL shuffles and splits together with the tensors;
+- `_compute_loss`: the planner's PPO-clip loss (weighed per token as in §4) + TRL's
+  reasoner loss, unweighted: λ is in the learning rates;
 - `_clip_grad_norm`: one norm over both policies' gradients, clipped together;
 - `_save_checkpoint`: the planner (backbone and head) into every checkpoint's
   `planner/`, which a resumed run loads.
@@ -38,14 +42,17 @@ from collabrl.rewards.rsim import group_advantages, planner_reward
 from collabrl.train.rsim import (
     PLANNER_DIR,
     RSIMConfig,
+    agent_lr_factors,
+    end_shares,
     planner_clip_loss,
     planner_steps,
+    planner_token_weights,
     planner_weight,
 )
 
 
 class RSIMTrainer(GRPOTrainer):
-    """GRPO for the reasoner and PPO-clip for the planner, weighed by λ."""
+    """GRPO for the reasoner and PPO-clip for the planner, their rates scaled by λ."""
 
     def __init__(self, *args: Any, planner: RSIMPlanner, rsim: RSIMConfig, **kwargs: Any) -> None:
         self.planner = planner
@@ -90,6 +97,48 @@ class RSIMTrainer(GRPOTrainer):
             )
         return optimizer
 
+    def create_scheduler(
+        self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
+    ) -> Any:
+        created = self.lr_scheduler is None
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if created and self.rsim.train == "joint":
+            self._scale_rates_by_lambda(scheduler)
+        return scheduler
+
+    def _scale_rates_by_lambda(self, scheduler: Any) -> None:
+        """Multiply each group's schedule by its agent's λ factor. The factor is a pure
+        function of the step, so it needs no state of its own: a resumed run restores
+        the scheduler's step and recomputes the same rates."""
+        if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+            raise UserError(
+                f"rsim scales the learning rates by λ, which the {self.args.lr_scheduler_type} "
+                "schedule does not allow",
+                "use a LambdaLR schedule (linear, cosine, constant, …) or --train planner|reasoner",
+            )
+        groups = scheduler.optimizer.param_groups
+        scheduler.lr_lambdas = [
+            self._lambda_scaled(schedule, planner=bool(group.get("planner")))
+            for schedule, group in zip(scheduler.lr_lambdas, groups, strict=True)
+        ]
+        # LambdaLR already set the rates of step 1, without λ: set them again.
+        done = scheduler.last_epoch
+        schedules = zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+        rates = [base * schedule(done) for base, schedule in schedules]
+        for group, rate in zip(groups, rates, strict=True):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+    def _lambda_scaled(self, schedule: Any, planner: bool) -> Any:
+        """`schedule` (steps done → multiplier) times the agent's λ factor for the next
+        step. A plain function, so LambdaLR's checkpoint leaves it out (it is rebuilt)."""
+
+        def scaled(done: int) -> float:
+            factors = agent_lr_factors(done + 1, self.rsim, self.args.max_steps)
+            return schedule(done) * (factors.planner if planner else factors.reasoner)
+
+        return scaled
+
     def _clip_grad_norm(self, model: Any) -> Any:
         """Clip the reasoner's and the planner's gradients as one vector."""
         params = itertools.chain(model.parameters(), self.planner.parameters())
@@ -120,52 +169,65 @@ class RSIMTrainer(GRPOTrainer):
         output["planner_contexts"] = [s.contexts for s in steps]
         output["planner_actions"] = [s.actions for s in steps]
         output["planner_old_logps"] = [s.old_logps for s in steps]
-        self._log_planner_batch(everyone, rollout.output["strategies"])
+        output["planner_tokens"] = [s.tokens for s in steps]
+        self._log_planner_batch(everyone, rollout.output)
         return output
 
-    def _log_planner_batch(self, rewards: torch.Tensor, strategies: list[list[str]]) -> None:
+    def _log_planner_batch(self, rewards: torch.Tensor, extras: dict[str, list[Any]]) -> None:
+        """The planner's rewards, its choices, and why the episodes ended, over every
+        process's episodes."""
         metrics = self._metrics["train"]
         for column, name in enumerate(("reward", "accuracy", "terminal", "penalty")):
             metrics[f"planner/{name}"].append(rewards[:, column].mean().item())
         from accelerate.utils import gather_object
 
-        chosen = [name for row in gather_object(strategies) for name in row]
+        chosen = [name for row in gather_object(list(extras["strategies"])) for name in row]
         metrics["planner/strategies_per_episode"].append(len(chosen) / len(rewards))
         for name in STRATEGY_NAMES:
             share = chosen.count(name) / len(chosen) if chosen else 0.0
             metrics[f"strategies/{name}"].append(share)
+        for reason, share in end_shares(gather_object(list(extras["end"]))).items():
+            metrics[f"planner/end_{reason}"].append(share)
+        continued = gather_object(list(extras["eos_continued"]))
+        metrics["planner/eos_continued"].append(sum(continued) / len(continued))
 
     # -- the loss ------------------------------------------------------------------------------
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        weight = self.planner_weight()
-        self._metrics["train"]["planner/lambda"].append(weight)
+        """The two agents' losses, summed unweighted: λ scales their learning rates
+        (`create_scheduler`), where AdamW cannot undo it, so it is not applied twice."""
+        metrics = self._metrics["train"]
+        metrics["planner/lambda"].append(self.planner_weight())
+        for group in self.optimizer.param_groups if self.optimizer is not None else []:
+            if group.get("planner"):
+                metrics["planner/learning_rate"].append(float(group["lr"]))
         loss = None
         if self.rsim.train != "planner":
-            loss = (1 - weight) * super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
         if self.trains_planner:
-            planner_loss = weight * self._planner_loss(inputs)
+            planner_loss = self._planner_loss(inputs)
             loss = planner_loss if loss is None else loss + planner_loss
         return loss
 
     def _planner_loss(self, inputs: dict[str, Any]) -> torch.Tensor:
-        """The planner's PPO-clip loss over every decision in the micro-batch."""
+        """The planner's PPO-clip loss over every decision in the micro-batch, each
+        weighed by the reasoner tokens it guided, averaged per sample (§4's equation)."""
         rows = inputs["planner_contexts"]
         contexts = [c for row in rows for c in row]
         actions = [a for row in inputs["planner_actions"] for a in row]
         old = [lp for row in inputs["planner_old_logps"] for lp in row]
         per_row = inputs["planner_advantages"].tolist()
         advantages = [a for a, row in zip(per_row, rows, strict=True) for _ in row]
-        weight = 1.0
+        weights = planner_token_weights(inputs["planner_tokens"])
         if not contexts:
             # One forward pass on every process, whatever its batch holds: DDP all-reduces
             # in it. A stand-in decision, weighed 0, keeps the processes in step.
-            contexts, actions, old, advantages, weight = (
+            contexts, actions, old, advantages, weights = (
                 [PlannerContext("")],
                 [0],
                 [0.0],
                 [0.0],
-                0.0,
+                [0.0],
             )
         ids, mask = self.planner.encode(contexts)
         logits = self.planner_model(ids, mask)
@@ -177,6 +239,7 @@ class RSIMTrainer(GRPOTrainer):
             torch.tensor(advantages, device=device),
             self.epsilon_low,
             self.epsilon_high,
+            torch.tensor(weights, device=device, dtype=new.dtype),
         )
         probs = self.planner.policy_log_probs(logits.detach()).exp()
         entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1).mean()
@@ -184,7 +247,7 @@ class RSIMTrainer(GRPOTrainer):
         metrics["planner/loss"].append(loss.item())
         metrics["planner/clip_ratio"].append(clipped.item())
         metrics["planner/entropy"].append(entropy.item())
-        return weight * loss / self.current_gradient_accumulation_steps
+        return loss / self.current_gradient_accumulation_steps
 
     # -- checkpoints -------------------------------------------------------------------------
 

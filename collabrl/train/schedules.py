@@ -11,17 +11,27 @@ be read, plotted and tested without a trainer. `ScheduleCallback` is the one pla
 meet TRL: before each optimizer step it writes both values into the protocol's config,
 which the consult protocol reads on every `run`. A trainer whose protocol has no
 schedule (relay, solo) is simply not given the callback.
+
+`pin_horizons` fixes every "0: the whole run" step count of a training run — these two
+windows and rSIM's λ switch — to a number when the run starts, so that the config saved
+in the run folder holds it and a resume with another --steps does not move it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from collabrl.config import option, require
+from collabrl.config import build_config, option, read_yaml, require
 from collabrl.errors import UserError
+from collabrl.eval.records import CONFIG
+from collabrl.train.rsim import default_switch_step
+
+if TYPE_CHECKING:
+    from collabrl.train.grpo import GRPOTrainConfig
 
 ACCEPT_SCHEDULES = ("inverse", "constant", "linear", "off")
 
@@ -39,7 +49,10 @@ class ScheduleConfig:
     accept_value: float = option(1.0, "rho for accept=constant, in [0, 1].")
     accept_end: float = option(0.0, "rho reached by accept=linear at step accept_steps, in [0, 1].")
     accept_steps: int = option(
-        0, "Steps over which accept=linear goes from 1 to accept_end; 0: the whole run."
+        0,
+        "Steps over which accept=linear goes from 1 to accept_end; 0: the whole run, "
+        "written into the run's config.yaml as a number when it starts (a resume with "
+        "another --steps keeps it).",
     )
     turn_budget_start: int = option(
         6,
@@ -52,7 +65,10 @@ class ScheduleConfig:
         "(consult's locked mode is one turn). Equal to turn_budget_start: no annealing.",
     )
     anneal_steps: int = option(
-        0, "Steps over which the turn budget shrinks from start to end; 0: the whole run."
+        0,
+        "Steps over which the turn budget shrinks from start to end; 0: the whole run, "
+        "written into the run's config.yaml as a number when it starts (a resume with "
+        "another --steps keeps it).",
     )
 
     def check(self) -> None:
@@ -84,6 +100,38 @@ class ScheduleConfig:
             accept_steps=self.accept_steps or max_steps,
             anneal_steps=self.anneal_steps or max_steps,
         )
+
+
+def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
+    """`config` with its method's "0: the whole run" horizons as numbers: eapo's
+    schedule.accept_steps and anneal_steps, rsim's rsim.lambda_switch_step.
+
+    A fresh run reads them off its own --steps (half of it for the λ switch). A resumed
+    run takes them from the config saved in `out` when it started, so `--resume --steps
+    M` trains further without moving the switch or the schedules (they would otherwise
+    follow the new max_steps). A horizon given as a number is kept either way; one that
+    differs from the saved run's is then refused by the run folder, like any change. A
+    run saved before horizons were pinned keeps its 0s: they still follow --steps.
+    """
+    saved = out / CONFIG
+    if config.resume and saved.is_file():
+        before = build_config(type(config), [read_yaml(saved)])
+        accept, anneal = before.schedule.accept_steps, before.schedule.anneal_steps
+        switch = before.rsim.lambda_switch_step
+    else:
+        accept = anneal = config.steps
+        switch = default_switch_step(config.steps)
+    if config.method == "eapo":
+        schedule = replace(
+            config.schedule,
+            accept_steps=config.schedule.accept_steps or accept,
+            anneal_steps=config.schedule.anneal_steps or anneal,
+        )
+        config = replace(config, schedule=schedule)
+    if config.method == "rsim":
+        rsim = replace(config.rsim, lambda_switch_step=config.rsim.lambda_switch_step or switch)
+        config = replace(config, rsim=rsim)
+    return config
 
 
 def _check_step(step: int) -> None:

@@ -143,6 +143,7 @@ def test_observe_step_collapses_whitespace_and_keeps_head_and_tail() -> None:
         ({"masked": ["guessing"]}, "unknown strategies: guessing"),
         ({"masked": ["validation"], "planner_kind": "prompting"}, "applies to the rsim planner"),
         ({"masked": list(STRATEGY_NAMES)}, "all nine"),
+        ({"end": "never"}, "unknown strategy.end 'never'"),
     ],
 )
 def test_bad_configs_are_user_errors(changes: dict, message: str) -> None:
@@ -301,14 +302,59 @@ def test_a_step_cut_by_its_token_limit_still_counts_as_a_step(smol_tokenizer) ->
     assert episode.meta["strategy_counts"]["validation"] == 2
 
 
-def test_eos_ends_the_episode(smol_tokenizer) -> None:
+def test_under_end_eos_the_reasoners_eos_ends_the_episode(smol_tokenizer) -> None:
     engine = ScriptedEngine(smol_tokenizer, [" It is \\boxed{5}."])  # no blank line: EOS
     planner = FixedPlanner(["deep thinking"])
-    [episode] = _protocol(engine, planner, max_steps=5).run(
+    [episode] = _protocol(engine, planner, max_steps=5, end="eos").run(
         TASKS[:1], SamplingParams(max_tokens=200)
     )
     assert episode.end == "eos" and episode.answer == "5"
     assert len(planner.seen) == 1
+    assert episode.meta["end_mode"] == "eos" and episode.meta["eos_continued"] == 0
+
+
+def test_the_default_reading_is_algorithm_1() -> None:
+    # Only the planner's terminal ends an episode (besides max_steps and the budget).
+    assert StrategyConfig().end == "terminal"
+
+
+def test_under_end_terminal_an_eos_asks_the_planner_again(smol_tokenizer) -> None:
+    replies = [" It is \\boxed{5}.", " We check: 2+3=5.\n\n", " \\boxed{5}."]
+    engine = ScriptedEngine(smol_tokenizer, replies)
+    planner = FixedPlanner(["deep thinking", "validation", "terminal"])
+    [episode] = _protocol(engine, planner, max_steps=5, end="terminal").run(
+        TASKS[:1], SamplingParams(max_tokens=200)
+    )
+    eos = smol_tokenizer.eos_token_id
+    assert episode.end == "terminal" and len(planner.seen) == 3
+    assert episode.meta["strategies"] == ["deep thinking", "validation", "terminal"]
+    assert episode.meta["eos_continued"] == 1
+    first, second, last = (s for s in episode.segments if s.author is Author.POLICY)
+    # The overridden step keeps its text, loses its EOS, and the next guidance opens a
+    # paragraph of its own.
+    assert first.text == " It is \\boxed{5}." and first.meta["eos_dropped"]
+    assert eos not in first.token_ids
+    assert episode.segments[2].text.startswith("\n\n")
+    # The reasoner was never conditioned on an EOS mid-answer; its final step ends on one.
+    assert all(eos not in prompt[len(episode.prompt_ids) :] for prompt in engine.prompts)
+    assert last.token_ids[-1] == eos and "eos_dropped" not in last.meta
+    assert episode.answer == "5"
+
+
+def test_under_end_terminal_max_steps_and_the_budget_still_end_episodes(smol_tokenizer) -> None:
+    always_eos = ScriptedEngine(smol_tokenizer, lambda prompt: " 5.")
+    planner = FixedPlanner(["continuation"])
+    [episode] = _protocol(always_eos, planner, max_steps=3, end="terminal").run(
+        TASKS[:1], SamplingParams(max_tokens=200)
+    )
+    assert episode.end == "max_steps" and episode.meta["eos_continued"] == 3
+    assert len(planner.seen) == 3
+    # A budget that runs out before max_steps: every step ended at EOS, none ended it.
+    [short] = _protocol(always_eos, FixedPlanner(["continuation"]), max_steps=50).run(
+        TASKS[:1], SamplingParams(max_tokens=20)
+    )
+    assert short.end == "length" and short.meta["eos_continued"] >= 2
+    assert len(short.response_ids) <= 20
 
 
 def test_token_budget_bounds_the_whole_episode(tiny_engine) -> None:

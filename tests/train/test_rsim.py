@@ -11,9 +11,13 @@ from collabrl.errors import UserError
 from collabrl.protocols.strategies import PlannerContext
 from collabrl.train.rsim import (
     RSIMConfig,
+    agent_lr_factors,
+    end_shares,
     guided_steps,
+    guided_token_counts,
     planner_clip_loss,
     planner_steps,
+    planner_token_weights,
     planner_weight,
     strategy_extras,
 )
@@ -84,6 +88,13 @@ def test_planner_steps_are_what_the_planner_saw_and_chose() -> None:
     ]
     assert steps.actions == [1, 3, 8]
     assert steps.old_logps == [-2.0, -1.5, -0.5]
+    assert steps.tokens == [2, 1, 1]  # the reasoner tokens each decision guided
+
+
+def test_guided_token_counts_skip_what_comes_before_the_first_guidance() -> None:
+    episode = _episode()
+    episode.segments.insert(0, Segment(Author.POLICY, " Hm.", [3, 4, 5], None, {}))
+    assert guided_token_counts(episode) == [2, 1, 1]
 
 
 def test_a_prompted_planner_episode_cannot_train_a_planner() -> None:
@@ -106,6 +117,7 @@ def test_follow_and_format_read_the_reasoner_text_of_each_guided_step() -> None:
         "strategies": ["decomposition", "validation", "terminal"],
         "follow": pytest.approx(2 / 3),
         "step_format": 1.0,
+        "eos_continued": 0,
     }
 
 
@@ -115,14 +127,49 @@ def test_the_planner_clip_loss_by_hand() -> None:
     new = torch.tensor([0.0, 0.5, -1.0])
     old = torch.zeros(3)
     advantages = torch.tensor([2.0, 1.0, -1.0])
-    loss, clipped = planner_clip_loss(new, old, advantages, 0.2, 0.28)
+    loss, clipped = planner_clip_loss(new, old, advantages, 0.2, 0.28, torch.full((3,), 1 / 3))
     assert loss.item() == pytest.approx(-(2.0 + 1.28 - 0.8) / 3)
+    weighted, _ = planner_clip_loss(new, old, advantages, 0.2, 0.28, torch.tensor([0.5, 0, 0.5]))
+    assert weighted.item() == pytest.approx(-(2.0 - 0.8) / 2)
     assert clipped.item() == pytest.approx(2 / 3)
 
 
 def test_the_planner_clip_loss_gradient_is_the_policy_gradient_at_ratio_one() -> None:
     new = torch.tensor([-1.0, -2.0], requires_grad=True)
-    loss, _ = planner_clip_loss(new, new.detach(), torch.tensor([1.0, -0.5]), 0.2, 0.2)
+    half = torch.full((2,), 0.5)
+    loss, _ = planner_clip_loss(new, new.detach(), torch.tensor([1.0, -0.5]), 0.2, 0.2, half)
     loss.backward()
     # d/dlogp of -mean(ratio * A) at ratio 1 is -A / 2.
     assert new.grad.tolist() == pytest.approx([-0.5, 0.25])
+
+
+def test_a_decision_weighs_by_the_tokens_it_guided_averaged_per_sample() -> None:
+    # Sample 1: decisions guiding 3 and 1 tokens; sample 2: one decision, 2 tokens.
+    # §4: 1/G Σ_j 1/|o_j| Σ_t, so 3/4/2, 1/4/2 and 2/2/2.
+    assert planner_token_weights([[3, 1], [2]]) == pytest.approx([3 / 8, 1 / 8, 1 / 2])
+    # A sample whose steps guided no token adds nothing (and no division by zero).
+    assert planner_token_weights([[0, 0], [4]]) == [0.0, 0.0, 0.5]
+    assert sum(planner_token_weights([[1, 2, 3], [5], [7, 1]])) == pytest.approx(1.0)
+
+
+def test_lambda_scales_the_two_agents_learning_rates() -> None:
+    config = RSIMConfig(lambda_switch_step=2)
+    rates = [agent_lr_factors(step, config, 4) for step in (1, 2, 3, 4)]
+    assert [r.planner for r in rates] == pytest.approx([0.7, 0.7, 0.3, 0.3])
+    assert [r.reasoner for r in rates] == pytest.approx([0.3, 0.3, 0.7, 0.7])
+    only_planner = agent_lr_factors(1, RSIMConfig(train="planner"), 4)
+    assert (only_planner.planner, only_planner.reasoner) == (1.0, 0.0)
+
+
+def test_end_shares_count_every_reason_and_sum_to_one() -> None:
+    shares = end_shares(["terminal", "terminal", "length", "max_steps"])
+    assert shares == {
+        "terminal": 0.5,
+        "eos": 0.0,
+        "max_steps": 0.25,
+        "length": 0.25,
+        "empty": 0.0,
+    }
+    assert set(end_shares([]).values()) == {0.0}
+    with pytest.raises(ValueError, match="turn_budget"):
+        end_shares(["turn_budget"])

@@ -1,6 +1,6 @@
 """`RSIMTrainer` on the tiny random model as reasoner and planner backbone: a batch
-carries the planner's decisions, the loss weighs both policies by λ, clipping covers
-both, guidance gets no reasoner gradient, and the planner is saved with every
+carries the planner's decisions, λ scales the two agents' learning rates, clipping
+covers both, guidance gets no reasoner gradient, and the planner is saved with every
 checkpoint and resumed from it."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import get_scheduler
 from trl import GRPOTrainer
 
 from collabrl.data.benchmarks import load_benchmark
@@ -31,7 +32,9 @@ CONTEXTS = [PlannerContext("What is 2+3?"), PlannerContext("What is 7*6?", ("7*6
 def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
     """test_grpo's small run, as rsim with the tiny model as planner backbone too."""
     protocol = ProtocolConfig(
-        planner=str(model), strategy=StrategyConfig(max_steps=3, step_max_tokens=8)
+        # end: eos lets episodes end early, so a group's planner rewards differ.
+        planner=str(model),
+        strategy=StrategyConfig(max_steps=3, step_max_tokens=8, end="eos"),
     )
     # A high rate: the tiny model must visibly move in one step.
     rsim = {"method": "rsim", "max_tokens": 24, "learning_rate": 1e-3, "protocol": protocol}
@@ -76,13 +79,17 @@ def test_a_batch_carries_the_planner_decisions_and_group_advantages(batch) -> No
         assert again.tolist() == pytest.approx(old, abs=1e-5)
 
 
-def test_the_loss_is_lambda_weighted_and_clipping_covers_the_planner(batch) -> None:
+def test_the_losses_add_up_and_clipping_covers_the_planner(batch) -> None:
     trainer, inputs = batch
     assert trainer.planner_weight() == 0.7  # step 1 of 2: the planner's stage
+    assert inputs["planner_advantages"].abs().sum() > 0
+    inputs = with_advantages(inputs)
     reasoner = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
     planner = trainer._planner_loss(inputs)
     joint = trainer._compute_loss(trainer.model, inputs)
-    assert joint.item() == pytest.approx(0.3 * reasoner.item() + 0.7 * planner.item(), abs=1e-6)
+    # Unweighted: λ acts on the learning rates (next test), where AdamW cannot undo it.
+    assert planner.item() != 0
+    assert joint.item() == pytest.approx(reasoner.item() + planner.item(), abs=1e-6)
 
     trainer.model.zero_grad()
     trainer.planner.zero_grad()
@@ -105,8 +112,49 @@ def test_the_loss_is_lambda_weighted_and_clipping_covers_the_planner(batch) -> N
     trainer.planner.zero_grad()
 
 
+def test_lambda_scales_each_agents_learning_rate_step_by_step(batch) -> None:
+    trainer, _ = batch
+    trainer.create_optimizer_and_scheduler(num_training_steps=trainer.args.max_steps)
+    try:
+        groups = trainer.optimizer.param_groups
+        planner = [g for g in groups if g.get("planner")]
+        reasoner = [g for g in groups if not g.get("planner")]
+        assert planner and reasoner
+        base = trainer.lr_scheduler.base_lrs
+        rates = []
+        for _ in range(trainer.args.max_steps):  # steps 1 and 2: λ 0.7, then 0.3
+            rates.append(([g["lr"] for g in planner], [g["lr"] for g in reasoner]))
+            trainer.optimizer.step()
+            trainer.lr_scheduler.step()
+        # The run's own schedule without λ, over the same steps.
+        plain = get_scheduler(
+            trainer.args.lr_scheduler_type,
+            torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+            num_warmup_steps=trainer.args.get_warmup_steps(trainer.args.max_steps),
+            num_training_steps=trainer.args.max_steps,
+        )
+        factors = [plain.lr_lambdas[0](done) for done in range(trainer.args.max_steps)]
+        planner_base = [b for b, g in zip(base, groups, strict=True) if g.get("planner")]
+        reasoner_base = [b for b, g in zip(base, groups, strict=True) if not g.get("planner")]
+        for step, weight in enumerate((0.7, 0.3)):
+            got_planner, got_reasoner = rates[step]
+            factor = factors[step]
+            assert got_planner == pytest.approx([b * factor * weight for b in planner_base])
+            assert got_reasoner == pytest.approx([b * factor * (1 - weight) for b in reasoner_base])
+    finally:
+        trainer.optimizer = trainer.lr_scheduler = None
+
+
+def with_advantages(inputs: dict) -> dict:
+    """The batch with reasoner advantages of ±1: the tiny model's rewards are often all
+    equal (advantages 0), which would hide every gradient the tests look at."""
+    signs = torch.tensor([1.0, -1.0]).repeat(len(inputs["advantages"]) // 2)
+    return {**inputs, "advantages": signs.to(inputs["advantages"])}
+
+
 def test_guidance_tokens_get_no_reasoner_gradient(batch) -> None:
     trainer, inputs = batch
+    inputs = with_advantages(inputs)
     model = trainer.model
     hidden: list = []
 

@@ -194,3 +194,41 @@ def test_open_protocol_runs_with_the_scheduled_values(smol_tokenizer) -> None:
     assert episodes[0].calls[0].meta["accepted"]  # ρ_1 = 1 accepts every answer
     assert [e.end for e in episodes[:2]] == [EndReason.EOS, EndReason.EOS]
     assert episodes[2].end == EndReason.TURN_BUDGET  # budget 1: a call ends the episode
+
+
+# ----------------------------------------------------------------------------- horizons
+
+
+def _run_config(method: str, **changes):
+    from collabrl.train.grpo import GRPOTrainConfig
+
+    return GRPOTrainConfig(method=method, **changes)
+
+
+@pytest.mark.parametrize("method", ["eapo", "rsim"])
+def test_a_fresh_run_pins_its_horizons_to_its_steps(method: str, tmp_path) -> None:
+    from collabrl.train.schedules import pin_horizons
+
+    pinned = pin_horizons(_run_config(method, steps=10), tmp_path)
+    if method == "eapo":
+        assert (pinned.schedule.accept_steps, pinned.schedule.anneal_steps) == (10, 10)
+        assert pinned.rsim.lambda_switch_step == 0  # not eapo's
+    else:
+        assert pinned.rsim.lambda_switch_step == 5
+        assert pinned.schedule.accept_steps == 0
+    given_ = _run_config(method, steps=10, schedule=ScheduleConfig(anneal_steps=4))
+    assert pin_horizons(given_, tmp_path).schedule.anneal_steps == 4  # a number is kept
+
+
+@pytest.mark.parametrize("method", ["eapo", "rsim"])
+def test_a_resume_with_more_steps_keeps_the_saved_horizons(method: str, tmp_path) -> None:
+    from collabrl.eval.records import CONFIG, save_config
+    from collabrl.train.schedules import pin_horizons
+
+    first = pin_horizons(_run_config(method, steps=10), tmp_path)
+    save_config(first, tmp_path / CONFIG)
+    resumed = pin_horizons(_run_config(method, steps=40, resume=True), tmp_path)
+    assert resumed.schedule == first.schedule and resumed.rsim == first.rsim
+    # Without pinning, the resumed run's horizons would have followed --steps 40.
+    fresh = pin_horizons(_run_config(method, steps=40), tmp_path)
+    assert (fresh.schedule, fresh.rsim) != (first.schedule, first.rsim)
