@@ -86,7 +86,11 @@ class ConsultConfig:
         "otherwise it reads unavailable. The trainer anneals it (rho_s = 1/s).",
     )
     expert_max_tokens: int = option(512, "Tokens an expert may write per answer.")
-    expert_temperature: float = option(0.0, "Expert sampling temperature; 0 is greedy.")
+    expert_temperature: float = option(
+        1.0,
+        "Expert sampling temperature; 0 is greedy. Sampled by default (EAPO Table 4's 1.0): "
+        "K experts asked one question must be able to differ, each call has its own seed.",
+    )
     expert_top_p: float = option(1.0, "Expert nucleus sampling cut-off, in (0, 1].")
     expert_timeout: float = option(
         600.0, "Seconds one expert call may take (a local CPU expert writes ~15 tokens/s)."

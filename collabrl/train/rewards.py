@@ -41,6 +41,7 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
         return
     keys = ("correct", "call_ratio", "call_ratio_requested", "calls", "accepted_calls")
     keys += ("format_errors", "tool_calls", "tool_errors", "accept_prob", "rollout_seconds")
+    keys += ("identical_groups",)
     for key in (k for k in keys if k in kwargs):  # accept_prob: consult only
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key

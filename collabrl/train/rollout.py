@@ -28,7 +28,9 @@ server, whose weights TRL syncs before each rollout.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from trl import GRPOTrainer
 
     from collabrl.engines.hf import TransformersEngine
+
+log = logging.getLogger(__name__)
 
 
 def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
@@ -75,6 +79,31 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         # strategy (rSIM): the chosen strategies, the follow share, the format reward.
         **(strategy_extras(episode) if episode.meta.get("protocol") == "strategy" else {}),
     }
+
+
+def identical_group_share(episodes: list[Episode]) -> float | None:
+    """The share of this batch's prompt groups whose samples are one token sequence
+    (None: no problem has two samples here). Samples of a group that all agree get
+    advantage 0 whatever the reward: a share of 1 means the step learns nothing, the
+    mark of samples seeded alike (issue 22) or of a temperature that does not sample."""
+    groups: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+    for episode in episodes:
+        groups[episode.problem_id].append(tuple(episode.response_ids))
+    sampled = [texts for texts in groups.values() if len(texts) > 1]
+    if not sampled:
+        return None
+    return sum(len(set(texts)) == 1 for texts in sampled) / len(sampled)
+
+
+def warn_if_all_identical(share: float | None, step: int) -> None:
+    """Say loudly, once per step, that no group has two different samples."""
+    if share == 1.0:
+        log.warning(
+            "step %d: every prompt group's samples are identical, so every advantage is 0 "
+            "and this step learns nothing; check that the rollout samples (temperature > 0) "
+            "with a different seed per sample",
+            step + 1,
+        )
 
 
 @dataclass(frozen=True)
@@ -137,6 +166,10 @@ class ProtocolRollout:
         out = self.to_trl(episodes)
         # Logged as episodes/rollout_seconds: the generation share of TRL's step_time.
         out["rollout_seconds"] = [seconds] * len(episodes)
+        share = identical_group_share(episodes)
+        warn_if_all_identical(share, trainer.state.global_step)
+        if share is not None:  # logged as episodes/identical_groups
+            out["identical_groups"] = [share] * len(episodes)
         self.last = RolloutBatch(episodes, out)
         return out
 

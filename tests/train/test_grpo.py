@@ -39,6 +39,9 @@ def test_grpo_writes_metrics_curves_and_a_loadable_model(tiny_model_dir: Path, t
     logged = [s for s in steps if "reward" in s]
     assert [s["step"] for s in logged] == [1, 2]
     assert {"episodes/accuracy", "episodes/call_ratio", "rewards/accuracy/mean"} <= set(logged[0])
+    # Sampled at temperature 1 with a seed per sample: no group is one repeated text.
+    assert all(s["episodes/identical_groups"] == 0 for s in logged)
+    assert all("frac_reward_zero_std" in s for s in logged)
     assert (tmp_path / CURVES).is_file()
     engine = TransformersEngine.from_ref(str(tmp_path / "final"))  # a model reference again
     engine.close()

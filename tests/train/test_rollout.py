@@ -17,7 +17,7 @@ from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
 from collabrl.train.rewards import relay_simple
-from collabrl.train.rollout import ProtocolRollout
+from collabrl.train.rollout import ProtocolRollout, identical_group_share, warn_if_all_identical
 from tests.engines.test_vllm import _stand_in, _StandInLLM
 from tests.protocols.scripted import ScriptedEngine
 
@@ -69,6 +69,27 @@ def test_sample_indices_count_over_the_whole_batch(smol_tokenizer) -> None:
     tasks = rollout.tasks(["p", "p"], offset=2)  # this process holds samples 2 and 3
     assert [t.sample for t in tasks] == [2, 3]
     assert tasks[0].reference.answer == "7"
+
+
+def _sampled(problem: str, ids: list[int]) -> Episode:
+    episode = Episode(problem, [1])
+    episode.add(Segment(Author.POLICY, "x", ids, None, {}))
+    return episode
+
+
+def test_identical_groups_are_counted_and_all_identical_is_said_loudly(caplog) -> None:
+    same = [_sampled("a", [5, 6]), _sampled("a", [5, 6])]
+    apart = [_sampled("b", [5, 6]), _sampled("b", [5, 7])]
+    assert identical_group_share(same + apart) == 0.5
+    assert identical_group_share(apart) == 0.0
+    assert identical_group_share([_sampled("c", [1])]) is None  # no group of two here
+    assert identical_group_share(same) == 1.0
+    with caplog.at_level("WARNING"):
+        warn_if_all_identical(0.5, 3)
+        assert not caplog.records
+        warn_if_all_identical(1.0, 3)
+    [record] = caplog.records
+    assert "step 4: every prompt group's samples are identical" in record.getMessage()
 
 
 def test_logprobs_are_aligned_with_the_response_ids() -> None:
