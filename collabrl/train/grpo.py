@@ -25,7 +25,7 @@ from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.train.compat import checkpointing
+from collabrl.train.compat import checkpointing_args
 from collabrl.train.rsim import PLANNER_DIR, RSIMConfig
 from collabrl.train.run import CHECKPOINTS, FINAL, check_trl_keys, start_run
 from collabrl.train.schedules import ScheduleConfig
@@ -126,7 +126,9 @@ class GRPOTrainConfig:
         rollout_protocol(self).check()
         from trl import GRPOConfig
 
-        check_trl_keys(self.trl, GRPOConfig)
+        # Checked under the names this transformers reads: either checkpointing name works.
+        check_trl_keys(checkpointing_args(self.trl, default=False), GRPOConfig)
+        check_colocated_tensor_parallel(self.trl)
 
 
 # The protocol each method rolls out with.
@@ -165,6 +167,32 @@ def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
 
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
 DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
+
+# vLLM-sampled episodes are corrected per token, truncated at TRL's cap (TIS). TRL's
+# default, a sequence-level mask, multiplies the token ratios of a whole episode: over
+# thousands of policy tokens small sampler/trainer differences add up and push the
+# longest episodes outside the bounds, which drops them whole (`train/importance.py`
+# measures how many). The `trl` block overrides it.
+IS_DEFAULTS = {"vllm_importance_sampling_mode": "token_truncate"}
+
+
+def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
+    """Refuse a colocated vLLM split over several GPUs: TRL gathers the prompts of a
+    tensor-parallel group before each generate, but the rollout calls each process's
+    `vllm.LLM` directly with its own prompts, so the group's ranks would generate
+    different batches and desynchronise or hang."""
+    from trl import GRPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    mode = trl.get("vllm_mode", defaults["vllm_mode"])
+    size = trl.get("vllm_tensor_parallel_size", defaults["vllm_tensor_parallel_size"])
+    if trl.get("use_vllm", defaults["use_vllm"]) and mode == "colocate" and size > 1:
+        raise UserError(
+            f"trl.vllm_tensor_parallel_size {size} with the colocated vLLM is not supported "
+            "(the rollout generates on each process's own vLLM)",
+            f"serve the policy with `trl vllm-serve --model PATH --tensor-parallel-size {size}` "
+            "and set trl.vllm_mode: server, or use trl.vllm_tensor_parallel_size: 1",
+        )
 
 
 @dataclass
@@ -210,11 +238,17 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         # On a CPU, bf16 makes a step ~10x slower.
         "bf16": not cpu and torch.cuda.is_bf16_supported(),
         "use_cpu": cpu,
-        **checkpointing(False),
+        **IS_DEFAULTS,
         **(DAPO_CLIP if config.method == "eapo" else {}),
-        **config.trl,
+        # Last: the block's checkpointing switch, under either name, decides (off unless
+        # it says so; on a CPU it only slows the step).
+        **checkpointing_args(config.trl, default=False),
     }
-    return GRPOConfig(**settings)
+    try:
+        return GRPOConfig(**settings)
+    except (TypeError, ValueError) as err:  # e.g. a generation batch that splits a group
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
 
 
 def train_grpo(
@@ -222,6 +256,7 @@ def train_grpo(
 ) -> TrainResult:
     """Run (or resume) a GRPO training run into its folder; `progress(done, total)` is
     called with optimizer steps."""
+    from collabrl.train.schedules import pin_horizons
     from collabrl.train.trainer import run_grpo
 
     config.check()
@@ -230,6 +265,8 @@ def train_grpo(
     out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
+    # "0: the whole run" horizons become numbers in config.yaml: a resume keeps them.
+    config = pin_horizons(config, out)
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
     result = run_grpo(config, bench, out, checkpoint, progress)
     if config.eval_data is not None and is_main_process():

@@ -31,7 +31,7 @@ from collabrl.config import option, require
 from collabrl.errors import UserError
 from collabrl.eval import records
 from collabrl.models import load_model, load_tokenizer, resolve_model
-from collabrl.train.compat import checkpointing
+from collabrl.train.compat import checkpointing_args
 from collabrl.train.run import (
     CHECKPOINTS,
     CURVES,
@@ -275,7 +275,6 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
         "warmup_steps": config.warmup_ratio,  # below 1, TRL reads it as a ratio
         "max_length": config.max_length,
         "seed": config.seed,
-        **checkpointing(config.activation_checkpointing),
         "completion_only_loss": True,  # the prompt is the problem, not what is learned
         "save_strategy": config.save_strategy,
         "save_steps": config.save_steps,
@@ -287,10 +286,13 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
         # bf16 mixed precision on a GPU that has it; on a CPU it makes a step ~10x slower.
         "bf16": cuda and torch.cuda.is_bf16_supported(),
     }
+    # The trl block may name the switch either way; it wins over activation_checkpointing.
+    trl = checkpointing_args(config.trl, default=config.activation_checkpointing)
     try:
-        return SFTConfig(**{**args, **config.trl})
+        return SFTConfig(**{**args, **trl})
     except (TypeError, ValueError) as err:
-        raise UserError(f"invalid TRL settings: {err}", "fix the trl.* values") from err
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
 
 
 def _trainer(

@@ -149,3 +149,88 @@ def test_a_mistyped_held_out_set_fails_before_training(tiny_model_dir: Path, tmp
     with pytest.raises(UserError, match="unknown benchmark"):
         train_grpo(_config(tiny_model_dir, tmp_path, eval_data="no-such-set"))
     assert not (tmp_path / METRICS).exists()
+
+
+# ---------------------------------------------------------------- the GRPOConfig it builds
+
+
+@pytest.mark.parametrize(
+    ("trl", "on"),
+    [
+        ({}, False),
+        ({"gradient_checkpointing": True}, True),
+        ({"activation_checkpointing": True}, True),
+        ({"gradient_checkpointing": True, "activation_checkpointing": True}, True),
+        ({"activation_checkpointing": False}, False),
+    ],
+)
+def test_the_trl_blocks_checkpointing_switch_decides_under_either_name(trl, on, tmp_path) -> None:
+    from collabrl.train.grpo import grpo_args
+
+    config = _config(Path("m"), tmp_path, trl=trl)
+    config.check()
+    args = grpo_args(config, tmp_path)
+    # What transformers' Trainer reads (5.20 on), and the mirror TRL reads.
+    assert getattr(args, "activation_checkpointing", args.gradient_checkpointing) is on
+    assert args.gradient_checkpointing is on
+
+
+def test_checkpointing_kwargs_pass_under_either_name(tmp_path) -> None:
+    from collabrl.train.grpo import grpo_args
+
+    trl = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"every_n_layers": 2}}
+    args = grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
+    assert args.gradient_checkpointing_kwargs == {"every_n_layers": 2}
+
+
+@pytest.mark.parametrize(
+    ("trl", "fragment"),
+    [
+        (
+            {"gradient_checkpointing": True, "activation_checkpointing": False},
+            "disagree",
+        ),
+        ({"use_vllm": True, "vllm_tensor_parallel_size": 2}, "colocated vLLM"),
+        (
+            {"use_vllm": True, "vllm_mode": "colocate", "vllm_tensor_parallel_size": 4},
+            "trl vllm-serve --model PATH --tensor-parallel-size 4",
+        ),
+    ],
+)
+def test_trl_blocks_no_run_can_use_are_refused_by_check(trl, fragment, tmp_path) -> None:
+    config = _config(Path("m"), tmp_path, trl=trl)
+    with pytest.raises(UserError, match=fragment) as caught:
+        config.check()
+    assert "\n" not in str(caught.value)  # one line
+
+
+@pytest.mark.parametrize(
+    "trl",
+    [
+        {"use_vllm": True, "vllm_mode": "server", "vllm_tensor_parallel_size": 4},
+        {"use_vllm": False, "vllm_tensor_parallel_size": 4},
+        {"use_vllm": True, "vllm_tensor_parallel_size": 1},
+    ],
+)
+def test_tensor_parallel_vllm_is_fine_where_the_rollout_goes_through_trl(trl, tmp_path) -> None:
+    _config(Path("m"), tmp_path, trl=trl).check()
+
+
+def test_importance_sampling_is_per_token_unless_the_trl_block_says_otherwise(tmp_path) -> None:
+    from collabrl.train.grpo import grpo_args
+
+    assert grpo_args(_config(Path("m"), tmp_path), tmp_path).vllm_importance_sampling_mode == (
+        "token_truncate"
+    )
+    trl = {"vllm_importance_sampling_mode": "sequence_mask"}
+    args = grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
+    assert args.vllm_importance_sampling_mode == "sequence_mask"
+
+
+def test_a_generation_batch_that_splits_a_group_is_a_user_error(tmp_path) -> None:
+    from collabrl.train.grpo import grpo_args
+
+    # 1 sample a micro-batch × 3 micro-batches: a group of 2 would straddle generations.
+    trl = {"per_device_train_batch_size": 1, "steps_per_generation": 3}
+    with pytest.raises(UserError, match="invalid TRL settings: generation_batch_size"):
+        grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
