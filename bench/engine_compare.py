@@ -134,8 +134,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--vllm-dtype",
         default="float32",
-        help="vLLM dtype: float32 (engine: vllm's CPU default; on a GPU it means auto) or "
-        "e.g. bfloat16 (vLLM's own auto on a CPU)",
+        help="vLLM dtype: float32 (the CPU build's fastest, what engine.dtype auto gives "
+        "there), auto (vLLM's own: on a GPU, what engine.dtype auto gives) or e.g. bfloat16",
     )
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--repeats", type=int, default=2)

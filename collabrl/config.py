@@ -98,8 +98,17 @@ class EngineConfig:
     prefix_cache_mb: int = option(
         2048, "Memory the transformers engine keeps for earlier sequences' KV caches (MiB)."
     )
-    dtype: str = option("float32", "Weights dtype: float32 (fastest on CPU), bfloat16, float16.")
-    device: str = option("cpu", "Torch device for the transformers engine (cpu, cuda, cuda:1).")
+    dtype: str = option(
+        "auto",
+        "Weights dtype of the transformers engine and of in-process collaborators: auto "
+        "(bfloat16 on a GPU that has it, else float16; float32, the fastest, on a CPU), "
+        "float32, bfloat16, float16. vLLM: auto is vLLM's own on a GPU, float32 on its CPU build.",
+    )
+    device: str = option(
+        "auto",
+        "Torch device of the transformers engine and of in-process collaborators (teacher, "
+        "experts, planner): auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, mps.",
+    )
     api_key: str | None = option(
         None, "API key of an OpenAI-compatible endpoint (default: $COLLABRL_API_KEY)."
     )
@@ -127,6 +136,14 @@ class EngineConfig:
         "Options for the model's chat template, e.g. {enable_thinking: false} (Qwen3's "
         "non-thinking mode); sent in the request body to OpenAI-compatible servers.",
     )
+
+    def check(self, key: str = "engine") -> None:
+        """Refuse a device or dtype name no engine loads, before any model is loaded
+        (`key`: where this config sits, named in the error)."""
+        from collabrl.devices import check_device, check_dtype
+
+        check_device(self.device, f"{key}.device")
+        check_dtype(self.dtype, f"{key}.dtype")
 
 
 @dataclass

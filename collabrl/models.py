@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from collabrl.devices import resolve_device, resolve_dtype
 from collabrl.errors import UserError
 
 if TYPE_CHECKING:
@@ -195,12 +196,18 @@ def _has_tokenizer(folder: Path) -> bool:
 def load_model(
     ref: ModelRef | str, dtype: str = "float32", device: str = "cpu", merge_lora: bool = True
 ) -> PreTrainedModel:
-    """Load a causal LM for generation or training; LoRA adapters are applied on top."""
+    """Load a causal LM for generation or training; LoRA adapters are applied on top.
+
+    `dtype` and `device` may be `auto` (see `collabrl.devices`). The defaults are a
+    trainer's: float32 master weights on the CPU, which accelerate then places itself;
+    engines that generate pass their config's (`auto` by default).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     ref = resolve_model(ref) if isinstance(ref, str) else ref
-    torch_dtype = _torch_dtype(dtype)
+    device = resolve_device(device)
+    torch_dtype = _torch_dtype(resolve_dtype(dtype, device))
     model = AutoModelForCausalLM.from_pretrained(
         str(weights_dir(ref)), dtype=torch_dtype, local_files_only=True
     )

@@ -266,3 +266,19 @@ def test_gguf_path_is_converted_once_into_a_keyed_cache_folder(
 
     converted = load_model(str(gguf))
     assert torch.equal(embedded_logits, _last_logits(converted, load_tokenizer(str(gguf))))
+
+
+def test_auto_loads_in_float32_on_the_cpu_without_a_gpu(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    weight = next(load_model(str(tiny_model_dir), dtype="auto", device="auto").parameters())
+    assert (weight.device.type, weight.dtype) == ("cpu", torch.float32)
+
+
+def test_a_gpu_the_machine_lacks_is_refused_before_loading(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="needs a CUDA GPU"):
+        load_model(str(tiny_model_dir), device="cuda")

@@ -74,6 +74,7 @@ def run(
     prompt: str = opt.PROMPT,
     engine: str = opt.ENGINE,
     batch_size: int = opt.config_option("engine.batch_size", "--batch-size"),
+    device: str = opt.DEVICE,
     api_key: str = opt.API_KEY,
     out: str = opt.config_option("out", "--out"),
     judge: str = opt.config_option("judge", "--judge"),

@@ -31,6 +31,7 @@ def infer(
     temperature: float = opt.TEMPERATURE,
     seed: int = opt.SEED,
     engine: str = opt.ENGINE,
+    device: str = opt.DEVICE,
     api_key: str = opt.API_KEY,
     served_model: str = opt.config_option("engine.served_model", "--served-model"),
     as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON."),

@@ -58,6 +58,7 @@ SET = typer.Option(
 # Options of the commands whose config has `model`, `engine` and `protocol` (eval, infer).
 MODEL = config_option("model", "--model", "-m")
 ENGINE = config_option("engine.kind", "--engine")
+DEVICE = config_option("engine.device", "--device")
 API_KEY = config_option("engine.api_key", "--api-key")
 PROTOCOL = config_option("protocol.name", "--protocol", "-p")
 TEACHER = config_option("protocol.teacher", "--teacher")

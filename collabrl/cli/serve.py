@@ -23,6 +23,7 @@ def serve(
     served_model_name: str = opt.config_option("served_model_name", "--served-model-name"),
     tensor_parallel_size: int = opt.config_option("tensor_parallel_size", "--tensor-parallel-size"),
     max_batch_size: int = opt.config_option("max_batch_size", "--max-batch-size"),
+    device: str = opt.config_option("device", "--device"),
     transport: str = opt.config_option("transport", "--transport"),
     tool: list[str] = opt.config_option("tools", "--tool"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, then exit."),
@@ -37,6 +38,7 @@ def serve(
 
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)
     if cfg.role not in ROLES:
         raise UserError(f"unknown role '{cfg.role}'", f"use one of {', '.join(ROLES)}")
     if cfg.role == "tools":

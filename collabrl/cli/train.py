@@ -68,6 +68,21 @@ GRPO_HELP = {
 }
 
 
+DRY_RUN = typer.Option(
+    False,
+    "--dry-run",
+    help="Resolve everything and print it (TRL's effective settings, batch and group "
+    "sizes, who runs where, memory per device); load no weight, train nothing.",
+)
+
+ACCELERATE_CONFIG = typer.Option(
+    None,
+    "--accelerate-config",
+    help="With --dry-run: the accelerate config file of the launch (its processes and "
+    "ZeRO stage size the batch and memory figures).",
+)
+
+
 def grpo_like(
     ctx: typer.Context,
     model: str = opt.MODEL,
@@ -87,15 +102,21 @@ def grpo_like(
     seed: int = opt.config_option("seed", "--seed"),
     eval_data: str = opt.config_option("eval_data", "--eval-data"),
     eval_limit: int = opt.config_option("eval_limit", "--eval-limit"),
+    device: str = opt.DEVICE,
     out: str = opt.config_option("out", "--out"),
     resume: bool = opt.config_option("resume", "--resume"),
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
+    dry_run: bool = DRY_RUN,
+    accelerate_config: Path = ACCELERATE_CONFIG,
 ) -> None:
     from collabrl.train.grpo import is_main_process, train_grpo
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
-    opt.check(ctx, cfg.check)
+    opt.check(ctx, cfg.check, cfg.engine.check)
+    if dry_run:
+        _print_plan(cfg, accelerate_config)
+        return
     with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}") as progress:
         result = train_grpo(cfg, progress)
     if not is_main_process():
@@ -130,6 +151,21 @@ RSIM_COLUMNS = {
     "planner reward": "planner/reward",
     "λ": "planner/lambda",
 }
+
+
+def _print_plan(cfg: object, accelerate_config: Path | None) -> None:
+    """`--dry-run`: the resolved run, one table per section, then its warnings."""
+    from collabrl.train.plan import plan_run
+
+    plan = plan_run(cfg, accelerate_config)  # type: ignore[arg-type]
+    for title, rows in plan.sections.items():
+        table = Table(title=title, show_header=False, title_justify="left")
+        for key, value in rows:
+            table.add_row(key, value)
+        console.print(table)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    console.print("dry run: nothing was loaded or trained")
 
 
 def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:

@@ -46,6 +46,15 @@ def resolve_kind(model: str, config: EngineConfig) -> str:
     return "vllm" if vllm_can_run() else "transformers"
 
 
+def vllm_dtype(dtype: str, cpu_build: bool) -> str:
+    """vLLM's dtype for `engine.dtype`: `auto` on vLLM's CPU build is float32, its fastest
+    dtype there (vLLM's own `auto`, bfloat16, ran at a third of the speed); on a GPU,
+    vLLM's own `auto`."""
+    from collabrl.devices import resolve_dtype
+
+    return resolve_dtype(dtype, "cpu") if cpu_build else dtype
+
+
 def create_engine(model: str, config: EngineConfig) -> Engine:
     """Build the engine for a model reference or an endpoint base URL."""
     kind = resolve_kind(model, config)
@@ -77,9 +86,7 @@ def create_engine(model: str, config: EngineConfig) -> Engine:
         cpu = is_cpu_build()
         return VLLMEngine(
             model,
-            # float32 is the CPU default and, on vLLM's CPU build, its fastest dtype (its
-            # `auto`, bfloat16, ran at a third of the speed); on a GPU, `auto` (the model's).
-            dtype=config.dtype if cpu or config.dtype != "float32" else "auto",
+            dtype=vllm_dtype(config.dtype, cpu),
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             max_model_len=config.max_model_len,

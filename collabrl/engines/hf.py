@@ -83,14 +83,15 @@ class TransformersEngine:
         cls,
         ref: str,
         batch_size: int = 16,
-        dtype: str = "float32",
-        device: str = "cpu",
+        dtype: str = EngineConfig.dtype,
+        device: str = EngineConfig.device,
         prefix_cache: bool = False,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         prefix_cache_mb: int = EngineConfig.prefix_cache_mb,
         continuous: bool = True,
     ) -> TransformersEngine:
-        """Load a model reference (see `collabrl.models`) into an engine."""
+        """Load a model reference (see `collabrl.models`) into an engine; `dtype` and
+        `device` may be `auto` (`collabrl.devices`)."""
         from collabrl.models import load_model, load_tokenizer, resolve_model
 
         model_ref = resolve_model(ref)

@@ -47,6 +47,7 @@ class EvalConfig:
         batch, concurrency = self.engine.batch_size, self.engine.max_concurrency
         require("engine.batch_size", batch, batch >= 1, "at least 1")
         require("engine.max_concurrency", concurrency, concurrency >= 1, "at least 1")
+        self.engine.check()
         self.protocol.check()
 
 

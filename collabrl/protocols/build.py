@@ -55,6 +55,14 @@ def check_protocol(config: ProtocolConfig, template: PromptTemplate | None) -> N
         )
 
 
+def collaborator_engine(engine: EngineConfig) -> EngineConfig:
+    """How the pools load a local teacher or expert: on the policy's device, in its dtype
+    (by default the GPU when there is one). Nothing else of the policy's engine carries
+    over: the collaborators' chat-template options are the protocol's own, and `kind`
+    stays auto, which keeps a local collaborator off a second vLLM (see ExpertPool)."""
+    return EngineConfig(device=engine.device, dtype=engine.dtype)
+
+
 def _expert_refs(config: ProtocolConfig, model: str) -> list[str]:
     return [model] if config.consult.self_collab else list(config.experts)
 
@@ -83,6 +91,7 @@ def _build(
                 config.relay,
                 config.chat_template_kwargs,
                 tokenizer=policy.tokenizer,
+                engine=collaborator_engine(engine),
                 api_key=engine.api_key,
             )
         return RelayProtocol(policy, teacher, template, config.relay, extract)
@@ -99,6 +108,7 @@ def _build(
                     api_key=engine.api_key,
                     chat_template_kwargs=config.chat_template_kwargs,
                 ),
+                collaborator_engine(engine),
                 tokenizer=policy.tokenizer,  # the `reference` stand-in counts policy tokens
             )
         return ConsultProtocol(policy, pool, config.consult, extract_fallback)

@@ -35,6 +35,7 @@ class InferConfig:
     def check(self) -> None:
         """Refuse values no run can use, before any model is loaded."""
         self.sampling.check()
+        self.engine.check()
         self.protocol.check()
 
 

@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from collabrl.config import PoolConfig, option
+from collabrl.config import EngineConfig, PoolConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
@@ -167,12 +167,14 @@ class RelayProtocol:
         config: RelayConfig,
         chat_template_kwargs: dict[str, Any] | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        engine: EngineConfig | None = None,
         **endpoint: str | None,
     ) -> ExpertPool:
         """The teacher as a one-expert pool: timeouts, retries, failures as records.
 
         `tokenizer` (the policy's) counts the `reference` stand-in's tokens, so that
-        `<call>n</call>` grants it n tokens of the policy's own.
+        `<call>n</call>` grants it n tokens of the policy's own. `engine`: how a local
+        teacher is loaded (its device and dtype).
         """
         from collabrl.engines.pool import ExpertPool
 
@@ -183,7 +185,7 @@ class RelayProtocol:
             chat_template_kwargs=dict(chat_template_kwargs or {}),
             **endpoint,
         )
-        return ExpertPool(pool, tokenizer=tokenizer)
+        return ExpertPool(pool, engine, tokenizer=tokenizer)
 
     # -- the loop --------------------------------------------------------------------------
 

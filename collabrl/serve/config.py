@@ -39,11 +39,16 @@ class ServeConfig:
         "(embedded server).",
     )
     dtype: str = option(
-        "float32",
-        "Weights dtype of the embedded server and of vLLM's CPU build (float32 on CPU); "
-        "vLLM on a GPU uses the model's.",
+        "auto",
+        "Weights dtype of the embedded server and of vLLM's CPU build: auto (bfloat16 on a "
+        "GPU that has it, else float16; float32, the fastest, on a CPU), float32, bfloat16, "
+        "float16. vLLM on a GPU uses the model's.",
     )
-    device: str = option("cpu", "Torch device of the embedded server.")
+    device: str = option(
+        "auto",
+        "Torch device of the embedded server: auto (cuda when torch sees a GPU, else cpu), "
+        "cpu, cuda, cuda:1, mps.",
+    )
     # vLLM (flags of EAPO's appendix E, host and request logging aside)
     gpu_memory_utilization: float = option(0.8, "vllm serve --gpu-memory-utilization.")
     kv_cache_mb: int = option(
@@ -63,6 +68,13 @@ class ServeConfig:
     tools: list[str] = option(list(LOCAL_TOOLS), "tools role: the tools served.")
     python: PythonToolConfig = option(PythonToolConfig(), "tools role: the python tool.")
     retrieval: RetrievalConfig = option(RetrievalConfig(), "tools role: the retrieve tool.")
+
+    def check(self) -> None:
+        """Refuse a device or dtype name no engine loads, before the model is loaded."""
+        from collabrl.devices import check_device, check_dtype
+
+        check_device(self.device, "device")
+        check_dtype(self.dtype, "dtype")
 
     @property
     def name(self) -> str:

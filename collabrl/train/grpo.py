@@ -84,7 +84,11 @@ class GRPOTrainConfig:
     protocol: ProtocolConfig = option(
         ProtocolConfig(), "The rollout protocol's collaborators (teacher for relay)."
     )
-    engine: EngineConfig = option(EngineConfig(), "Rollout batch size (engine.batch_size).")
+    engine: EngineConfig = option(
+        EngineConfig(),
+        "The policy's rollout engine (batch size, chat_template_kwargs, as collab eval "
+        "renders them) and the device and dtype of local collaborators.",
+    )
     trl: dict[str, Any] = option(
         {}, "Any other GRPOConfig argument, passed last (e.g. {loss_type: dapo})."
     )
@@ -107,6 +111,7 @@ class GRPOTrainConfig:
         require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
         self.schedule.check()
         self.rsim.check()
+        self.engine.check()
         kind = self.protocol.strategy.planner_kind
         if self.method == "rsim" and kind != "rsim":
             raise UserError(

@@ -114,6 +114,12 @@ class SFTTrainConfig:
     save_total_limit: int | None = option(
         2, "Checkpoints kept (older ones deleted); none keeps them all."
     )
+    chat_template_kwargs: dict[str, Any] = option(
+        {},
+        "Options of the chat template the rows are rendered with, e.g. {enable_thinking: "
+        "false} for Qwen3's non-thinking mode: the warm-up must render prompts as the RL "
+        "run and collab eval do (engine.chat_template_kwargs there).",
+    )
     report_to: str = option("none", "Where TRL also logs: none, wandb, tensorboard, ...")
     trl: dict[str, Any] = option(
         {},
@@ -178,7 +184,7 @@ def train_sft(
 
     config.check()
     ref = resolve_model(config.model)
-    rows = load_rows(config.data or "")
+    rows = with_template_options(load_rows(config.data or ""), config.chat_template_kwargs)
     out = records.out_folder(config.out, "sft", config.data or "", config.model)
     last = start_run(config, out, RESUMABLE_KEYS)
     resumed_from = checkpoint_step(last) if last else None
@@ -247,6 +253,18 @@ def load_rows(data: str) -> Dataset:
     if len(rows) == 0:
         raise UserError(f"{data} holds no rows", "build some first: collab build-warmup relay")
     return rows
+
+
+def with_template_options(rows: Dataset, options: dict[str, Any]) -> Dataset:
+    """`rows` with a `chat_template_kwargs` column holding `options` (a row's own keys
+    win), which TRL's SFTTrainer passes to the chat template of every row."""
+    if not options:
+        return rows
+    own = rows["chat_template_kwargs"] if "chat_template_kwargs" in rows.column_names else None
+    merged = [{**options, **((own[i] if own else None) or {})} for i in range(len(rows))]
+    if own is not None:
+        rows = rows.remove_columns("chat_template_kwargs")
+    return rows.add_column("chat_template_kwargs", merged)
 
 
 def _from_jsonl(path: Path) -> Dataset:

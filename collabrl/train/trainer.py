@@ -3,10 +3,12 @@ and the run folder's records (`collabrl.train.run`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
@@ -15,10 +17,13 @@ from collabrl.protocols.build import build_protocol
 from collabrl.train.run import CURVES, FINAL, METRICS, plot_curves, recorder, save_final
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
     from trl import GRPOTrainer
 
+    from collabrl.engines.hf import TransformersEngine
     from collabrl.protocols.base import CollabProtocol
     from collabrl.train.grpo import GRPOTrainConfig, TrainResult
+    from collabrl.train.rollout import ProtocolRollout
 
 # The curves drawn from metrics.jsonl, when a run logged them.
 CURVE_KEYS = (
@@ -26,6 +31,9 @@ CURVE_KEYS = (
     "episodes/accuracy",
     "completions/mean_length",
     "episodes/call_ratio",
+    # Groups whose rewards (TRL's) or samples (ours) are all equal: advantage 0, no signal.
+    "frac_reward_zero_std",
+    "episodes/identical_groups",
     "episodes/calls",
     "episodes/accepted_calls",
     "episodes/format_errors",
@@ -38,6 +46,8 @@ CURVE_KEYS = (
     "planner/terminal",
     "planner/penalty",
     "planner/lambda",
+    # vLLM rollouts: the share of sequences TRL's sequence mask would have dropped.
+    "is/sequence_mask_drop",
 )
 
 
@@ -81,43 +91,23 @@ def build_trainer(
     rsim, with the planner of `checkpoint` when resuming)."""
     from trl import GRPOTrainer
 
-    from collabrl.engines.hf import TransformersEngine
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo import dataset_of, grpo_args, rollout_protocol, training_prompt
+    from collabrl.train.grpo import dataset_of, grpo_args
+    from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.rewards import reward_functions
-    from collabrl.train.rollout import ProtocolRollout
     from collabrl.train.schedules import ScheduleCallback
 
+    # TRL's arguments set up the distributed state, which makes "cuda" (engine.device auto)
+    # this process's own GPU under `accelerate launch`: built before the collaborators
+    # load, so that they do not all land on GPU 0.
+    args = grpo_args(config, out)
     ref = resolve_model(config.model)
-    model = load_model(ref)
+    # float32 master weights on the CPU, whatever engine.dtype and engine.device say:
+    # accelerate moves the model, and TRL's bf16 setting casts in mixed precision.
+    model = load_model(ref, dtype="float32", device="cpu")
     tokenizer = load_tokenizer(ref)
-    engine = TransformersEngine(
-        model,
-        tokenizer,
-        config.engine.batch_size,
-        config.model,
-        prefix_cache=config.engine.prefix_cache,
-        prefix_cache_mb=config.engine.prefix_cache_mb,
-        continuous=config.engine.continuous_batching,
-    )
-    # consult, strategy and apollo bring their papers' prompts; the others use the data's.
-    prompt = training_prompt(config, bench.prompt)
-    template = None if prompt is None else get_prompt(prompt)
-    protocol_config = rollout_protocol(config)
-    if config.method == "rsim" and checkpoint is not None:
-        protocol_config.planner = checkpoint_planner(checkpoint)
-    protocol = build_protocol(
-        protocol_config,
-        config.model,
-        config.engine,
-        template,
-        bench.extract_fallback,
-        policy_engine=engine,
-    )
-    params = SamplingParams(
-        max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed
-    )
-    rollout = ProtocolRollout(protocol, engine, bench.items, params, config.num_generations)
+    rollout = training_rollout(config, bench, model, tokenizer, checkpoint)
+    protocol = rollout.protocol
     # eapo's schedule puts accept_prob and turn_budget into the logs the recorder writes.
     schedule = [ScheduleCallback(config.schedule, protocol)] if config.method == "eapo" else []
     trainer_class, extra = GRPOTrainer, {}
@@ -129,7 +119,7 @@ def build_trainer(
         trainer = trainer_class(
             model=model,
             reward_funcs=reward_functions(config),
-            args=grpo_args(config, out),
+            args=args,
             train_dataset=dataset_of(bench),
             processing_class=tokenizer,
             rollout_func=rollout,
@@ -139,7 +129,72 @@ def build_trainer(
     except BaseException:
         protocol.close()
         raise
+    watch_sequence_mask(trainer)  # logs is/sequence_mask_drop: what TRL's default would drop
     return trainer, protocol
+
+
+def training_rollout(
+    config: GRPOTrainConfig,
+    bench: Benchmark,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    checkpoint: str | None = None,
+) -> ProtocolRollout:
+    """The rollout of a run over `model` (the live model TRL trains): the policy engine,
+    the method's protocol with its collaborators, and the sampling parameters. The
+    caller closes `rollout.protocol`."""
+    from collabrl.train.grpo import rollout_protocol, training_prompt
+    from collabrl.train.rollout import ProtocolRollout
+
+    engine = policy_engine(config, model, tokenizer)
+    # consult, strategy and apollo bring their papers' prompts; the others use the data's.
+    prompt = training_prompt(config, bench.prompt)
+    template = None if prompt is None else get_prompt(prompt)
+    protocol_config = rollout_protocol(config)
+    if config.method == "rsim" and checkpoint is not None:
+        protocol_config.planner = checkpoint_planner(checkpoint)
+    protocol = build_protocol(
+        protocol_config,
+        config.model,
+        collaborators_engine(config),
+        template,
+        bench.extract_fallback,
+        policy_engine=engine,
+    )
+    params = SamplingParams(
+        max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed
+    )
+    return ProtocolRollout(protocol, engine, bench.items, params, config.num_generations)
+
+
+def policy_engine(
+    config: GRPOTrainConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> TransformersEngine:
+    """The engine over the live model, with the options `collab eval` gives the policy's
+    engine (`create_engine`): above all its chat-template options, so the policy trains
+    on the prompts it is evaluated on (Qwen3 with enable_thinking false in both)."""
+    from collabrl.engines.hf import TransformersEngine
+
+    return TransformersEngine(
+        model,
+        tokenizer,
+        config.engine.batch_size,
+        config.model,
+        prefix_cache=config.engine.prefix_cache,
+        chat_template_kwargs=config.engine.chat_template_kwargs,
+        prefix_cache_mb=config.engine.prefix_cache_mb,
+        continuous=config.engine.continuous_batching,
+    )
+
+
+def collaborators_engine(config: GRPOTrainConfig) -> EngineConfig:
+    """The engine options the run's collaborators load with: the config's (on the GPU by
+    default), except that rSIM's planner, which trains beside the policy, keeps float32
+    master weights as the policy does (an optimizer stepping bfloat16 weights loses
+    most small updates)."""
+    if config.method == "rsim":
+        return dataclasses.replace(config.engine, dtype="float32")
+    return config.engine
 
 
 def checkpoint_planner(checkpoint: str) -> str:

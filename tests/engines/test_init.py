@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from collabrl.config import EngineConfig
-from collabrl.engines import AUTO_ENGINE_ENV, resolve_kind
+from collabrl.engines import AUTO_ENGINE_ENV, create_engine, resolve_kind, vllm_dtype
 from collabrl.engines import vllm as engines_vllm
 from collabrl.errors import UserError
 
@@ -87,3 +87,22 @@ def test_vllm_runs_with_a_gpu_or_as_its_cpu_build(
 def test_the_real_environment_is_read_without_importing_vllm() -> None:
     found = engines_vllm.installed_vllm()
     assert (found is not None) == (importlib.util.find_spec("vllm") is not None)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cpu_build", "expected"),
+    [("auto", True, "float32"), ("auto", False, "auto"), ("float32", False, "float32")],
+)
+def test_vllms_dtype_is_float32_on_its_cpu_build_and_its_own_auto_on_a_gpu(
+    dtype: str, cpu_build: bool, expected: str
+) -> None:
+    assert vllm_dtype(dtype, cpu_build) == expected
+
+
+def test_the_transformers_engine_loads_in_the_configured_dtype(tiny_model_dir) -> None:
+    import torch
+
+    config = EngineConfig(kind="transformers", device="cpu", dtype="bfloat16")
+    engine = create_engine(str(tiny_model_dir), config)
+    weight = next(engine.model.parameters())
+    assert (weight.device.type, weight.dtype) == ("cpu", torch.bfloat16)

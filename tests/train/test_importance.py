@@ -112,9 +112,8 @@ def test_a_real_trainer_logs_it_when_a_generation_serves_several_updates(
         trl=trl,
     )
     bench = load_benchmark("arith_train", limit=4)
-    trainer, protocol = build_trainer(config, bench, tmp_path, None)
+    trainer, protocol = build_trainer(config, bench, tmp_path, None)  # it watches the mask
     try:
-        watch_sequence_mask(trainer)
         trainer.train()
     finally:
         protocol.close()

@@ -215,3 +215,42 @@ def test_the_cpu_demo_config_trains_smollm2(rows_file: Path, tmp_path: Path) -> 
         [[{"role": "user", "content": "What is 2 + 2?"}]], SamplingParams(max_tokens=8)
     )
     assert completion.text
+
+
+# As Qwen3's template does: the answer turn of a conversation opens with a think block
+# (empty without reasoning); the generation prompt holds the empty block only when
+# enable_thinking is false.
+QWEN3_LIKE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+
+
+def test_the_rows_render_with_the_configs_chat_template_options(
+    tiny_model_dir: Path, rows_file: Path, tmp_path: Path
+) -> None:
+    """Qwen3-style: with enable_thinking false the prompt the warm-up learns after is the
+    one the RL run and collab eval send (ending in the empty think block), so the model
+    does not learn to write that block itself, which the default rendering teaches."""
+    from collabrl.models import load_model, load_tokenizer
+    from collabrl.train.sft import _trainer, load_rows, with_template_options
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    tokenizer.chat_template = QWEN3_LIKE
+    model = load_model(str(tiny_model_dir))
+
+    def learned(options: dict) -> str:
+        """The text of row 0 the loss is taken on."""
+        config = _config(tiny_model_dir, rows_file, tmp_path / "out", chat_template_kwargs=options)
+        rows = with_template_options(load_rows(str(rows_file)), config.chat_template_kwargs)
+        row = _trainer(config, rows, model, tokenizer, tmp_path / "out").train_dataset[0]
+        return tokenizer.decode([label for label in row["labels"] if label != -100])
+
+    # (The blank line after </think> tokenizes with the answer's first word, so TRL
+    # counts it to the completion.)
+    assert learned({"enable_thinking": False}).lstrip("\n").startswith("8 + 6 is")
+    assert learned({}).startswith("<think>")  # the rows' default rendering

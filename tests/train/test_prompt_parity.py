@@ -1,0 +1,129 @@
+"""The policy trains on the prompt it is evaluated on: for every protocol a run trains
+with, the prompt ids the training rollout hands TRL equal those `collab eval` records
+for the same problem and config, chat-template options included (issue 22: Qwen3
+trained in thinking mode while evaluation ran with `enable_thinking: false`).
+
+The model's tokenizer carries a chat template that reads `enable_thinking`, as Qwen3's
+does (`tests/engines/templates.py`); the config turns it off, so a path that drops the
+option renders a different prompt. Both sides generate a few tokens on the tiny model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from collabrl.config import EngineConfig, SamplingConfig
+from collabrl.data.benchmarks import load_benchmark
+from collabrl.eval import records
+from collabrl.eval.config import EvalConfig
+from collabrl.eval.runner import run_eval
+from collabrl.models import load_model, load_tokenizer
+from collabrl.protocols.apollo import ApolloConfig
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.grpo import GRPOTrainConfig, rollout_protocol, training_prompt
+from collabrl.train.trainer import training_rollout
+from tests.engines.templates import EMPTY_THINK, thinking_model_dir
+from tests.engines.test_vllm import _stand_in, _StandInLLM
+
+NO_THINKING = EngineConfig(chat_template_kwargs={"enable_thinking": False})
+DATA = "arith_train"
+
+
+@pytest.fixture(scope="module")
+def thinking_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return thinking_model_dir(tiny_model_dir, tmp_path_factory.mktemp("parity") / "model")
+
+
+def _protocols(planner: Path) -> dict[str, tuple[str, ProtocolConfig]]:
+    """Every protocol training rolls out on: its method and its collaborators."""
+    return {
+        "solo": ("grpo", ProtocolConfig()),
+        "relay": ("relay", ProtocolConfig(teacher="reference")),
+        "consult": ("eapo", ProtocolConfig(experts=["reference"])),
+        "strategy": ("rsim", ProtocolConfig(planner=str(planner))),
+        "apollo": ("grpo", ProtocolConfig(name="apollo", apollo=ApolloConfig(tools=["python"]))),
+    }
+
+
+def _config(model: Path, method: str, protocol: ProtocolConfig) -> GRPOTrainConfig:
+    return GRPOTrainConfig(
+        method=method,
+        model=str(model),
+        data=DATA,
+        limit=1,
+        num_generations=2,
+        max_tokens=4,
+        protocol=protocol,
+        engine=NO_THINKING,
+    )
+
+
+def _trainer(model, use_vllm: bool = False) -> SimpleNamespace:
+    """The parts of a GRPOTrainer the rollout reads, on one process without DeepSpeed."""
+    return SimpleNamespace(
+        use_vllm=use_vllm,
+        model_wrapped=model,
+        accelerator=SimpleNamespace(
+            process_index=0, unwrap_model=lambda m: m, state=SimpleNamespace(deepspeed_plugin=None)
+        ),
+        args=SimpleNamespace(gradient_checkpointing_kwargs=None, vllm_mode="colocate"),
+        vllm_generation=SimpleNamespace(llm=_StandInLLM()),
+        state=SimpleNamespace(global_step=0),
+    )
+
+
+def _training_prompt_ids(config: GRPOTrainConfig, use_vllm: bool = False) -> list[int]:
+    """The prompt ids the run's rollout gives TRL for the first problem."""
+    bench = load_benchmark(config.data, limit=config.limit)
+    model, tokenizer = load_model(config.model), load_tokenizer(config.model)
+    rollout = training_rollout(config, bench, model, tokenizer)
+    try:
+        out = rollout([bench.items[0].id] * 2, _trainer(model, use_vllm))
+    finally:
+        rollout.protocol.close()
+    return out["prompt_ids"][0]
+
+
+def _eval_prompt_ids(config: GRPOTrainConfig, out: Path) -> list[int]:
+    """The prompt ids `collab eval` records for the first problem, with the run's model,
+    protocol, prompt and engine options (as the run's own held-out evaluation)."""
+    bench = load_benchmark(config.data, limit=config.limit)
+    eval_config = EvalConfig(
+        benchmark=config.data,
+        model=config.model,
+        prompt=training_prompt(config, bench.prompt),
+        limit=1,
+        out=str(out),
+        protocol=rollout_protocol(config),
+        sampling=SamplingConfig(max_tokens=config.max_tokens),
+        engine=dataclasses.replace(config.engine),
+    )
+    run_eval(eval_config)
+    (record,) = records.read_records(out / records.SAMPLES)
+    return record["episode"]["prompt_ids"]
+
+
+@pytest.mark.parametrize("protocol", ["solo", "relay", "consult", "strategy", "apollo"])
+def test_training_prompts_are_the_evaluation_prompts(
+    thinking_dir: Path, tiny_model_dir: Path, tmp_path: Path, protocol: str
+) -> None:
+    method, protocol_config = _protocols(tiny_model_dir)[protocol]
+    config = _config(thinking_dir, method, protocol_config)
+    trained = _training_prompt_ids(config)
+    evaluated = _eval_prompt_ids(config, tmp_path / "eval")
+    assert trained == evaluated
+    # The option reached the template on both sides (not merely dropped on both).
+    assert load_tokenizer(str(thinking_dir)).decode(trained).endswith(EMPTY_THINK)
+
+
+def test_with_trls_vllm_the_prompts_are_the_evaluation_prompts(
+    monkeypatch: pytest.MonkeyPatch, thinking_dir: Path, tmp_path: Path
+) -> None:
+    _stand_in(monkeypatch, "0.11.0")  # TRL's colocated vLLM, a stand-in that answers [5, 2]
+    config = _config(thinking_dir, "grpo", ProtocolConfig())
+    trained = _training_prompt_ids(config, use_vllm=True)
+    assert trained == _eval_prompt_ids(config, tmp_path / "eval")
