@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import get_scheduler
+from transformers import TrainerCallback, get_scheduler
 from trl import GRPOTrainer
 
 from collabrl.data.benchmarks import load_benchmark
@@ -248,3 +248,53 @@ def test_a_prompted_planner_is_refused_before_any_model_loads(tmp_path: Path) ->
     protocol = ProtocolConfig(planner="x", strategy=StrategyConfig(planner_kind="prompting"))
     with pytest.raises(UserError, match="trains an rsim planner"):
         _config(Path("unused"), tmp_path, protocol=protocol).check()
+
+
+class Movement(TrainerCallback):
+    """How far each agent's parameters moved at every optimizer step (L2 norm)."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+        self.last = self._flat()
+        self.steps: list[tuple[float, float]] = []
+
+    def _flat(self) -> tuple[torch.Tensor, torch.Tensor]:
+        def flat(params) -> torch.Tensor:
+            return torch.cat([p.detach().flatten().clone() for p in params if p.requires_grad])
+
+        return flat(self.trainer.planner.parameters()), flat(self.trainer.model.parameters())
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        now = self._flat()
+        moved = [float((a - b).norm()) for a, b in zip(now, self.last, strict=True)]
+        self.steps.append((moved[0], moved[1]))
+        self.last = now
+
+
+def _stage_ratios(tiny_model_dir: Path, out: Path, first: float, after: float) -> tuple:
+    """(planner, reasoner): how much farther each moved per step in stage 1 than in 2."""
+    rsim = RSIMConfig(lambda_first=first, lambda_after=after, lambda_switch_step=2)
+    config = _config(tiny_model_dir, out, steps=4, rsim=rsim, trl={"lr_scheduler_type": "constant"})
+    bench = load_benchmark(config.data, limit=config.limit)
+    trainer, protocol = build_trainer(config, bench, out, None)
+    movement = Movement(trainer)
+    trainer.add_callback(movement)
+    try:
+        trainer.train()
+    finally:
+        protocol.close()
+    stage1, stage2 = movement.steps[:2], movement.steps[2:]
+    return tuple(sum(s[i] for s in stage1) / sum(s[i] for s in stage2) for i in (0, 1))
+
+
+def test_lambda_changes_how_far_each_agent_moves(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """λ 0.7 → 0.3 against its mirror 0.3 → 0.7 from the same start: Adam's own drift
+    between the stages is common to both, so their ratio shows λ alone. λ predicts
+    (0.7/0.3) / (0.3/0.7) = 5.4 for the planner and its inverse for the reasoner; a
+    loss weight, which AdamW normalises away, would give about 1."""
+    planner_first = _stage_ratios(tiny_model_dir, tmp_path / "a", 0.7, 0.3)
+    reasoner_first = _stage_ratios(tiny_model_dir, tmp_path / "b", 0.3, 0.7)
+    planner = planner_first[0] / reasoner_first[0]
+    reasoner = planner_first[1] / reasoner_first[1]
+    print(f"lambda effect: planner {planner:.2f}, reasoner {reasoner:.2f}")
+    assert planner > 2.5 and reasoner < 0.4
