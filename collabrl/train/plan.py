@@ -16,6 +16,7 @@ longest sequence, and a colocated vLLM takes its share of the device on top.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -64,11 +65,13 @@ class MemoryEstimate:
     activations: float | None  # None: the model's shape is unknown
     logits: float | None
     vllm_fraction: float | None = None  # a colocated vLLM's share of the device
+    planner: float = 0.0  # rsim: the planner trained beside the policy, unsharded
 
     @property
     def training(self) -> float:
         return (
-            self.weights
+            self.planner
+            + self.weights
             + self.gradients
             + self.optimizer
             + (self.activations or 0.0)
@@ -325,6 +328,11 @@ def _placement_section(
     )
     for role, ref in _collaborators(protocol):
         plan.add(section, role, _where(ref, config, plan))
+    if protocol.name == "strategy" and protocol.planner:
+        if not _on_this_machine(protocol.planner):
+            plan.warnings.append(f"model '{protocol.planner}' is not on this machine")
+        where = "trained beside the policy in every process (float32, DDP)"
+        plan.add(section, "planner", f"{protocol.planner}: {where}")
 
 
 def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
@@ -333,8 +341,6 @@ def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
         return [("teacher", protocol.teacher)]
     if protocol.name == "consult":
         return [(f"expert {i}", ref) for i, ref in enumerate(protocol.experts, start=1)]
-    if protocol.name == "strategy" and protocol.planner:
-        return [("planner (trained)", protocol.planner)]
     return []
 
 
@@ -393,10 +399,29 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
     for name, value in (("activations", memory.activations), ("logits", memory.logits)):
         shown = "unknown (no config.json)" if value is None else f"{value:.1f} GiB"
         plan.add(section, f"{name} ({args.per_device_train_batch_size} × {sequence} tokens)", shown)
+    memory = _with_planner(plan, config, memory)
     plan.add(section, "training total", f"{memory.training:.1f} GiB")
     if memory.vllm_fraction is not None:
         plan.add(section, "colocated vLLM", f"+ {memory.vllm_fraction:.0%} of the device")
     _fit(plan, memory)
+
+
+def _with_planner(
+    plan: TrainPlan, config: GRPOTrainConfig, memory: MemoryEstimate
+) -> MemoryEstimate:
+    """rsim also trains its planner's backbone, in every process, under DDP."""
+    planner = config.protocol.planner
+    if config.method != "rsim" or not planner:
+        return memory
+    shape = model_shape(planner)
+    if shape is None:
+        plan.add("memory per device (estimate)", "planner", "unknown size")
+        return memory
+    state = shape.parameters * (WEIGHT_BYTES + GRAD_BYTES + ADAM_BYTES) / GIB
+    plan.add(
+        "memory per device (estimate)", "planner weights + gradients + AdamW", f"{state:.1f} GiB"
+    )
+    return dataclasses.replace(memory, planner=state)
 
 
 def _fit(plan: TrainPlan, memory: MemoryEstimate) -> None:

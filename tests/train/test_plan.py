@@ -149,3 +149,12 @@ def test_the_launch_comes_from_the_accelerate_config(tmp_path: Path) -> None:
     bad.write_text("num_processes: eight\n")
     with pytest.raises(UserError, match="num_processes must be a positive integer"):
         plan_run(config, bad)
+
+
+def test_rsim_counts_the_planner_it_trains() -> None:
+    config = _load(CONFIGS / "rsim-qwen2.5-0.5b.yaml")
+    rows = _rows(plan_run(config))
+    assert rows["planner"].endswith("trained beside the policy in every process (float32, DDP)")
+    state = 0.5e9 * 16 / GIB  # the name's 0.5B, 16 bytes a parameter
+    assert rows["planner weights + gradients + AdamW"] == f"{state:.1f} GiB"
+    assert rows["training total"] == f"{2 * state:.1f} GiB"  # activations unknown here
