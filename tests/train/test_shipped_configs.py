@@ -103,6 +103,7 @@ def test_eapo_trains_with_dapos_clip_and_samples_its_experts_as_qwq_asks(tmp_pat
     assert (consult.expert_temperature, consult.expert_top_p) == (0.6, 0.95)
     assert consult.expert_max_tokens >= 8192
     assert args.max_completion_length == 20480 and args.warmup_steps == 10
+    assert args.lr_scheduler_type == "constant_with_warmup"  # Table 4: warm up, then 1e-6
 
 
 def test_relay_keeps_table_7(tmp_path) -> None:
