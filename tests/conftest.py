@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,39 +32,46 @@ def smol_tokenizer():
     return load_tokenizer(EMBEDDED)
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer) -> Path:
-    """A local Hugging Face folder holding a tiny random LlamaForCausalLM."""
+def write_tiny_llama(tokenizer, folder: Path, **dims: Any) -> Path:
+    """Save a tiny random LlamaForCausalLM with `tokenizer` into `folder`; `dims`
+    override its sizes (LlamaConfig keys)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(smol_tokenizer),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    sizes = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
         # Wider than the default 0.02: varied greedy text with clear top-1 margins,
         # where the default init mostly repeats the last prompt token.
-        initializer_range=0.2,
-        bos_token_id=smol_tokenizer.bos_token_id,
-        eos_token_id=smol_tokenizer.eos_token_id,
-        pad_token_id=smol_tokenizer.pad_token_id,
+        "initializer_range": 0.2,
+    }
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        **(sizes | dims),
+        **ids,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=smol_tokenizer.bos_token_id,
-        eos_token_id=smol_tokenizer.eos_token_id,
-        pad_token_id=smol_tokenizer.pad_token_id,
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.generation_config = GenerationConfig(**ids)
     model.save_pretrained(folder)
-    smol_tokenizer.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer) -> Path:
+    """A local Hugging Face folder holding a tiny random LlamaForCausalLM."""
+    return write_tiny_llama(smol_tokenizer, tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from types import SimpleNamespace
 import pytest
 
 from collabrl.engines.vllm import is_cpu_build, vllm_can_run
+from tests.conftest import write_tiny_llama
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,32 +53,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer) -> Path:
     """A tiny random Llama with 64-dim heads and the real SmolLM2 tokenizer. The default
     initialisation keeps its next-token distribution nearly flat, so at temperature 1
     two samples of the same prompt differ unless they share a seed."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tok = smol_tokenizer
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=256,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama-64")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    # 64-dim heads (the session's tiny model has 16, which the CPU attention refuses) and
+    # the default initialisation.
+    dims = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1}
+    dims |= {"intermediate_size": 256, "initializer_range": 0.02}
+    return write_tiny_llama(smol_tokenizer, tmp_path_factory.mktemp("tiny-llama-64"), **dims)
 
 
 @pytest.fixture(scope="module")
