@@ -215,12 +215,14 @@ def sample_teacher(
                 Call(1, template.messages(i.problem), Reference(i.answer, i.solution))
                 for i in members
             ]
-            answers = teacher.ask_groups_sync(
-                [
-                    (calls, SamplingParams.of(config.sampling, seed=config.sampling.seed + s))
-                    for s in groups
-                ]
-            )
+            # Sample s of every problem is asked with seed + s (its own request each).
+            params = [
+                SamplingParams.of(config.sampling, seed=config.sampling.seed + s)
+                for s in groups
+                for _ in calls
+            ]
+            asked = teacher.ask_each_sync([c for _ in groups for c in calls], params)
+            answers = [asked[g * len(calls) : (g + 1) * len(calls)] for g in range(len(groups))]
             for s, group in zip(groups, answers, strict=True):
                 for item, record in zip(members, group, strict=True):
                     if (item.id, s) in done:

@@ -376,19 +376,6 @@ class ExpertPool:
             raise ValueError(f"one params per call: {len(params)} for {len(calls)} calls")
         return self._run_sync(self._ask_each([Call(*c) for c in calls], params))
 
-    def ask_groups_sync(
-        self, groups: list[tuple[list[Call], SamplingParams]]
-    ) -> list[list[CallRecord]]:
-        """Several `ask`s, each with its own sampling params, all in flight at once."""
-        calls = [Call(*c) for group, _ in groups for c in group]
-        params = [
-            dataclasses.replace(p, seed=p.prompt_seed(i), seeds=())
-            for group, p in groups
-            for i in range(len(group))
-        ]
-        records = iter(self.ask_each_sync(calls, params))
-        return [[next(records) for _ in group] for group, _ in groups]
-
     def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
             runner = self._get_runner()

@@ -27,7 +27,8 @@ ANSWERS = {"What is one?": "1", "What is two?": "2", "What is three?": "3", "Wha
 
 
 class ScriptedTeacher:
-    """An Engine answering sample s (seed SEED + s) right iff s < PLAN[problem]."""
+    """An Engine answering sample s (seed SEED + s) right iff s < PLAN[problem]; a call
+    holding a failing sample fails whole, as an engine's batch does."""
 
     name = "scripted-teacher"
 
@@ -37,11 +38,12 @@ class ScriptedTeacher:
 
     def generate(self, prompts: list, params: SamplingParams) -> list[list[Completion]]:
         self.calls += 1
-        sample = params.seed - SEED
-        if sample in self.fail_samples:
+        # The pool batches calls that differ only in their seed: each prompt has its own.
+        samples = [params.prompt_seed(i) - SEED for i in range(len(prompts))]
+        if self.fail_samples & set(samples):
             raise ValueError("teacher down")  # not transient: no retry
         out = []
-        for messages in prompts:
+        for messages, sample in zip(prompts, samples, strict=True):
             problem = messages[-1]["content"]
             right = sample < PLAN[problem]
             answer = ANSWERS[problem] if right else "99"
@@ -118,7 +120,8 @@ def test_keeps_problems_at_or_above_the_threshold(
         },
     ]
     assert len(read_records(out / "samples.jsonl")) == 4 * K
-    assert teacher.calls == K  # one batched generate per sample index
+    # One batched generate for the chunk: its K samples differ only in their seeds.
+    assert teacher.calls == 1
     assert result.new_samples == 4 * K and result.stats["failed_samples"] == 0
     stats = json.loads((out / "stats.json").read_text())
     assert (stats["problems"], stats["kept"], stats["dropped"]) == (4, 2, 2)
@@ -152,20 +155,19 @@ def test_failed_calls_are_counted_not_written_and_retried_by_a_rerun(
     data: Path, tmp_path: Path, teacher: ScriptedTeacher
 ) -> None:
     out = tmp_path / "run"
-    teacher.fail_samples = frozenset({1})
+    teacher.fail_samples = frozenset({1})  # fails the one batch that holds it
 
     result = build_filter(config(data, out))
 
-    assert result.stats["failed_samples"] == 4
-    assert result.stats["failure_reasons"] == {"ValueError: teacher down": 4}
+    assert result.stats["failed_samples"] == 4 * K
+    assert result.stats["failure_reasons"] == {"ValueError: teacher down": 4 * K}
     assert result.stats["incomplete"] == 4 and result.stats["kept"] == 0
-    assert all(r["sample"] != 1 for r in read_records(out / "samples.jsonl"))
-    assert {r["k"] for r in read_records(out / "pass_rates.jsonl")} == {K - 1}
+    assert read_records(out / "samples.jsonl") == []
 
     teacher.fail_samples = frozenset()
     result = build_filter(config(data, out))
 
-    assert result.stats["failed_samples"] == 0 and result.new_samples == 4
+    assert result.stats["failed_samples"] == 0 and result.new_samples == 4 * K
     assert rates(out) == {
         "p0": (1.0, True),
         "p1": (0.5, True),

@@ -236,11 +236,12 @@ def test_concurrent_asks_from_a_running_loop(local_pool: ExpertPool) -> None:
     assert local_pool.generate_calls == before + 3
 
 
-def test_groups_differing_only_in_length_share_one_batch(local_pool: ExpertPool) -> None:
+def test_calls_differing_only_in_length_share_one_batch(local_pool: ExpertPool) -> None:
     """A relay round's teacher calls each ask for their own n: one batch, not one each."""
     two, five = dataclasses.replace(SHORT, max_tokens=2), dataclasses.replace(SHORT, max_tokens=5)
     before = local_pool.generate_calls
-    short, long = local_pool.ask_groups_sync([(THREE[:2], two), (THREE[2:], five)])
+    *short, last = local_pool.ask_each_sync(THREE, [two, two, five])
+    long = [last]
     assert local_pool.generate_calls == before + 1
     assert [r.expert_id for r in short] == [1, 2] and [r.expert_id for r in long] == [3]
     assert all(r.ok and r.completion_tokens <= 2 for r in short)
@@ -249,12 +250,12 @@ def test_groups_differing_only_in_length_share_one_batch(local_pool: ExpertPool)
     assert long[0].ok and long[0].text == local_pool.ask_sync(THREE[2:], five)[0].text
 
 
-def test_groups_with_other_different_params_each_get_their_own(local_pool: ExpertPool) -> None:
+def test_calls_with_other_different_params_each_get_their_own(local_pool: ExpertPool) -> None:
     greedy = dataclasses.replace(SHORT, max_tokens=3)
     hot = dataclasses.replace(SHORT, max_tokens=3, temperature=0.9, seed=1)
     before = local_pool.generate_calls
-    first, second = local_pool.ask_groups_sync([(THREE[:2], greedy), (THREE[2:], hot)])
-    assert all(r.ok for r in [*first, *second])
+    records = local_pool.ask_each_sync(THREE, [greedy, greedy, hot])
+    assert all(r.ok for r in records)
     assert local_pool.generate_calls == before + 2
 
 

@@ -310,20 +310,21 @@ def test_abandoned_requests_are_dropped_from_the_queue(server) -> None:
     """Ten clients give up while queued; the next request does not wait for their work."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def ask(max_tokens: int, seed: int, timeout: float) -> httpx.Response:
-        body = {"model": "expert", "prompt": "Hello", "max_tokens": max_tokens, "seed": seed}
+    def ask(max_tokens: int, top_p: float, timeout: float) -> httpx.Response:
+        body = {"model": "expert", "prompt": "Hello", "max_tokens": max_tokens, "top_p": top_p}
         return _post(server, "/completions", {**body, "temperature": 0}, timeout=timeout)
 
     with ThreadPoolExecutor(11) as pool:
-        busy = pool.submit(ask, 400, 0, 120)  # holds the model for a few seconds
+        busy = pool.submit(ask, 400, 1.0, 120)  # holds the model for a few seconds
         time.sleep(0.5)
-        # Distinct seeds: each would be a batch of its own, about 5 s of generation apiece.
-        gone = [pool.submit(ask, 1000, seed, 0.5) for seed in range(1, 11)]
+        # Distinct top-p (seeds would share a batch): each would be a batch of its own,
+        # about 5 s of generation apiece.
+        gone = [pool.submit(ask, 1000, 1 - i / 100, 0.5) for i in range(1, 11)]
         for future in gone:
             with pytest.raises(httpx.TimeoutException):
                 future.result()
         began = time.monotonic()
-        normal = ask(4, 0, 120)
+        normal = ask(4, 1.0, 120)
         waited = time.monotonic() - began
         assert busy.result().status_code == 200
     assert normal.status_code == 200
