@@ -58,7 +58,7 @@ for method in grpo relay eapo rsim; do
 done
 kill $server $smi 2>/dev/null || true
 
-"$py" -m pytest -q -m slow tests/train/test_vllm_rollout.py tests/train/test_prompt_parity.py \
+"$py" -m pytest -q -m "slow or not slow" tests/train/test_vllm_rollout.py tests/train/test_prompt_parity.py \
   2>&1 | tee "$out/pytest.log"
 
 "$py" - "$out" <<'EOF'
