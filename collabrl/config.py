@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from collabrl.errors import UserError
+from collabrl.devices import check_device, check_dtype
+from collabrl.errors import UserError, require
 
 T = TypeVar("T")
 
@@ -140,8 +141,6 @@ class EngineConfig:
     def check(self, key: str = "engine") -> None:
         """Refuse a device or dtype name no engine loads, before any model is loaded
         (`key`: where this config sits, named in the error)."""
-        from collabrl.devices import check_device, check_dtype
-
         check_device(self.device, f"{key}.device")
         check_dtype(self.dtype, f"{key}.dtype")
 
@@ -193,14 +192,17 @@ class PoolConfig:
 # -- building configs from layers --------------------------------------------------
 
 
-def build_config(cls: type[T], layers: list[dict[str, Any]], sets: list[str] = ()) -> T:
-    """Merge dict layers (later wins) plus `key.sub=value` strings into a `cls`."""
+def build_config(
+    cls: type[T], layers: list[dict[str, Any]], sets: list[str] = (), prefix: str = ""
+) -> T:
+    """Merge dict layers (later wins) plus `key.sub=value` strings into a `cls`; errors
+    name keys after `prefix` (where the section sits in a larger config)."""
     merged: dict[str, Any] = {}
     for layer in layers:
         _deep_merge(merged, layer)
     for assignment in sets:
         _deep_merge(merged, _parse_set(assignment))
-    return _from_dict(cls, merged, prefix="")
+    return _from_dict(cls, merged, prefix=prefix)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -369,13 +371,6 @@ def _type_error(key: str, value: Any, kind: Any) -> UserError:
 
 
 # -- checks and listings ----------------------------------------------------------
-
-
-def require(key: str, value: Any, ok: bool, must: str) -> None:
-    """Raise the one-line error `KEY must be MUST, got VALUE` unless `ok`; the CLI names the
-    option of KEY in front of it."""
-    if not ok:
-        raise UserError(f"{key} must be {must}, got {value!r}")
 
 
 def check_sections(cls: type, path: Path) -> None:

@@ -10,8 +10,7 @@ or GPU is touched; `resolve_device` also refuses a CUDA device torch cannot see.
 
 from __future__ import annotations
 
-from collabrl.config import require
-from collabrl.errors import UserError
+from collabrl.errors import UserError, require
 
 AUTO = "auto"
 DTYPES = ("float32", "bfloat16", "float16")

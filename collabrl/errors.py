@@ -1,9 +1,13 @@
-"""The one exception type a user can cause.
+"""The one exception type a user can cause, and `require`, the check that raises it.
 
 Anything raised as `UserError` is printed by the CLI as a single line (the
 problem, then the fix) with a non-zero exit; everything else is a bug and
 keeps its traceback.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class UserError(Exception):
@@ -13,3 +17,10 @@ class UserError(Exception):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{problem}; {fix}" if fix else problem)
+
+
+def require(key: str, value: Any, ok: bool, must: str) -> None:
+    """Raise the one-line error `KEY must be MUST, got VALUE` unless `ok`; the CLI names the
+    option of KEY in front of it (`cli.options.check` reads KEY as the first word)."""
+    if not ok:
+        raise UserError(f"{key} must be {must}, got {value!r}")

@@ -33,24 +33,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabrl import runs
 from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import check_model
-from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option, require
+from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option
 from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines import is_url
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import REFERENCE, STAND_IN_NOTE, Reference
-from collabrl.errors import UserError
-from collabrl.eval import records
+from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
 from collabrl.rewards.extract import extract_answer
 from collabrl.rewards.verify import is_equivalent
 
 if TYPE_CHECKING:
-    from collabrl.engines.pool import CallRecord
+    from collabrl.engines.calls import CallRecord
 
 PASS_RATES = "pass_rates.jsonl"
 DROPPED = "dropped.jsonl"
@@ -126,10 +126,10 @@ def build_filter(
     if config.teacher is not None:
         check_teacher(config.teacher, config.engine)
     bench = load_benchmark(config.data, limit=config.limit)
-    out = records.out_folder(config.out, "filter", config.data, config.teacher or "decontaminated")
+    out = runs.out_folder(config.out, "filter", config.data, config.teacher or "decontaminated")
     folder = BuildFolder(out)
-    samples_path = out / records.SAMPLES
-    records.prepare_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path))
+    samples_path = out / runs.SAMPLES
+    runs.prepare_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path))
     items, cleaned = bench.items, None
     if config.decontaminate:
         cleaned = decontaminate(bench.items, evaluation_sets())
@@ -141,7 +141,7 @@ def build_filter(
         rates: list[dict[str, Any]] = []
     else:
         new, failures = sample_teacher(config, bench, items, samples_path, progress)
-        rates = pass_rates(items, records.read_records(samples_path), config)
+        rates = pass_rates(items, runs.read_records(samples_path), config)
         write_lines(out / PASS_RATES, rates)
         by_id = {item.id: item for item in items}
         kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
@@ -188,9 +188,10 @@ def sample_teacher(
 ) -> tuple[int, list[dict[str, Any]]]:
     """Ask the teacher for every missing sample; return the number written and the
     failed calls (each with its reason)."""
-    from collabrl.engines.pool import Call, ExpertPool
+    from collabrl.engines.calls import Call
+    from collabrl.engines.pool import ExpertPool
 
-    done = {(r["item_id"], r["sample"]) for r in records.read_records(samples_path)}
+    done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
     todo = sum((item.id, s) not in done for item in items for s in range(config.k))
     if not todo:
         return 0, []
@@ -205,7 +206,7 @@ def sample_teacher(
     )
     chunk = chunk_size(config.engine, config.teacher)
     written, failures = 0, []
-    with ExpertPool(pool, config.engine) as teacher, records.RecordWriter(samples_path) as out:
+    with ExpertPool(pool, config.engine) as teacher, runs.RecordWriter(samples_path) as out:
         for start in range(0, len(items), chunk):
             members = items[start : start + chunk]
             groups = [s for s in range(config.k) if any((i.id, s) not in done for i in members)]
@@ -300,7 +301,7 @@ def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
     from the samples on every run, and a kill must leave the previous version."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.unlink(missing_ok=True)
-    with records.RecordWriter(tmp) as writer:
+    with runs.RecordWriter(tmp) as writer:
         for row in rows:
             writer.write(row)
     os.replace(tmp, path)

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.builders.plots import Panel, save_panels
 from collabrl.engines.base import ChatMessage
-from collabrl.eval import records
 
 ROWS = "rows.jsonl"
 REJECTED = "rejected.jsonl"
-DATASET = "dataset"
 STATS = "stats.json"
 PLOT = "stats.png"
 
@@ -46,7 +45,7 @@ class BuildFolder:
     def open(cls, config: Any, out: Path, resumable: frozenset[str]) -> BuildFolder:
         """Create the folder, or check that it holds the same experiment as `config`."""
         folder = cls(out)
-        records.prepare_folder(config, out, resumable, (folder.rows_path, folder.rejected_path))
+        runs.prepare_folder(config, out, resumable, (folder.rows_path, folder.rejected_path))
         return folder
 
     @property
@@ -58,10 +57,10 @@ class BuildFolder:
         return self.path / REJECTED
 
     def rows(self) -> list[dict[str, Any]]:
-        return records.read_records(self.rows_path)
+        return runs.read_records(self.rows_path)
 
     def rejected(self) -> list[dict[str, Any]]:
-        return records.read_records(self.rejected_path)
+        return runs.read_records(self.rejected_path)
 
     def done(self) -> set[Key]:
         """The units already done, as rows or as rejections."""
@@ -73,20 +72,20 @@ class BuildFolder:
         import datasets
 
         rows = self.rows()
-        shutil.rmtree(self.path / DATASET, ignore_errors=True)
+        shutil.rmtree(self.path / runs.DATASET, ignore_errors=True)
         if rows:
             # The command's own bar shows progress; datasets' bar would print under it.
             shown = datasets.is_progress_bar_enabled()
             datasets.disable_progress_bars()
             try:
-                datasets.Dataset.from_list(rows).save_to_disk(str(self.path / DATASET))
+                datasets.Dataset.from_list(rows).save_to_disk(str(self.path / runs.DATASET))
             finally:
                 if shown:
                     datasets.enable_progress_bars()
         return rows
 
     def write_stats(self, stats: dict[str, Any]) -> None:
-        records.write_json(self.path / STATS, stats)
+        runs.write_json(self.path / STATS, stats)
 
     def save_plot(self, panels: list[Panel], title: str) -> None:
         save_panels(self.path / PLOT, panels, title)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from collabrl import runs
 from collabrl.builders.folder import BuildFolder
 from collabrl.builders.sampling import MakeRow, Unit, sample_missing, write_rows
 from collabrl.config import EngineConfig, SamplingConfig
@@ -14,7 +15,6 @@ from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import is_url
 from collabrl.engines.base import Engine, SamplingParams
-from collabrl.eval.records import out_folder
 from collabrl.eval.runner import chunk_size
 from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
@@ -50,7 +50,7 @@ def open_build(
     if engine is None:
         check_model(config.model)
     bench = load_benchmark(config.data, limit=config.limit)
-    out = out_folder(config.out, kind, config.data, config.model)
+    out = runs.out_folder(config.out, kind, config.data, config.model)
     return bench, BuildFolder.open(config, out, resumable)
 
 

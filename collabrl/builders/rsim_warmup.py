@@ -22,14 +22,15 @@ from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row,
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import Unit, units_of
-from collabrl.config import EngineConfig, SamplingConfig, option, require
+from collabrl.config import EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, Engine
 from collabrl.episode import EndReason, Episode
-from collabrl.protocols.strategies import STEP_DELIMITER
+from collabrl.errors import require
 from collabrl.protocols.strategy import STEP_PROMPT
 from collabrl.rewards.extract import extract_answer
 from collabrl.rewards.verify import is_equivalent
+from collabrl.strategies import STEP_DELIMITER
 
 # Five worked problems, one step per paragraph, the answer boxed in the last step.
 EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (

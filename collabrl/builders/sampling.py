@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from collabrl import runs
 from collabrl.builders.folder import BuildFolder
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
-from collabrl.eval.records import RecordWriter
 from collabrl.protocols.base import CollabProtocol, Task
 
 
@@ -75,7 +75,10 @@ def write_rows(
     """
     rows = len(folder.rows())
     finished = 0
-    with RecordWriter(folder.rows_path) as row_file, RecordWriter(folder.rejected_path) as rejects:
+    with (
+        runs.RecordWriter(folder.rows_path) as row_file,
+        runs.RecordWriter(folder.rejected_path) as rejects,
+    ):
         for batch in batches:
             for unit, episode in batch:
                 key = {"item_id": unit.item.id, "sample": unit.sample}

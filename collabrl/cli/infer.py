@@ -15,7 +15,7 @@ console = Console()
 
 def infer(
     ctx: typer.Context,
-    protocol: str = opt.config_argument("protocol.name"),
+    protocol: str = opt.config_argument(opt.PROTOCOL_KEY),
     question: str = opt.config_argument("question"),
     bench: str = opt.config_option("benchmark", "--bench"),
     item: str = opt.config_option("item", "--item"),

@@ -60,7 +60,8 @@ MODEL = config_option("model", "--model", "-m")
 ENGINE = config_option("engine.kind", "--engine")
 DEVICE = config_option("engine.device", "--device")
 API_KEY = config_option("engine.api_key", "--api-key")
-PROTOCOL = config_option("protocol.name", "--protocol", "-p")
+PROTOCOL_KEY = "protocol.name"
+PROTOCOL = config_option(PROTOCOL_KEY, "--protocol", "-p")
 TEACHER = config_option("protocol.teacher", "--teacher")
 EXPERT = config_option("protocol.experts", "--expert")
 SELF_COLLAB = config_option("protocol.consult.self_collab", "--self-collab")
@@ -89,7 +90,11 @@ class _ConfigCommand(TyperCommand):
         helps = field_help(load_config_class(self.config_class))
         for param in self.params:
             key = config_key(param)
-            if key is not None:
+            if key == PROTOCOL_KEY:  # every registered protocol, with its spec's line
+                from collabrl.protocols.registry import protocol_help
+
+                param.help = protocol_help()
+            elif key is not None:
                 param.help = helps[key]  # this process only prints help, then exits
         super().format_help(ctx, formatter)
 

@@ -16,28 +16,24 @@ per-model lock (torch generation must not run twice at once on one model).
 The endpoint `reference` is the stand-in collaborator (`engines/reference.py`): the pool
 answers it itself, from the reference a call carries, counting tokens with the pool's
 tokenizer. It is never resolved as a model or a URL, and never cached (it costs nothing).
+
+This module routes, batches and runs calls and owns the engines' lifetimes; what a call
+and its record are (`engines/calls.py`), which endpoint serves an expert
+(`engines/endpoints.py`), which failures to retry (`engines/retry.py`) and the disk
+cache (`engines/response_cache.py`) live beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
-
-import openai
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from collabrl.config import EndpointConfig, EngineConfig, PoolConfig
 from collabrl.engines import create_engine, is_url
@@ -49,218 +45,31 @@ from collabrl.engines.base import (
     SamplingParams,
     generate_by_budget,
 )
+from collabrl.engines.calls import UNKNOWN_EXPERT, Call, CallRecord, call_record
+from collabrl.engines.endpoints import (
+    check_pool_config,
+    endpoint_index,
+    endpoint_name,
+    engine_key,
+    resolve_endpoints,
+)
 from collabrl.engines.loop import LoopThread
 from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
 from collabrl.engines.reference import REFERENCE, REFERENCE_NAME, Reference, reference_completion
-from collabrl.errors import UserError
+from collabrl.engines.response_cache import ResponseCache, cacheable
+from collabrl.engines.retry import describe, is_transient
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-Outcome = Literal["ok", "unavailable", "cached"]
 T = TypeVar("T")
 
 
-class Call(NamedTuple):
-    """One question to one expert; `reference` is what the `reference` stand-in answers
-    from (the item's gold answer), ignored by every real endpoint."""
-
-    expert_id: int
-    prompt: Prompt
-    reference: Reference | None = None
-
-
-ASSIGNMENTS = ("round_robin", "per_expert")
-UNKNOWN_EXPERT = "unknown expert id"
 NO_REFERENCE = "the reference stand-in needs the item's reference answer"
 # The stand-in counts tokens in this tokenizer when the pool is given none.
 DEFAULT_TOKENIZER = "smollm2-135m"
-# HTTP statuses worth another try: the server is busy or broke mid-request.
-_TRANSIENT_STATUS = (408, 409, 429)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CallRecord:
-    """What happened to one call to one expert."""
-
-    expert_id: int
-    endpoint: str  # display name of the endpoint (no API key)
-    prompt: Prompt
-    text: str | None
-    outcome: Outcome
-    error: str | None = None
-    latency_s: float = 0.0  # wall time of the call, retries and backoff included
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    attempts: int = 0  # requests actually sent; 0 for cache hits and unroutable calls
-    # "stop" (the model's EOS, or a stop string) or "length"; None when nothing came back.
-    # RelayLLM ends the episode when the teacher's reply ends at its EOS.
-    finish_reason: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """An answer is available, fresh or from the cache."""
-        return self.outcome != "unavailable"
-
-
-# ---------------------------------------------------------------------------------------------
-# Configuration
-# ---------------------------------------------------------------------------------------------
-
-
-def check_pool_config(config: PoolConfig) -> None:
-    """Reject a pool that cannot work, before any engine is built."""
-    if not config.endpoints:
-        raise UserError("the expert pool has no endpoints", "pass --expert URL_OR_MODEL")
-    if config.num_experts < 1:
-        raise UserError(f"num_experts must be >= 1, got {config.num_experts}", "set K to 1..")
-    if config.assignment not in ASSIGNMENTS:
-        raise UserError(
-            f"unknown expert assignment '{config.assignment}'", f"use {' or '.join(ASSIGNMENTS)}"
-        )
-    if config.assignment == "per_expert" and len(config.endpoints) != config.num_experts:
-        raise UserError(
-            f"per_expert assignment needs one endpoint per expert: {config.num_experts} "
-            f"experts but {len(config.endpoints)} endpoints",
-            f"pass exactly {config.num_experts} --expert options, or use round_robin",
-        )
-    if config.timeout <= 0:
-        raise UserError(f"pool timeout must be > 0 seconds, got {config.timeout}")
-    if config.retries < 0 or config.backoff < 0:
-        raise UserError("pool retries and backoff must be >= 0")
-
-
-def resolve_endpoints(config: PoolConfig) -> list[EndpointConfig]:
-    """The pool's endpoints, each with the pool-wide served model and API key."""
-    return [
-        EndpointConfig(ref=ref, served_model=config.served_model, api_key=config.api_key)
-        for ref in config.endpoints
-    ]
-
-
-def endpoint_index(expert_id: int, num_experts: int, num_endpoints: int) -> int | None:
-    """Which endpoint serves an expert, or None for an id outside 1..K.
-
-    Round robin and per-expert share the formula: with one endpoint per expert,
-    `(i - 1) % K` is simply `i - 1`.
-    """
-    if isinstance(expert_id, bool) or not isinstance(expert_id, int):
-        return None
-    if not 1 <= expert_id <= num_experts:
-        return None
-    return (expert_id - 1) % num_endpoints
-
-
-def endpoint_name(endpoint: EndpointConfig) -> str:
-    if endpoint.ref == REFERENCE:
-        return REFERENCE_NAME
-    if is_url(endpoint.ref) and endpoint.served_model:
-        return f"{endpoint.served_model}@{endpoint.ref}"
-    return endpoint.ref
-
-
-def _engine_key(endpoint: EndpointConfig) -> tuple[str | None, ...]:
-    # A local model is one set of weights whatever name it is asked by; URL endpoints
-    # differ by the model and key they send, so those are part of their identity.
-    if is_url(endpoint.ref):
-        return ("url", endpoint.ref, endpoint.served_model, endpoint.api_key)
-    return ("local", endpoint.ref)
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors and retries
-# ---------------------------------------------------------------------------------------------
-
-
-def is_transient(exc: BaseException, local: bool) -> bool:
-    """Whether another attempt may succeed (a down or busy server) or is pointless."""
-    if isinstance(exc, TimeoutError):
-        # A local generate that timed out still runs and holds its model's lock: a retry
-        # would only queue behind it. A remote server may have had a hiccup.
-        return not local
-    if isinstance(exc, UserError):
-        if exc.__cause__ is None:
-            return False  # our own diagnosis (bad model ref, no served model): final
-        exc = exc.__cause__  # map_error keeps the openai exception as the cause
-    if isinstance(exc, openai.APIConnectionError):  # includes the client's own timeout
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500
-    if isinstance(exc, openai.OpenAIError | UserError | ValueError | TypeError):
-        return False  # 401, 404, 400, a malformed prompt: the same request fails again
-    return True  # e.g. a connection reset surfacing as OSError, a CUDA out-of-memory
-
-
-def describe(exc: BaseException, timeout: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {timeout:g} s"
-    if isinstance(exc, UserError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Response cache
-# ---------------------------------------------------------------------------------------------
-
-
-def cacheable(params: SamplingParams) -> bool:
-    """Only a deterministic request may be answered from the cache.
-
-    An unseeded sample is meant to differ every time; replaying one would silently
-    collapse an expert's diversity into its first answer.
-    """
-    return params.greedy or params.seed is not None
-
-
-class ResponseCache:
-    """Successful answers on disk, one JSON file per request: `folder/ab/<sha256>.json`."""
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    @staticmethod
-    def key(model: dict[str, Any], prompt: Prompt, params: SamplingParams) -> str:
-        # params carries the seed, so a different seed is a different key.
-        blob = json.dumps(
-            {"model": model, "prompt": prompt, "params": dataclasses.asdict(params)},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-    def path(self, key: str) -> Path:
-        # Two-character shards keep any one folder small with millions of entries.
-        return self.folder / key[:2] / f"{key}.json"
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        try:
-            entry = json.loads(self.path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # missing or damaged: a miss, and the next success rewrites it
-        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
-            return None
-        return entry
-
-    def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Write atomically (temp file + rename): readers never see half an entry."""
-        path = self.path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        except OSError as err:
-            log.warning("response cache: cannot write under %s: %s", path.parent, err)
-            return
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, ensure_ascii=False)
-            os.replace(tmp, path)
-        except OSError as err:  # a full disk must not fail the call that was answered
-            log.warning("response cache: cannot write %s: %s", path, err)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,7 +281,7 @@ class ExpertPool:
             return completion
 
         completion, error, attempts = await self._with_retries(attempt, local=False)
-        record = _record(expert_id, endpoint, prompt, completion, error, attempts, started)
+        record = call_record(expert_id, endpoint, prompt, completion, error, attempts, started)
         return [(index, record)]
 
     async def _ask_local(
@@ -503,7 +312,7 @@ class ExpertPool:
         return [
             (
                 i,
-                _record(
+                call_record(
                     call.expert_id,
                     endpoint,
                     call.prompt,
@@ -595,7 +404,7 @@ class ExpertPool:
 
     def _engine(self, endpoint: EndpointConfig) -> Engine:
         """The shared engine of an endpoint, built on first use (once, even when raced)."""
-        key = _engine_key(endpoint)
+        key = engine_key(endpoint)
         with self._lock:
             self._check_open_locked()
             engine = self._engines.get(key)
@@ -640,7 +449,7 @@ class ExpertPool:
 
     def _generate_lock(self, endpoint: EndpointConfig) -> threading.Lock:
         with self._lock:
-            return self._generating.setdefault(_engine_key(endpoint), threading.Lock())
+            return self._generating.setdefault(engine_key(endpoint), threading.Lock())
 
     def _count_call(self) -> None:
         with self._lock:
@@ -707,65 +516,4 @@ def _with_seeds(params: list[SamplingParams]) -> SamplingParams:
     return dataclasses.replace(first, seeds=tuple(p.seed for p in params))
 
 
-def _record(
-    expert_id: int,
-    endpoint: EndpointConfig,
-    prompt: Prompt,
-    completion: Completion | None,
-    error: str | None,
-    attempts: int,
-    started: float,
-) -> CallRecord:
-    latency = time.perf_counter() - started
-    name = endpoint_name(endpoint)
-    if completion is None:
-        return CallRecord(
-            expert_id, name, prompt, None, "unavailable", error, latency, attempts=attempts
-        )
-    return CallRecord(
-        expert_id,
-        name,
-        prompt,
-        completion.text,
-        "ok",
-        None,
-        latency,
-        completion.prompt_tokens,
-        completion.completion_tokens,
-        attempts,
-        completion.finish_reason,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Summary
-# ---------------------------------------------------------------------------------------------
-
-
-def stats(records: list[CallRecord]) -> dict[str, int | float]:
-    """Counts, mean latency of the calls that reached an engine, and token totals.
-
-    Cached records carry the token counts of the call that produced them.
-    """
-    sent = [r.latency_s for r in records if r.attempts > 0]
-    return {
-        "calls": len(records),
-        "ok": sum(r.outcome == "ok" for r in records),
-        "unavailable": sum(r.outcome == "unavailable" for r in records),
-        "cached": sum(r.outcome == "cached" for r in records),
-        "mean_latency_s": sum(sent) / len(sent) if sent else 0.0,
-        "prompt_tokens": sum(r.prompt_tokens for r in records),
-        "completion_tokens": sum(r.completion_tokens for r in records),
-    }
-
-
-__all__ = [
-    "CallRecord",
-    "ExpertPool",
-    "ResponseCache",
-    "check_pool_config",
-    "endpoint_index",
-    "is_transient",
-    "resolve_endpoints",
-    "stats",
-]
+__all__ = ["ExpertPool"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option, require
+from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.errors import require
 from collabrl.protocols.config import ProtocolConfig
 
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.config import read_yaml
 from collabrl.errors import UserError
-from collabrl.eval import records
 
 # Columns shown by default, in order; `{n}` is each run's samples per problem.
 HEADLINE = ("pass@1", "avg@{n}", "maj@{n}", "f1@{n}", "var", "stderr", "call_ratio")
@@ -16,18 +16,16 @@ HEADLINE = ("pass@1", "avg@{n}", "maj@{n}", "f1@{n}", "var", "stderr", "call_rat
 
 def load_run(run_dir: Path) -> dict[str, Any]:
     """A run's identity (benchmark, model, n, temperature) and its metrics."""
-    metrics_path = run_dir / records.METRICS
+    metrics_path = run_dir / runs.METRICS
     if not metrics_path.is_file():
-        raise UserError(
-            f"{run_dir} has no {records.METRICS}", "is it a finished `collab eval` run?"
-        )
+        raise UserError(f"{run_dir} has no {runs.METRICS}", "is it a finished `collab eval` run?")
     try:
         metrics = json.loads(metrics_path.read_text())
     except json.JSONDecodeError as err:
         raise UserError(
             f"{metrics_path} is not valid JSON", "re-run the eval to rewrite it"
         ) from err
-    config = read_yaml(run_dir / records.CONFIG) if (run_dir / records.CONFIG).exists() else {}
+    config = read_yaml(run_dir / runs.CONFIG) if (run_dir / runs.CONFIG).exists() else {}
     sampling = config.get("sampling", {})
     return {
         "run": str(run_dir),

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from collabrl import runs
 from collabrl.errors import UserError
-from collabrl.eval import records
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def paired_outcomes(student: Path, teacher: Path) -> list[tuple[Outcome, Outcome
 
 
 def _outcomes(run_dir: Path) -> dict[tuple[str, int], Outcome]:
-    rows = records.read_records(run_dir / records.SAMPLES)
+    rows = runs.read_records(run_dir / runs.SAMPLES)
     if not rows:
         raise UserError(f"{run_dir} has no finished samples", "is it a `collab eval` run?")
     return {

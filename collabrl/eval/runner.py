@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
@@ -20,12 +21,12 @@ from collabrl.engines import Engine, SamplingParams, is_url, resolve_kind
 from collabrl.engines.reference import STAND_IN_NOTE, Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
-from collabrl.eval import records
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
 from collabrl.eval.judge import judge_answers
 from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
 from collabrl.eval.usage import episode_usage, usage_metrics
 from collabrl.models import resolve_model
+from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.rewards.f1 import token_f1
@@ -70,8 +71,8 @@ def run_eval(
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
     out_dir = prepare_run_folder(config)
-    samples_path = out_dir / records.SAMPLES
-    done = {(r["item_id"], r["sample"]) for r in records.read_records(samples_path)}
+    samples_path = out_dir / runs.SAMPLES
+    done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
     todo = [
         Unit(item, s)
         for item in bench.items
@@ -96,24 +97,25 @@ def run_eval(
     metrics = compute_metrics(out_dir, bench, config.sampling.n)
     if config.protocol.uses_reference():
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
-    records.write_json(out_dir / records.METRICS, metrics)
+    runs.write_json(out_dir / runs.METRICS, metrics)
     return EvalResult(out_dir, metrics, len(todo))
 
 
 def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
-    """The policy prompt of solo (and relay, when given); consult, strategy and apollo
-    bring their own."""
+    """The policy prompt: `--prompt`, else the benchmark's for a protocol whose spec
+    answers in it (solo); None leaves it to the protocol (relay's template, or the
+    paper's own prompts of consult, strategy and apollo)."""
     if config.prompt:
         return get_prompt(config.prompt)
-    if config.protocol.name == "solo":
+    if registry.get(config.protocol.name).bench_prompt:
         return get_prompt(bench.prompt)
     return None
 
 
 def prepare_run_folder(config: EvalConfig) -> Path:
     """Create the run folder, or check that an existing one ran the same experiment."""
-    out_dir = records.out_folder(config.out, "eval", config.benchmark, config.model)
-    records.prepare_folder(config, out_dir, RESUMABLE_KEYS, (out_dir / records.SAMPLES,))
+    out_dir = runs.out_folder(config.out, "eval", config.benchmark, config.model)
+    runs.prepare_folder(config, out_dir, RESUMABLE_KEYS, (out_dir / runs.SAMPLES,))
     return out_dir
 
 
@@ -125,7 +127,7 @@ def _sample(
     progress: ProgressFn | None,
 ) -> None:
     chunk = chunk_size(config.engine, config.model)
-    with records.RecordWriter(samples_path) as writer:
+    with runs.RecordWriter(samples_path) as writer:
         for start in range(0, len(todo), chunk):
             units = todo[start : start + chunk]
             params = SamplingParams.of(config.sampling, seed=config.sampling.seed + start)
@@ -186,10 +188,10 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
     from collabrl.engines.openai_http import OpenAIEngine
 
     path = out_dir / "judge.jsonl"
-    judged = {(r["item_id"], r["sample"]) for r in records.read_records(path)}
+    judged = {(r["item_id"], r["sample"]) for r in runs.read_records(path)}
     pending = [
         r
-        for r in records.read_records(out_dir / records.SAMPLES)
+        for r in runs.read_records(out_dir / runs.SAMPLES)
         if not r["correct"] and r["answer"] and (r["item_id"], r["sample"]) not in judged
     ]
     if not pending:
@@ -199,7 +201,7 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
         verdicts = judge_answers(engine, [(r["answer"], r["gold"]) for r in pending])
     finally:
         engine.close()
-    with records.RecordWriter(path) as writer:
+    with runs.RecordWriter(path) as writer:
         for r, v in zip(pending, verdicts, strict=True):
             writer.write(
                 {
@@ -216,7 +218,7 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
 def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     """Metrics over the benchmark's items from the samples on disk."""
     by_item: dict[str, list[dict[str, Any]]] = {}
-    for r in records.read_records(out_dir / records.SAMPLES):
+    for r in runs.read_records(out_dir / runs.SAMPLES):
         by_item.setdefault(r["item_id"], []).append(r)
     problems, kept = [], []
     for item in bench.items:
@@ -240,7 +242,7 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     metrics.update(usage_metrics(kept))
     judge_path = out_dir / "judge.jsonl"
     if judge_path.exists():
-        metrics["judge"] = _judge_metrics(kept, records.read_records(judge_path))
+        metrics["judge"] = _judge_metrics(kept, runs.read_records(judge_path))
     return metrics
 
 

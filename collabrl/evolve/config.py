@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option, require
-from collabrl.errors import UserError
+from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.errors import UserError, require
 from collabrl.protocols.config import ProtocolConfig
 
 SELECT_RULES = ("score", "vote")

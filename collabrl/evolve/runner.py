@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
 from collabrl.engines import SamplingParams, create_engine, is_url
 from collabrl.episode import Episode
 from collabrl.errors import UserError
-from collabrl.eval import records
 from collabrl.eval.runner import policy_template
 from collabrl.evolve.config import RESUMABLE_KEYS, EvolveConfig
 from collabrl.evolve.metrics import plot_curve, round_summary
@@ -72,7 +72,7 @@ def run_evolve(
     bench = load_benchmark(config.benchmark, limit=config.limit)
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
-    out_dir = records.out_folder(config.out, "evolve", config.benchmark, config.models[0])
+    out_dir = runs.out_folder(config.out, "evolve", config.benchmark, config.models[0])
     state = _open_folder(config, out_dir, resume)
     done = len(state["rounds"])
     pool = read_candidates(out_dir, done)
@@ -100,12 +100,12 @@ def run_evolve(
 def _open_folder(config: EvolveConfig, out_dir: Path, resume: bool) -> dict[str, Any]:
     """The state of `out_dir`, refusing to restart a run there unless resuming it."""
     finished = round_path(out_dir, 1)
-    if records.read_records(finished) and not resume:
+    if runs.read_records(finished) and not resume:
         raise UserError(
             f"{out_dir} already holds an evolve run",
             "pass --resume to continue it, or a new --out folder",
         )
-    records.prepare_folder(config, out_dir, RESUMABLE_KEYS, (finished,))
+    runs.prepare_folder(config, out_dir, RESUMABLE_KEYS, (finished,))
     return read_state(out_dir)
 
 

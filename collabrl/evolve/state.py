@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.episode import Author, Episode
-from collabrl.eval import records
 
 STATE = "state.json"
 
@@ -87,7 +87,7 @@ def read_candidates(out_dir: Path, rounds: int) -> list[Candidate]:
     return [
         Candidate.from_dict(r)
         for round_no in range(1, rounds + 1)
-        for r in records.read_records(round_path(out_dir, round_no))
+        for r in runs.read_records(round_path(out_dir, round_no))
     ]
 
 
@@ -100,4 +100,4 @@ def save_round(
     tmp.write_text("".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in candidates))
     os.replace(tmp, path)
     state["rounds"].append(summary)
-    records.write_json(out_dir / STATE, state)
+    runs.write_json(out_dir / STATE, state)

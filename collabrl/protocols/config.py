@@ -7,21 +7,23 @@ from typing import Any
 
 from collabrl.config import option
 from collabrl.engines import is_url
-from collabrl.engines.reference import REFERENCE
 from collabrl.errors import UserError
+from collabrl.protocols import registry
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.consult import ConsultConfig
 from collabrl.protocols.relay import RelayConfig
 from collabrl.protocols.strategy import StrategyConfig
-
-PROTOCOLS = ("solo", "relay", "consult", "strategy", "apollo")
 
 
 @dataclass
 class ProtocolConfig:
     """A protocol and the models it brings in beside the policy."""
 
-    name: str = option("solo", "solo | relay | consult | strategy | apollo (see docs/protocols/).")
+    name: str = option(
+        "solo",
+        "solo | relay | consult | strategy | apollo, or a protocol registered in code "
+        "(see docs/protocols/).",
+    )
     teacher: str | None = option(
         None,
         "relay: the teacher, a model reference or a base URL; 'reference' is a stand-in "
@@ -52,29 +54,22 @@ class ProtocolConfig:
     consult: ConsultConfig = option(ConsultConfig(), "EAPO options.")
     strategy: StrategyConfig = option(StrategyConfig(), "rSIM options.")
     apollo: ApolloConfig = option(ApolloConfig(), "AlphaApollo options: the tools.")
+    options: dict[str, Any] = option(
+        {},
+        "Options of a protocol registered in code with its own options class "
+        "(e.g. --set protocol.options.KEY=VALUE); the built-in ones take none here.",
+    )
 
     def check(self) -> None:
         """Refuse a setup that cannot run, before any model is loaded: every sub-config
         is checked, whichever protocol runs, so a typo never waits for a model load."""
-        if self.name not in PROTOCOLS:
-            raise UserError(f"unknown protocol '{self.name}'", f"use one of {', '.join(PROTOCOLS)}")
+        spec = registry.get(self.name)  # an unknown name lists the registered ones
         self.relay.check()
         self.consult.check()
         self.strategy.check()
         self.apollo.check()
-        if self.name == "relay" and not self.teacher and not self.relay.teacher_free:
-            raise UserError(
-                "the relay protocol needs a teacher",
-                "pass --teacher MODEL_OR_URL, or --set protocol.relay.teacher_free=true",
-            )
-        has_experts = bool(self.experts) or self.consult.self_collab
-        if self.name == "consult" and self.consult.mode == "open" and not has_experts:
-            raise UserError(
-                "the consult protocol needs experts",
-                "pass --expert MODEL_OR_URL, --self-collab, or --set protocol.consult.mode=locked",
-            )
-        if self.name == "strategy" and self.strategy.planner_kind != "ps+" and not self.planner:
-            raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+        registry.read_options(self)
+        spec.check(self)  # the protocol's own setup: e.g. relay needs a teacher
         if self.strategy.planner_kind == "rsim" and self.planner and is_url(self.planner):
             raise UserError(
                 f"an rsim planner runs in-process and cannot be reached at {self.planner}",
@@ -84,8 +79,4 @@ class ProtocolConfig:
     def uses_reference(self) -> bool:
         """Whether a collaborator that this protocol runs is the `reference` stand-in,
         which reads each task's gold answer (outputs must say so)."""
-        if self.name == "relay":
-            return self.teacher == REFERENCE and not self.relay.teacher_free
-        if self.name == "consult" and self.consult.mode == "open":
-            return not self.consult.self_collab and REFERENCE in self.experts
-        return False
+        return registry.get(self.name).uses_reference(self)

@@ -52,7 +52,8 @@ from collabrl.protocols.parsing import (
 )
 
 if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
-    from collabrl.engines.pool import CallRecord, ExpertPool
+    from collabrl.engines.calls import CallRecord
+    from collabrl.engines.pool import ExpertPool
     from collabrl.engines.reference import Reference
 
 MODES = ("open", "locked")

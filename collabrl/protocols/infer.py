@@ -12,6 +12,7 @@ from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
+from collabrl.protocols import registry
 from collabrl.protocols.base import Task
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
@@ -42,7 +43,8 @@ class InferConfig:
 def infer_one(config: InferConfig) -> tuple[Episode, float]:
     """Run the problem once; return the episode and the seconds it took."""
     task, fallback, bench_prompt = _task(config)
-    name = config.prompt or (bench_prompt if config.protocol.name == "solo" else None)
+    in_bench_prompt = registry.get(config.protocol.name).bench_prompt
+    name = config.prompt or (bench_prompt if in_bench_prompt else None)
     protocol = build_protocol(
         config.protocol,
         config.model,

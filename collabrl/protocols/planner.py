@@ -26,12 +26,8 @@ from collabrl.config import EngineConfig
 from collabrl.engines import create_engine, is_url
 from collabrl.engines.base import ChatMessage, Engine, SamplingParams
 from collabrl.errors import UserError
-from collabrl.protocols.strategies import (
-    CONTINUATION,
-    STRATEGIES,
-    STRATEGY_NAMES,
-    PlannerContext,
-)
+from collabrl.protocols.strategies import PlannerContext
+from collabrl.strategies import CONTINUATION, STRATEGIES, STRATEGY_NAMES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -45,7 +45,8 @@ from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from collabrl.engines.pool import CallRecord, ExpertPool
+    from collabrl.engines.calls import CallRecord
+    from collabrl.engines.pool import ExpertPool
 
 
 @dataclass

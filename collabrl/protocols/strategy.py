@@ -45,14 +45,14 @@ from collabrl.protocols.base import (
     round_seed,
     segment_end,
 )
-from collabrl.protocols.strategies import (
+from collabrl.protocols.strategies import PlannerContext, observe_step
+from collabrl.rewards.rsim import follow_share, format_reward
+from collabrl.strategies import (
     STEP_DELIMITER,
     STRATEGIES,
     STRATEGY_NAMES,
     TERMINAL,
-    PlannerContext,
     count_strategies,
-    observe_step,
 )
 
 if TYPE_CHECKING:  # the planners bring in torch: not needed to check a config
@@ -76,6 +76,33 @@ def planner_contexts(episode: Episode) -> list[PlannerContext]:
         elif segment.author is Author.POLICY:
             steps.append(observe_step(segment.text, summary_chars))
     return contexts
+
+
+def guided_steps(episode: Episode) -> list[tuple[str, str]]:
+    """(strategy, the reasoner's text of the step it guided) for every guided step."""
+    pairs: list[tuple[str, str]] = []
+    strategy = None
+    for segment in episode.segments:
+        if segment.author is Author.GUIDANCE:
+            strategy = str(segment.meta["strategy"])
+        elif segment.author is Author.POLICY and strategy is not None:
+            pairs.append((strategy, segment.text))
+            strategy = None
+    return pairs
+
+
+def strategy_extras(episode: Episode) -> dict[str, object]:
+    """What the rSIM rewards and logs read of a `strategy` episode besides its
+    correctness (its end reason is the common extras' `end`): the strategy spec's
+    episode extras (protocols/builtin.py)."""
+    text = "".join(s.text for s in episode.segments if s.author is Author.POLICY)
+    return {
+        "strategies": list(episode.meta.get("strategies", [])),
+        "follow": follow_share(guided_steps(episode)),
+        "step_format": format_reward(text),
+        # end: terminal: how many times the reasoner's EOS was overridden.
+        "eos_continued": int(episode.meta.get("eos_continued", 0)),
+    }
 
 
 # -- prompts ---------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collabrl.protocols.strategies import KEYWORDS, STRATEGY_NAMES, _keyword_pattern
 from collabrl.rewards.extract import extract_answer
+from collabrl.strategies import KEYWORDS, STRATEGY_NAMES, keyword_pattern
 
 # -- planner ----------------------------------------------------------------------------
 
@@ -125,7 +125,7 @@ _CUES: dict[str, tuple[str, ...]] = {
 # them, so "verified", "broke down" count) or one of its cue phrases.
 _FOLLOW_RES: dict[str, re.Pattern[str]] = {
     name: re.compile(
-        rf"\b(?:{'|'.join([*map(_keyword_pattern, KEYWORDS[name]), *_CUES[name]])})\b",
+        rf"\b(?:{'|'.join([*map(keyword_pattern, KEYWORDS[name]), *_CUES[name]])})\b",
         re.IGNORECASE | re.DOTALL,
     )
     for name in _CUES

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collabrl.config import EngineConfig, option, require
+from collabrl import runs
+from collabrl.config import EngineConfig, option
 from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import get_prompt
-from collabrl.errors import UserError
-from collabrl.eval import records
+from collabrl.errors import UserError, require
 from collabrl.models import resolve_model
+from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.rsim import PLANNER_DIR, RSIMConfig
@@ -120,7 +121,7 @@ class GRPOTrainConfig:
             )
         if self.prompt is not None:
             get_prompt(self.prompt)
-        allowed = GRPO_PROTOCOLS if self.method == "grpo" else (PROTOCOL_OF[self.method],)
+        allowed = grpo_protocols() if self.method == "grpo" else (PROTOCOL_OF[self.method],)
         # "solo" is ProtocolConfig's default: what a run that names no protocol carries.
         if self.protocol.name not in (*allowed, "solo"):
             raise UserError(
@@ -138,14 +139,18 @@ class GRPOTrainConfig:
 
 # The protocol each method rolls out with.
 PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult", "rsim": "strategy"}
-# `collab train grpo` may also roll out on apollo: tool-integrated RL (tool output masked).
-GRPO_PROTOCOLS = ("solo", "apollo")
+
+
+def grpo_protocols() -> tuple[str, ...]:
+    """The protocols `collab train grpo` may roll out on, as their specs say: solo, apollo
+    (tool-integrated RL, tool output masked) and any registered protocol that allows it."""
+    return tuple(name for name in registry.names() if registry.get(name).grpo)
 
 
 def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
     """The method's protocol (EAPO trains with the expert channel open)."""
     name = PROTOCOL_OF[config.method]
-    if config.method == "grpo" and config.protocol.name in GRPO_PROTOCOLS:
+    if config.method == "grpo" and config.protocol.name in grpo_protocols():
         name = config.protocol.name
     protocol = dataclasses.replace(config.protocol, name=name)
     if config.method == "eapo":
@@ -159,13 +164,10 @@ RESUMABLE_KEYS = frozenset(
 )
 
 
-# The protocols that bring their paper's prompts (consult, strategy, apollo).
-OWN_PROMPT = ("consult", "strategy", "apollo")
-
-
 def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
-    """The policy's prompt name: None when the rollout protocol brings its own."""
-    if rollout_protocol(config).name in OWN_PROMPT:
+    """The policy's prompt name: None when the rollout protocol brings its paper's own
+    (its registry spec says so: consult, strategy, apollo)."""
+    if registry.get(rollout_protocol(config).name).own_prompt:
         return None
     return config.prompt or bench_prompt
 
@@ -267,7 +269,7 @@ def train_grpo(
     config.check()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     bench = load_benchmark(config.data, limit=config.limit)
-    out = records.out_folder(config.out, f"train-{config.method}", config.data, config.model)
+    out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
     # "0: the whole run" horizons become numbers in config.yaml: a resume keeps them.
@@ -275,10 +277,10 @@ def train_grpo(
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
     result = run_grpo(config, bench, out, checkpoint, progress)
     if config.eval_data is not None and is_main_process():
-        # The policy is evaluated with the prompt it trained with (consult and strategy
-        # bring their own).
+        # The policy is evaluated with the prompt it trained with (none for a protocol
+        # that brings its own).
         result.evaluation = evaluate_run(config, out, training_prompt(config, bench.prompt))
-        records.write_json(out / "eval.json", result.evaluation)
+        runs.write_json(out / "eval.json", result.evaluation)
     return result
 
 

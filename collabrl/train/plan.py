@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabrl.engines import is_url
 from collabrl.errors import UserError
+from collabrl.protocols import registry
 
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
@@ -328,7 +329,7 @@ def _placement_section(
     )
     for role, ref in _collaborators(protocol):
         plan.add(section, role, _where(ref, config, plan))
-    if protocol.name == "strategy" and protocol.planner:
+    if "planner" in registry.get(protocol.name).collaborators and protocol.planner:
         if not _on_this_machine(protocol.planner):
             plan.warnings.append(f"model '{protocol.planner}' is not on this machine")
         where = "trained beside the policy in every process (float32, DDP)"
@@ -336,12 +337,15 @@ def _placement_section(
 
 
 def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
-    """(role, model reference or URL) of every model beside the policy."""
-    if protocol.name == "relay" and protocol.teacher:
-        return [("teacher", protocol.teacher)]
-    if protocol.name == "consult":
-        return [(f"expert {i}", ref) for i, ref in enumerate(protocol.experts, start=1)]
-    return []
+    """(role, model reference or URL) of every teacher or expert beside the policy, as
+    the protocol's spec names its collaborators (the planner has its own line)."""
+    roles = registry.get(protocol.name).collaborators
+    found: list[tuple[str, str]] = []
+    if "teacher" in roles and protocol.teacher:
+        found.append(("teacher", protocol.teacher))
+    if "experts" in roles:
+        found += [(f"expert {i}", ref) for i, ref in enumerate(protocol.experts, start=1)]
+    return found
 
 
 def _where(ref: str, config: GRPOTrainConfig, plan: TrainPlan) -> str:

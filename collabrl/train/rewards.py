@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from collabrl.protocols import registry
 from collabrl.rewards.eapo import eapo_reward
 from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
 
@@ -40,9 +41,11 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
     if log is None:
         return
     keys = ("correct", "call_ratio", "call_ratio_requested", "calls", "accepted_calls")
-    keys += ("format_errors", "tool_calls", "tool_errors", "accept_prob", "rollout_seconds")
-    keys += ("identical_groups",)
-    for key in (k for k in keys if k in kwargs):  # accept_prob: consult only
+    keys += ("format_errors", "tool_calls", "tool_errors")
+    # What the protocols' specs log of their own extras (consult: accept_prob).
+    keys += registry.metric_keys()
+    keys += ("rollout_seconds", "identical_groups")
+    for key in (k for k in dict.fromkeys(keys) if k in kwargs):  # a protocol's: when it ran
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key
         log(f"episodes/{name}", sum(values) / len(values))

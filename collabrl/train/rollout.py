@@ -40,13 +40,13 @@ from collabrl.engines.openai_http import OpenAIEngine
 from collabrl.engines.reference import Reference
 from collabrl.engines.vllm import VLLMEngine
 from collabrl.episode import Episode
+from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import is_equivalent
 from collabrl.train.episodes import trainable
-from collabrl.train.rsim import strategy_extras
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -57,8 +57,10 @@ log = logging.getLogger(__name__)
 
 
 def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
-    """What rewards and logs read from one Episode: scored on its own answer."""
+    """What rewards and logs read from one Episode: scored on its own answer, then what
+    its protocol's spec adds (consult's acceptance probability, rSIM's strategies …)."""
     answer = episode.answer
+    spec = registry.find(episode.meta.get("protocol"))
     return {
         "problem_id": episode.problem_id,
         "answer": answer,
@@ -74,10 +76,7 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         "tool_errors": episode.tool_errors,
         "format_ok": format_ok(policy_text(episode)),
         "end": str(episode.end),
-        # consult: the acceptance probability this step's schedule set.
-        **({"accept_prob": episode.meta["accept_prob"]} if "accept_prob" in episode.meta else {}),
-        # strategy (rSIM): the chosen strategies, the follow share, the format reward.
-        **(strategy_extras(episode) if episode.meta.get("protocol") == "strategy" else {}),
+        **(spec.episode_extras(episode) if spec is not None else {}),
     }
 
 

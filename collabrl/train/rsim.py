@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.config import option, require
+from collabrl.config import option
 from collabrl.episode import Author, EndReason, Episode
-from collabrl.errors import UserError
-from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
+from collabrl.errors import UserError, require
+from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import planner_contexts
-from collabrl.rewards.rsim import follow_share, format_reward
+from collabrl.strategies import STRATEGY_NAMES
 
 if TYPE_CHECKING:
     import torch
@@ -167,32 +167,6 @@ def guided_token_counts(episode: Episode) -> list[int]:
         elif segment.author is Author.POLICY and counts:
             counts[-1] += len(segment.token_ids)
     return counts
-
-
-def guided_steps(episode: Episode) -> list[tuple[str, str]]:
-    """(strategy, the reasoner's text of the step it guided) for every guided step."""
-    pairs: list[tuple[str, str]] = []
-    strategy = None
-    for segment in episode.segments:
-        if segment.author is Author.GUIDANCE:
-            strategy = str(segment.meta["strategy"])
-        elif segment.author is Author.POLICY and strategy is not None:
-            pairs.append((strategy, segment.text))
-            strategy = None
-    return pairs
-
-
-def strategy_extras(episode: Episode) -> dict[str, object]:
-    """What the rSIM rewards and logs read of a `strategy` episode besides its
-    correctness (its end reason is the common extras' `end`)."""
-    text = "".join(s.text for s in episode.segments if s.author is Author.POLICY)
-    return {
-        "strategies": list(episode.meta.get("strategies", [])),
-        "follow": follow_share(guided_steps(episode)),
-        "step_format": format_reward(text),
-        # end: terminal: how many times the reasoner's EOS was overridden.
-        "eos_continued": int(episode.meta.get("eos_continued", 0)),
-    }
 
 
 # Why a `strategy` episode ended, as logged: planner/end_<reason>, shares summing to 1.

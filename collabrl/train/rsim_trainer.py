@@ -37,8 +37,9 @@ from trl import GRPOTrainer
 
 from collabrl.errors import UserError
 from collabrl.protocols.planner import RSIMPlanner
-from collabrl.protocols.strategies import STRATEGY_NAMES, PlannerContext
+from collabrl.protocols.strategies import PlannerContext
 from collabrl.rewards.rsim import group_advantages, planner_reward
+from collabrl.strategies import STRATEGY_NAMES
 from collabrl.train.rsim import (
     PLANNER_DIR,
     RSIMConfig,

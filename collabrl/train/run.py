@@ -1,6 +1,6 @@
 """The run folder every trainer writes, and the TRL callback that fills it.
 
-    OUT/config.yaml      the resolved config (eval.records.prepare_folder)
+    OUT/config.yaml      the resolved config (runs.prepare_folder)
     OUT/metrics.jsonl    every TRL log line, one per optimizer step
     OUT/train_curves.png the logged curves against the step
     OUT/checkpoints/     TRL's checkpoint-<step> folders: what --resume continues from
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabrl import runs
 from collabrl.errors import UserError
-from collabrl.eval import records
 
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
@@ -60,7 +60,7 @@ def start_run(
             f"{out} already reached step {checkpoint_step(checkpoint)} of {max_steps}",
             "raise --steps to train further, or evaluate OUT/final with collab eval",
         )
-    records.prepare_folder(config, out, resumable, (out / METRICS,))
+    runs.prepare_folder(config, out, resumable, (out / METRICS,))
     keep_metrics_until(out / METRICS, checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint
 
@@ -87,16 +87,16 @@ def checkpoint_step(checkpoint: str) -> int:
 
 def keep_metrics_until(path: Path, step: int) -> None:
     """Drop the logs after `step` (0: all of them): a resumed run logs those steps again."""
-    kept = [r for r in records.read_records(path) if r.get("step", 0) <= step]
+    kept = [r for r in runs.read_records(path) if r.get("step", 0) <= step]
     tmp = path.with_suffix(".tmp")
-    with records.RecordWriter(tmp) as writer:
+    with runs.RecordWriter(tmp) as writer:
         for record in kept:
             writer.write(record)
     os.replace(tmp, path)
 
 
 def recorder(
-    writer: records.RecordWriter, progress: Callable[[int, int], None] | None = None
+    writer: runs.RecordWriter, progress: Callable[[int, int], None] | None = None
 ) -> TrainerCallback:
     """A callback writing every TRL log to metrics.jsonl and moving a progress bar (built
     here so that importing this module does not import transformers). Add it after the

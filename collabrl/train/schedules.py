@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from collabrl.config import build_config, option, read_yaml, require
-from collabrl.errors import UserError
-from collabrl.eval.records import CONFIG
+from collabrl import runs
+from collabrl.config import build_config, option, read_yaml
+from collabrl.errors import UserError, require
 from collabrl.train.rsim import default_switch_step
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
     differs from the saved run's is then refused by the run folder, like any change. A
     run saved before horizons were pinned keeps its 0s: they still follow --steps.
     """
-    saved = out / CONFIG
+    saved = out / runs.CONFIG
     if config.resume and saved.is_file():
         before = build_config(type(config), [read_yaml(saved)])
         accept, anneal = before.schedule.accept_steps, before.schedule.anneal_steps

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.builders.folder import DATASET
-from collabrl.config import option, require
-from collabrl.errors import UserError
-from collabrl.eval import records
+from collabrl import runs
+from collabrl.config import option
+from collabrl.errors import UserError, require
 from collabrl.models import load_model, load_tokenizer, resolve_model
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.run import (
@@ -185,7 +184,7 @@ def train_sft(
     config.check()
     ref = resolve_model(config.model)
     rows = with_template_options(load_rows(config.data or ""), config.chat_template_kwargs)
-    out = records.out_folder(config.out, "sft", config.data or "", config.model)
+    out = runs.out_folder(config.out, "sft", config.data or "", config.model)
     last = start_run(config, out, RESUMABLE_KEYS)
     resumed_from = checkpoint_step(last) if last else None
 
@@ -196,12 +195,12 @@ def train_sft(
             "use an instruct model, or add a chat_template to its tokenizer_config.json",
         )
     transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
-    with _quiet_datasets(), records.RecordWriter(out / METRICS) as writer:
+    with _quiet_datasets(), runs.RecordWriter(out / METRICS) as writer:
         trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
         trainer.add_callback(recorder(writer, progress))
         output = trainer.train(resume_from_checkpoint=last)
     save_final(trainer, out / FINAL, config.lora)
-    history = records.read_records(out / METRICS)
+    history = runs.read_records(out / METRICS)
     names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"
     plot_curves(history, out / CURVES, ("loss",), f"SFT · {names}")
     losses = [r["loss"] for r in history if "loss" in r]
@@ -222,8 +221,8 @@ def load_rows(data: str) -> Dataset:
     import datasets
 
     path = Path(data).expanduser()
-    if (path / DATASET).is_dir():
-        path = path / DATASET
+    if (path / runs.DATASET).is_dir():
+        path = path / runs.DATASET
     if path.is_file() and path.suffix == ".jsonl":
         rows = _from_jsonl(path)
     elif path.is_dir():
@@ -273,7 +272,7 @@ def _from_jsonl(path: Path) -> Dataset:
     import pyarrow as pa
 
     try:
-        return datasets.Dataset.from_list(records.read_records(path))
+        return datasets.Dataset.from_list(runs.read_records(path))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise UserError(f"{path}: rows of mixed shapes ({err})", "fix or rebuild the rows") from err
 

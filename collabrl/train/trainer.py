@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collabrl import runs
 from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
-from collabrl.eval import records
 from collabrl.protocols.build import build_protocol
 from collabrl.train.run import CURVES, FINAL, METRICS, plot_curves, recorder, save_final
 
@@ -66,13 +66,13 @@ def run_grpo(
     trainer, protocol = build_trainer(config, bench, out, checkpoint)
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     try:
-        with records.RecordWriter(out / METRICS) as writer:
+        with runs.RecordWriter(out / METRICS) as writer:
             trainer.add_callback(recorder(writer, progress))
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         protocol.close()
     save_final(trainer, out / FINAL)
-    history = records.read_records(out / METRICS)
+    history = runs.read_records(out / METRICS)
     title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
     plot_curves(history, out / CURVES, CURVE_KEYS, title)
     if config.method == "rsim":
@@ -147,7 +147,7 @@ def training_rollout(
     from collabrl.train.rollout import ProtocolRollout
 
     engine = policy_engine(config, model, tokenizer)
-    # consult, strategy and apollo bring their papers' prompts; the others use the data's.
+    # A protocol whose spec brings its paper's prompts gets none; the others the data's.
     prompt = training_prompt(config, bench.prompt)
     template = None if prompt is None else get_prompt(prompt)
     protocol_config = rollout_protocol(config)

@@ -14,13 +14,14 @@ from collabrl.builders.consult_warmup import (
     build_consult_warmup,
     call_completion,
 )
-from collabrl.builders.folder import DATASET, PLOT, ROWS, STATS
+from collabrl.builders.folder import PLOT, ROWS, STATS
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.engines.base import encode_prompt
 from collabrl.errors import UserError
 from collabrl.protocols.consult import ConsultConfig, training_prompt
 from collabrl.protocols.parsing import ExpertQuery, parse_agent_calls
 from collabrl.rewards.eapo import format_ok
+from collabrl.runs import DATASET
 from tests.builders.sft import train_one_step
 from tests.protocols.scripted import ScriptedEngine
 

@@ -17,7 +17,7 @@ from collabrl.config import SamplingConfig
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.engines.base import Completion, SamplingParams
 from collabrl.errors import UserError
-from collabrl.eval.records import read_records
+from collabrl.runs import read_records
 
 SEED = 7
 K = 4

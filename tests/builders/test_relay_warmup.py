@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collabrl.builders.folder import DATASET, PLOT, ROWS, STATS
+from collabrl.builders.folder import PLOT, ROWS, STATS
 from collabrl.builders.relay_warmup import (
     RelayWarmupConfig,
     build_relay_warmup,
@@ -22,6 +22,7 @@ from collabrl.builders.relay_warmup import (
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.parsing import parse_relay_call
+from collabrl.runs import DATASET
 from tests.builders.sft import train_one_step
 
 RESPONSE = (

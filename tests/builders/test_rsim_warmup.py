@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collabrl.builders.folder import DATASET, ROWS, STATS
+from collabrl.builders.folder import ROWS, STATS
 from collabrl.builders.rsim_warmup import (
     EXAMPLES,
     FEW_SHOT_PROMPT,
@@ -20,6 +20,7 @@ from collabrl.builders.rsim_warmup import (
 from collabrl.config import SamplingConfig
 from collabrl.engines.base import Prompt
 from collabrl.protocols.strategy import STEP_PROMPT
+from collabrl.runs import DATASET
 from tests.builders.sft import train_one_step
 from tests.protocols.scripted import ScriptedEngine
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from collabrl.cli.main import app
 from collabrl.data.benchmarks import load_benchmark
-from collabrl.eval.records import read_records
+from collabrl.runs import read_records
 from tests.cli.test_cli import assert_one_line_error, collab
 from tests.servers import free_port
 

@@ -12,18 +12,12 @@ import pytest
 
 from collabrl.config import PoolConfig, build_config
 from collabrl.engines.base import SamplingParams
-from collabrl.engines.pool import (
-    NO_REFERENCE,
-    UNKNOWN_EXPERT,
-    Call,
-    CallRecord,
-    ExpertPool,
-    ResponseCache,
-    endpoint_index,
-    is_transient,
-    stats,
-)
+from collabrl.engines.calls import UNKNOWN_EXPERT, Call, CallRecord, stats
+from collabrl.engines.endpoints import endpoint_index
+from collabrl.engines.pool import NO_REFERENCE, ExpertPool
 from collabrl.engines.reference import REFERENCE, Reference, reference_completion
+from collabrl.engines.response_cache import ResponseCache
+from collabrl.engines.retry import is_transient
 from collabrl.errors import UserError
 from tests.engines.templates import thinking_model_dir
 from tests.servers import ServerProcess, free_port

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from collabrl import runs
 from collabrl.config import build_config
 from collabrl.episode import Episode
-from collabrl.eval import records
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import run_eval
 from tests.protocols.scripted import ScriptedEngine
@@ -35,7 +35,7 @@ def _config(
 
 
 def _episodes(out: Path) -> list[Episode]:
-    lines = (out / records.SAMPLES).read_text().splitlines()
+    lines = (out / runs.SAMPLES).read_text().splitlines()
     return [Episode.from_dict(json.loads(line)["episode"]) for line in lines]
 
 
@@ -85,7 +85,7 @@ def test_expert_server_killed_during_a_consult_eval(smol_tokenizer, tiny_model_d
 
         result = run_eval(config, engine=ScriptedEngine(smol_tokenizer, policy), progress=progress)
 
-    saved = json.loads((out / records.METRICS).read_text())
+    saved = json.loads((out / runs.METRICS).read_text())
     assert saved == result.metrics and saved["problems"] == 6
     assert saved["calls_per_sample"] == 1.0
     assert saved["call_failures"] == 4  # the four episodes after the kill
@@ -103,7 +103,7 @@ def test_reference_teachers_and_experts_answer_each_item_and_are_labelled(
     policy = ScriptedEngine(smol_tokenizer, lambda prompt: "Let me ask. <call>100</call>")
     result = run_eval(relay, engine=policy)
     assert result.metrics["pass@1"] == 1.0 and "gold answer" in result.metrics["stand_in"]
-    lines = [json.loads(line) for line in (tmp_path / "relay" / records.SAMPLES).open()]
+    lines = [json.loads(line) for line in (tmp_path / "relay" / runs.SAMPLES).open()]
     for line in lines:
         [call] = Episode.from_dict(line["episode"]).calls
         assert line["end"] == "teacher_eos" and f"\\boxed{{{line['gold']}}}" in call.text

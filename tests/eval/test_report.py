@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from collabrl import runs
 from collabrl.config import save_config
 from collabrl.errors import UserError
-from collabrl.eval import records
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.report import load_run, report_rows, to_markdown
 
@@ -19,9 +19,9 @@ def _run(folder: Path, model: str, n: int, metrics: dict) -> Path:
     config = EvalConfig(benchmark="aime24", model=model)
     config.sampling.n = n
     config.sampling.temperature = 0.6
-    save_config(config, folder / records.CONFIG)
+    save_config(config, folder / runs.CONFIG)
     body = {"problems": 30.0, "samples_per_problem": float(n), **metrics}
-    records.write_json(folder / records.METRICS, body)
+    runs.write_json(folder / runs.METRICS, body)
     return folder
 
 
@@ -144,8 +144,8 @@ def test_markdown_table(two_runs: list[Path]) -> None:
 def test_run_without_config_still_reports(tmp_path: Path) -> None:
     folder = tmp_path / "bare"
     folder.mkdir()
-    records.write_json(
-        folder / records.METRICS, {"problems": 2.0, "samples_per_problem": 2.0, "avg@2": 0.25}
+    runs.write_json(
+        folder / runs.METRICS, {"problems": 2.0, "samples_per_problem": 2.0, "avg@2": 0.25}
     )
     run = load_run(folder)
     assert (run["benchmark"], run["model"], run["n"]) == ("?", "?", 2)
@@ -161,7 +161,7 @@ def test_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_corrupt_metrics_is_a_user_error(tmp_path: Path) -> None:
-    (tmp_path / records.METRICS).write_text('{"pass@1": 0.')
+    (tmp_path / runs.METRICS).write_text('{"pass@1": 0.')
     with pytest.raises(UserError, match="not valid JSON"):
         load_run(tmp_path)
 
@@ -190,4 +190,4 @@ def test_report_of_a_real_run(tiny_model_dir, tiny_engine, tmp_path: Path) -> No
     assert {"pass@1", "avg@n", "maj@n", "f1@n", "var", "stderr", "call_ratio"} <= set(header)
     assert rows[0][header.index("avg@n")] == f"{result.metrics['avg@2']:.4f}"
     assert rows[0][header.index("problems")] == "2"
-    assert json.loads((out / records.METRICS).read_text()) == run["metrics"]
+    assert json.loads((out / runs.METRICS).read_text()) == run["metrics"]

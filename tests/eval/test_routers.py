@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from collabrl import runs
 from collabrl.errors import UserError
-from collabrl.eval import records
 from collabrl.eval.routers import (
     Outcome,
     paired_outcomes,
@@ -74,7 +74,7 @@ def test_router_table_matches_a_collaborative_run() -> None:
 
 def _run(folder: Path, rows: list[tuple[str, int, bool, int]]) -> Path:
     folder.mkdir()
-    with records.RecordWriter(folder / records.SAMPLES) as writer:
+    with runs.RecordWriter(folder / runs.SAMPLES) as writer:
         for item, sample, correct, tokens in rows:
             writer.write(
                 {"item_id": item, "sample": sample, "correct": correct, "completion_tokens": tokens}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collabrl import runs
 from collabrl.config import build_config
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.errors import UserError
-from collabrl.eval import records
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import compute_metrics, prepare_run_folder, run_eval
 
@@ -31,7 +31,7 @@ def _config(model: Path, out: Path, **overrides) -> EvalConfig:
 
 
 def _samples(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / records.SAMPLES).read_text().splitlines()]
+    return [json.loads(line) for line in (out / runs.SAMPLES).read_text().splitlines()]
 
 
 def _keys(samples: list[dict]) -> list[tuple[str, int]]:
@@ -52,7 +52,7 @@ def test_run_writes_config_samples_and_metrics(tiny_model_dir, tiny_engine, tmp_
     assert progress[-1] == (6, 6)
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
 
-    saved = yaml.safe_load((out / records.CONFIG).read_text())
+    saved = yaml.safe_load((out / runs.CONFIG).read_text())
     assert saved["model"] == str(tiny_model_dir)
     assert saved["sampling"]["n"] == 3
 
@@ -72,7 +72,7 @@ def test_run_writes_config_samples_and_metrics(tiny_model_dir, tiny_engine, tmp_
         assert isinstance(s["correct"], bool)
         assert 0.0 <= s["f1"] <= 1.0
 
-    metrics = json.loads((out / records.METRICS).read_text())
+    metrics = json.loads((out / runs.METRICS).read_text())
     assert metrics == result.metrics
     for key in (
         "pass@1",
@@ -146,22 +146,22 @@ def test_user_jsonl_benchmark_with_custom_fields(tiny_model_dir, tiny_engine, tm
 def test_resume_generates_only_the_missing_item(tiny_model_dir, tiny_engine, tmp_path) -> None:
     out = tmp_path / "run"
     run_eval(_config(tiny_model_dir, out, limit=2), engine=tiny_engine)
-    before = (out / records.SAMPLES).read_bytes()
+    before = (out / runs.SAMPLES).read_bytes()
 
     result = run_eval(_config(tiny_model_dir, out, limit=3), engine=tiny_engine)
     assert result.new_samples == 2
-    after = (out / records.SAMPLES).read_bytes()
+    after = (out / runs.SAMPLES).read_bytes()
     assert after.startswith(before)  # finished samples are kept, not rewritten
     keys = _keys(_samples(out))
     assert len(keys) == 6 and len(set(keys)) == 6
     third = load_benchmark("gsm8k", limit=3).items[2].id
     assert Counter(k for k, _ in keys)[third] == 2
     assert result.metrics["problems"] == 3
-    assert yaml.safe_load((out / records.CONFIG).read_text())["limit"] == 3
+    assert yaml.safe_load((out / runs.CONFIG).read_text())["limit"] == 3
 
     again = run_eval(_config(tiny_model_dir, out, limit=3), engine=tiny_engine)
     assert again.new_samples == 0
-    assert (out / records.SAMPLES).read_bytes() == after
+    assert (out / runs.SAMPLES).read_bytes() == after
     assert again.metrics == result.metrics
 
 
@@ -177,9 +177,9 @@ def test_more_samples_per_problem_is_a_different_experiment(
 def test_torn_last_line_is_dropped_and_regenerated(tiny_model_dir, tiny_engine, tmp_path) -> None:
     out = tmp_path / "run"
     run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
-    lines = (out / records.SAMPLES).read_text().splitlines(keepends=True)
+    lines = (out / runs.SAMPLES).read_text().splitlines(keepends=True)
     # Simulate `kill -9` in the middle of writing the last sample.
-    (out / records.SAMPLES).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    (out / runs.SAMPLES).write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     lost = _keys([json.loads(lines[-1])])[0]
 
     result = run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
@@ -187,21 +187,21 @@ def test_torn_last_line_is_dropped_and_regenerated(tiny_model_dir, tiny_engine, 
     samples = _samples(out)  # every line parses: the torn one is gone
     keys = _keys(samples)
     assert len(keys) == 4 and len(set(keys)) == 4 and keys[-1] == lost
-    assert (out / records.SAMPLES).read_text().endswith("\n")
+    assert (out / runs.SAMPLES).read_text().endswith("\n")
     assert result.metrics["samples_per_problem"] == 2
 
 
 def test_changed_temperature_is_refused(tiny_model_dir, tiny_engine, tmp_path) -> None:
     out = tmp_path / "run"
     run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
-    before = (out / records.SAMPLES).read_bytes()
+    before = (out / runs.SAMPLES).read_bytes()
     with pytest.raises(UserError) as info:
         run_eval(_config(tiny_model_dir, out, **{"sampling.temperature": 0.5}), engine=tiny_engine)
     assert "different sampling" in info.value.problem
     assert str(out) in info.value.problem
     assert "--out" in info.value.fix
-    assert (out / records.SAMPLES).read_bytes() == before
-    assert yaml.safe_load((out / records.CONFIG).read_text())["sampling"]["temperature"] == 1.0
+    assert (out / runs.SAMPLES).read_bytes() == before
+    assert yaml.safe_load((out / runs.CONFIG).read_text())["sampling"]["temperature"] == 1.0
 
 
 def test_changed_prompt_is_refused(tiny_model_dir, tiny_engine, tmp_path) -> None:
@@ -219,7 +219,7 @@ def test_resources_may_change_on_resume(tiny_model_dir, tiny_engine, tmp_path) -
         engine=tiny_engine,
     )
     assert result.new_samples == 0
-    assert yaml.safe_load((out / records.CONFIG).read_text())["engine"]["batch_size"] == 1
+    assert yaml.safe_load((out / runs.CONFIG).read_text())["engine"]["batch_size"] == 1
 
 
 def test_a_run_that_failed_before_sampling_can_be_corrected(
@@ -230,7 +230,7 @@ def test_a_run_that_failed_before_sampling_can_be_corrected(
         run_eval(_config(tmp_path / "typo-model", out))
     result = run_eval(_config(tiny_model_dir, out), engine=tiny_engine)
     assert result.new_samples == 4
-    assert yaml.safe_load((out / records.CONFIG).read_text())["model"] == str(tiny_model_dir)
+    assert yaml.safe_load((out / runs.CONFIG).read_text())["model"] == str(tiny_model_dir)
 
 
 def test_prepare_run_folder_defaults_under_runs(tmp_path, monkeypatch) -> None:
@@ -239,7 +239,7 @@ def test_prepare_run_folder_defaults_under_runs(tmp_path, monkeypatch) -> None:
     out = prepare_run_folder(config)
     assert out.parent == Path("runs")
     assert out.name.startswith("eval-aime24-My_Model-")
-    assert (tmp_path / out / records.CONFIG).is_file()
+    assert (tmp_path / out / runs.CONFIG).is_file()
 
 
 # --- compute_metrics on hand-written samples -----------------------------------------------------
@@ -272,7 +272,7 @@ def test_compute_metrics_from_samples_on_disk(tmp_path) -> None:
         _record(second.id, 2, second.answer, True),
         _record(second.id, 3, second.answer, True),  # beyond n: ignored
     ]
-    (tmp_path / records.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / runs.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in rows))
     bench = load_benchmark("gsm8k", limit=2)
     metrics = compute_metrics(tmp_path, bench, n=3)
 
@@ -295,29 +295,29 @@ def test_compute_metrics_without_samples_is_a_user_error(tmp_path) -> None:
 
 
 def test_read_records_of_a_missing_file_is_empty(tmp_path) -> None:
-    assert records.read_records(tmp_path / "none.jsonl") == []
+    assert runs.read_records(tmp_path / "none.jsonl") == []
 
 
 def test_read_records_of_an_empty_file_is_empty(tmp_path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_text("")
-    assert records.read_records(path) == []
+    assert runs.read_records(path) == []
     assert path.read_text() == ""
 
 
 def test_read_records_skips_blank_lines_and_keeps_unicode(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"a": 1}\n\n  \n{"a": "π ≈ 3.14 — 答"}\n')
-    assert records.read_records(path) == [{"a": 1}, {"a": "π ≈ 3.14 — 答"}]
+    assert runs.read_records(path) == [{"a": 1}, {"a": "π ≈ 3.14 — 答"}]
 
 
 def test_read_records_keeps_a_completion_with_a_line_separator_whole(tmp_path) -> None:
     # RecordWriter writes U+2028 unescaped (ensure_ascii=False); it is not a line end.
     path = tmp_path / "r.jsonl"
-    with records.RecordWriter(path) as writer:
+    with runs.RecordWriter(path) as writer:
         writer.write({"completion": "one\u2028two\u2029three\x85four"})
         writer.write({"a": 2})
-    assert records.read_records(path) == [
+    assert runs.read_records(path) == [
         {"completion": "one\u2028two\u2029three\x85four"},
         {"a": 2},
     ]
@@ -326,15 +326,15 @@ def test_read_records_keeps_a_completion_with_a_line_separator_whole(tmp_path) -
 def test_read_records_cuts_a_torn_last_line_off_the_file(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": "\xcf')  # cut inside a UTF-8 character
-    assert records.read_records(path) == [{"a": 1}, {"a": 2}]
+    assert runs.read_records(path) == [{"a": 1}, {"a": 2}]
     assert path.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
-    assert records.read_records(path) == [{"a": 1}, {"a": 2}]
+    assert runs.read_records(path) == [{"a": 1}, {"a": 2}]
 
 
 def test_read_records_of_only_a_torn_line_empties_the_file(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"item_id": "x", "sam')
-    assert records.read_records(path) == []
+    assert runs.read_records(path) == []
     assert path.read_bytes() == b""
 
 
@@ -342,23 +342,23 @@ def test_read_records_reports_a_corrupt_middle_line(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
     with pytest.raises(UserError, match=r"r\.jsonl:2 is not valid JSON"):
-        records.read_records(path)
+        runs.read_records(path)
 
 
 def test_record_writer_appends_whole_lines(tmp_path) -> None:
     path = tmp_path / "w.jsonl"
-    with records.RecordWriter(path) as writer:
+    with runs.RecordWriter(path) as writer:
         writer.write({"a": 1})
         assert path.read_text() == '{"a": 1}\n'  # flushed before returning
-    with records.RecordWriter(path) as writer:
+    with runs.RecordWriter(path) as writer:
         writer.write({"b": "ü"})
-    assert records.read_records(path) == [{"a": 1}, {"b": "ü"}]
+    assert runs.read_records(path) == [{"a": 1}, {"b": "ü"}]
 
 
 def test_write_json_replaces_atomically(tmp_path) -> None:
     path = tmp_path / "metrics.json"
-    records.write_json(path, {"x": 1})
-    records.write_json(path, {"x": 2})
+    runs.write_json(path, {"x": 1})
+    runs.write_json(path, {"x": 2})
     assert json.loads(path.read_text()) == {"x": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
 
@@ -374,7 +374,7 @@ def test_judge_verdicts_are_logged_apart(tiny_model_dir, tiny_engine, tmp_path) 
     # Make the one sample a rule-rejected answer, as a wrong extraction would be.
     [sample] = _samples(out)
     sample.update(answer="eighteen", correct=False)
-    (out / records.SAMPLES).write_text(json.dumps(sample) + "\n")
+    (out / runs.SAMPLES).write_text(json.dumps(sample) + "\n")
 
     with ServerProcess(tiny_model_dir, role="judge") as judge:
         config = _config(
@@ -401,6 +401,6 @@ def test_eval_over_http_against_the_embedded_server(tiny_model_dir, tmp_path) ->
     samples = _samples(out)
     assert result.new_samples == 4 and len(samples) == 4
     assert all(s["completion_tokens"] >= 1 for s in samples)  # from the server's usage
-    saved = yaml.safe_load((out / records.CONFIG).read_text())
+    saved = yaml.safe_load((out / runs.CONFIG).read_text())
     assert saved["model"] == server.url
     assert "avg@2" in result.metrics

@@ -25,8 +25,9 @@ from collabrl.protocols.planner import (
     planner_messages,
     planner_text,
 )
-from collabrl.protocols.strategies import CONTINUATION, STRATEGY_NAMES, PlannerContext
+from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import StrategyConfig, StrategyProtocol
+from collabrl.strategies import CONTINUATION, STRATEGY_NAMES
 from tests.protocols.scripted import ScriptedEngine
 from tests.servers import ServerProcess
 

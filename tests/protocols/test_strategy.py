@@ -10,20 +10,19 @@ from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.planner import PlannerChoice, RSIMPlanner
-from collabrl.protocols.strategies import (
-    KEYWORDS,
-    STRATEGIES,
-    STRATEGY_NAMES,
-    TERMINAL,
-    PlannerContext,
-    count_strategies,
-    observe_step,
-)
+from collabrl.protocols.strategies import PlannerContext, observe_step
 from collabrl.protocols.strategy import (
     PS_PLUS_TRIGGER,
     StrategyConfig,
     StrategyProtocol,
     planner_contexts,
+)
+from collabrl.strategies import (
+    KEYWORDS,
+    STRATEGIES,
+    STRATEGY_NAMES,
+    TERMINAL,
+    count_strategies,
 )
 from tests.protocols.scripted import RecordingEngine, ScriptedEngine
 

@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from collabrl.protocols.strategies import STRATEGY_NAMES
 from collabrl.rewards.rsim import (
     PlannerReward,
     follow_share,
@@ -17,6 +16,7 @@ from collabrl.rewards.rsim import (
     repetition_penalty,
     terminal_reward,
 )
+from collabrl.strategies import STRATEGY_NAMES
 
 # -- planner ----------------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from collabrl import runs
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.data.benchmarks import load_benchmark
-from collabrl.eval import records
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import run_eval
 from collabrl.models import load_model, load_tokenizer
@@ -103,7 +103,7 @@ def _eval_prompt_ids(config: GRPOTrainConfig, out: Path) -> list[int]:
         engine=dataclasses.replace(config.engine),
     )
     run_eval(eval_config)
-    (record,) = records.read_records(out / records.SAMPLES)
+    (record,) = runs.read_records(out / runs.SAMPLES)
     return record["episode"]["prompt_ids"]
 
 

@@ -9,17 +9,16 @@ import torch
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.strategies import PlannerContext
+from collabrl.protocols.strategy import guided_steps, strategy_extras
 from collabrl.train.rsim import (
     RSIMConfig,
     agent_lr_factors,
     end_shares,
-    guided_steps,
     guided_token_counts,
     planner_clip_loss,
     planner_steps,
     planner_token_weights,
     planner_weight,
-    strategy_extras,
 )
 
 

@@ -222,7 +222,8 @@ def test_a_fresh_run_pins_its_horizons_to_its_steps(method: str, tmp_path) -> No
 
 @pytest.mark.parametrize("method", ["eapo", "rsim"])
 def test_a_resume_with_more_steps_keeps_the_saved_horizons(method: str, tmp_path) -> None:
-    from collabrl.eval.records import CONFIG, save_config
+    from collabrl.config import save_config
+    from collabrl.runs import CONFIG
     from collabrl.train.schedules import pin_horizons
 
     first = pin_horizons(_run_config(method, steps=10), tmp_path)

@@ -166,8 +166,8 @@ def test_processed_log_probs_and_masks_reach_trl(rollout) -> None:
 
 def test_the_prompt_ids_are_those_collab_eval_sends(trainer, rollout, model_dir, tmp_path) -> None:
     """The rollout's prompt for a problem is the one `collab eval` sends for it."""
+    from collabrl import runs
     from collabrl.config import build_config
-    from collabrl.eval import records
     from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
 
@@ -180,7 +180,7 @@ def test_the_prompt_ids_are_those_collab_eval_sends(trainer, rollout, model_dir,
         "engine": {"kind": "transformers"},
     }
     run_eval(build_config(EvalConfig, [layer]))
-    lines = (tmp_path / "eval" / records.SAMPLES).read_text().splitlines()
+    lines = (tmp_path / "eval" / runs.SAMPLES).read_text().splitlines()
     evaluated = {r["item_id"]: r["episode"]["prompt_ids"] for r in map(json.loads, lines)}
     assert set(evaluated) == set(rollout.ids)
     for item_id, prompt_ids in zip(rollout.prompts, rollout.out["prompt_ids"], strict=True):

@@ -1,5 +1,7 @@
-"""The run folder: `config.yaml`, `samples.jsonl` (appended as samples finish) and
-`metrics.json`. Builders' folders (`collabrl.builders.folder`) open the same way.
+"""Run folders, on the base floor: `config.yaml`, `samples.jsonl` (appended as samples
+finish) and `metrics.json`. Evaluation, builders, evolve and training all write their
+folders through here (builders' folders, `collabrl.builders.folder`, open the same way),
+so none of them imports another for it.
 
 Samples are appended one JSON line at a time and flushed, so a run killed with
 `kill -9` keeps every finished sample; at worst the last line is cut short,
@@ -21,6 +23,8 @@ from collabrl.errors import UserError
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
 CONFIG = "config.yaml"
+# A builder folder's rows saved as a `datasets` folder: builders write it, `train sft` reads it.
+DATASET = "dataset"
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
