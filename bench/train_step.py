@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collabrl.protocols.config import ProtocolConfig  # noqa: E402
-from collabrl.train.grpo import GRPOTrainConfig, train_grpo  # noqa: E402
+from collabrl.train.grpo import train_grpo  # noqa: E402
+from collabrl.train.grpo_config import GRPOTrainConfig  # noqa: E402
 
 TARGET = 1.5
 

@@ -52,13 +52,8 @@ LAYERS: list[tuple[str, ...]] = [
 SAME_LAYER_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
 
 # Module import cycles that are known and being removed, each as its set of modules.
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # Issue 23, being split: grpo.train_grpo imports trainer.run_grpo, which imports
-        # grpo's TrainResult, dataset_of, grpo_args, rollout_protocol and training_prompt.
-        frozenset({"collabrl.train.grpo", "collabrl.train.trainer"}),
-    }
-)
+# None is left; add one only with the issue that removes it.
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ CONFIG_CLASSES = {
     "build-warmup-consult": "collabrl.builders.consult_warmup:ConsultWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
-    "train-grpo": "collabrl.train.grpo:GRPOTrainConfig",
+    "train-grpo": "collabrl.train.grpo_config:GRPOTrainConfig",
     "evolve": "collabrl.evolve.config:EvolveConfig",
 }
 

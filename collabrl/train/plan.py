@@ -29,7 +29,7 @@ from collabrl.protocols import registry
 
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
 
 GIB = 1024**3
 # Tokens of prompt assumed in the activation estimate: no data is read in a dry run.
@@ -207,7 +207,7 @@ def _launch_from_file(path: Path) -> Launch:
 def plan_run(config: GRPOTrainConfig, accelerate_config: Path | None = None) -> TrainPlan:
     """Resolve `config` as `collab train` would, without loading a weight, for the launch
     of `accelerate_config` (see `launch_of`)."""
-    from collabrl.train.grpo import grpo_args, rollout_protocol
+    from collabrl.train.grpo_config import grpo_args, rollout_protocol
 
     config.check()
     launch = launch_of(accelerate_config)

@@ -17,7 +17,7 @@ from collabrl.rewards.eapo import eapo_reward
 from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
 
 if TYPE_CHECKING:
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
 
 RewardFunc = Callable[..., list[float]]
 

@@ -31,7 +31,7 @@ from collabrl.errors import UserError, require
 from collabrl.train.rsim import default_switch_step
 
 if TYPE_CHECKING:
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
 
 ACCEPT_SCHEDULES = ("inverse", "constant", "linear", "off")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
 from collabrl.config import EngineConfig
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from collabrl.engines.hf import TransformersEngine
     from collabrl.protocols.base import CollabProtocol
-    from collabrl.train.grpo import GRPOTrainConfig, TrainResult
+    from collabrl.train.grpo_config import GRPOTrainConfig
     from collabrl.train.rollout import ProtocolRollout
 
 # The curves drawn from metrics.jsonl, when a run logged them.
@@ -51,6 +52,25 @@ CURVE_KEYS = (
 )
 
 
+@dataclass
+class TrainResult:
+    """A finished (or resumed to its end) GRPO run: its folder, steps and logs."""
+
+    out_dir: Path
+    steps: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # "start" and "final": the held-out metrics of the starting and the trained policy.
+    evaluation: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def dataset_of(bench: Benchmark) -> Any:
+    """The training set TRL sees: one row per problem, its id as the prompt (the rollout
+    looks the problem up by id, see train/rollout.py)."""
+    import datasets
+
+    return datasets.Dataset.from_list([{"prompt": item.id} for item in bench.items])
+
+
 def run_grpo(
     config: GRPOTrainConfig,
     bench: Benchmark,
@@ -60,8 +80,6 @@ def run_grpo(
 ) -> TrainResult:
     """Train from scratch or from `checkpoint`, writing the run folder."""
     from transformers import PrinterCallback
-
-    from collabrl.train.grpo import TrainResult
 
     trainer, protocol = build_trainer(config, bench, out, checkpoint)
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
@@ -92,7 +110,7 @@ def build_trainer(
     from trl import GRPOTrainer
 
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo import dataset_of, grpo_args
+    from collabrl.train.grpo_config import grpo_args
     from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.rewards import reward_functions
     from collabrl.train.schedules import ScheduleCallback
@@ -143,7 +161,7 @@ def training_rollout(
     """The rollout of a run over `model` (the live model TRL trains): the policy engine,
     the method's protocol with its collaborators, and the sampling parameters. The
     caller closes `rollout.protocol`."""
-    from collabrl.train.grpo import rollout_protocol, training_prompt
+    from collabrl.train.grpo_config import rollout_protocol, training_prompt
     from collabrl.train.rollout import ProtocolRollout
 
     engine = policy_engine(config, model, tokenizer)

@@ -29,7 +29,8 @@ from collabrl.protocols.base import CollabProtocol, Policy, Task
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.registry import BuildContext, ProtocolSpec
 from collabrl.protocols.solo import SoloProtocol
-from collabrl.train.grpo import GRPOTrainConfig, train_grpo
+from collabrl.train.grpo import train_grpo
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.run import METRICS
 
 BUILTIN = ("solo", "relay", "consult", "strategy", "apollo")

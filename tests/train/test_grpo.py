@@ -11,7 +11,8 @@ import pytest
 from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.train.grpo import GRPOTrainConfig, train_grpo
+from collabrl.train.grpo import train_grpo
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.run import CURVES, METRICS
 
 
@@ -83,6 +84,9 @@ def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, 
         ({"reward": "fancy"}, "unknown reward"),
         ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL GRPOConfig argument"),
         ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
+        ({"trl": {"temperature": 0.5}}, "trl.temperature is collab train's temperature"),
+        ({"trl": {"max_completion_length": 9}}, "trl.max_completion_length is collab train's"),
+        ({"trl": {"num_generations": 8}}, "set num_generations instead"),
         ({"protocol": ProtocolConfig(name="consult")}, "rolls out on solo or apollo"),
         (
             {"method": "relay", "protocol": ProtocolConfig(name="apollo", teacher="x")},
@@ -165,7 +169,7 @@ def test_a_mistyped_held_out_set_fails_before_training(tiny_model_dir: Path, tmp
     ],
 )
 def test_the_trl_blocks_checkpointing_switch_decides_under_either_name(trl, on, tmp_path) -> None:
-    from collabrl.train.grpo import grpo_args
+    from collabrl.train.grpo_config import grpo_args
 
     config = _config(Path("m"), tmp_path, trl=trl)
     config.check()
@@ -176,7 +180,7 @@ def test_the_trl_blocks_checkpointing_switch_decides_under_either_name(trl, on, 
 
 
 def test_checkpointing_kwargs_pass_under_either_name(tmp_path) -> None:
-    from collabrl.train.grpo import grpo_args
+    from collabrl.train.grpo_config import grpo_args
 
     trl = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"every_n_layers": 2}}
     args = grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
@@ -217,7 +221,7 @@ def test_tensor_parallel_vllm_is_fine_where_the_rollout_goes_through_trl(trl, tm
 
 
 def test_importance_sampling_is_per_token_unless_the_trl_block_says_otherwise(tmp_path) -> None:
-    from collabrl.train.grpo import grpo_args
+    from collabrl.train.grpo_config import grpo_args
 
     assert grpo_args(_config(Path("m"), tmp_path), tmp_path).vllm_importance_sampling_mode == (
         "token_truncate"
@@ -228,7 +232,7 @@ def test_importance_sampling_is_per_token_unless_the_trl_block_says_otherwise(tm
 
 
 def test_a_generation_batch_that_splits_a_group_is_a_user_error(tmp_path) -> None:
-    from collabrl.train.grpo import grpo_args
+    from collabrl.train.grpo_config import grpo_args
 
     # 1 sample a micro-batch × 3 micro-batches: a group of 2 would straddle generations.
     trl = {"per_device_train_batch_size": 1, "steps_per_generation": 3}

@@ -98,7 +98,7 @@ def test_a_real_trainer_logs_it_when_a_generation_serves_several_updates(
     (`old_per_token_logps`) beside the rollout's, and the metric reaches the log of the
     step that generated (like the reward, once per generation)."""
     from collabrl.data.benchmarks import load_benchmark
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
     from collabrl.train.trainer import build_trainer
 
     trl = {"per_device_train_batch_size": 2, "steps_per_generation": 2}

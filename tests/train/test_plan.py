@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from collabrl.cli.main import app
 from collabrl.config import build_config, read_yaml
 from collabrl.errors import UserError
-from collabrl.train.grpo import GRPOTrainConfig
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.plan import (
     GIB,
     ModelShape,

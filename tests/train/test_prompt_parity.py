@@ -24,7 +24,7 @@ from collabrl.eval.runner import run_eval
 from collabrl.models import load_model, load_tokenizer
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.train.grpo import GRPOTrainConfig, rollout_protocol, training_prompt
+from collabrl.train.grpo_config import GRPOTrainConfig, rollout_protocol, training_prompt
 from collabrl.train.trainer import training_rollout
 from tests.engines.templates import EMPTY_THINK, thinking_model_dir
 from tests.engines.test_vllm import _stand_in, _StandInLLM

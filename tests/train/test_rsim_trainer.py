@@ -20,7 +20,8 @@ from collabrl.protocols.planner import BACKBONE_DIR, HEAD_FILE, RSIMPlanner
 from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import StrategyConfig
 from collabrl.rewards.rsim import group_advantages, planner_reward
-from collabrl.train.grpo import GRPOTrainConfig, train_grpo
+from collabrl.train.grpo import train_grpo
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, RSIMConfig
 from collabrl.train.run import METRICS
 from collabrl.train.trainer import build_trainer

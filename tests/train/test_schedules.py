@@ -200,7 +200,7 @@ def test_open_protocol_runs_with_the_scheduled_values(smol_tokenizer) -> None:
 
 
 def _run_config(method: str, **changes):
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
 
     return GRPOTrainConfig(method=method, **changes)
 

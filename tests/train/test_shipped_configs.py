@@ -17,7 +17,7 @@ import torch
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
-from collabrl.train.grpo import METHODS, GRPOTrainConfig, grpo_args
+from collabrl.train.grpo_config import METHODS, GRPOTrainConfig, grpo_args
 
 TRAIN_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
 GRPO_CONFIGS = sorted(p for p in TRAIN_CONFIGS.glob("*.yaml") if not p.name.startswith("sft-"))

@@ -65,7 +65,7 @@ def trainer(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """`collab train grpo` with `trl.use_vllm=true` (colocate), built as the command
     builds it; TRL's vLLM is built once for the module."""
     from collabrl.data.benchmarks import load_benchmark
-    from collabrl.train.grpo import GRPOTrainConfig
+    from collabrl.train.grpo_config import GRPOTrainConfig
     from collabrl.train.trainer import build_trainer
 
     saved = {key: os.environ.get(key) for key in (*CPU_ENV, *DIST_ENV)}

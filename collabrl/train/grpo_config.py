@@ -1,0 +1,249 @@
+"""The config of `collab train grpo|relay|eapo|rsim` and TRL's GRPOConfig built from it.
+
+`GRPOTrainConfig` is what a run is (the policy, its data, the method's protocol and
+reward, the schedules, the `trl` block); `grpo_args` turns it into TRL's arguments,
+each value set in one place: the run's own fields set the TRL arguments the rollout
+mirrors (`MIRRORED_TRL_KEYS`), and the `trl` block may not contradict them. The
+trainer (`train/trainer.py`) and the command's entry (`train/grpo.py`) build on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collabrl.config import EngineConfig, option
+from collabrl.data.prompts import get_prompt
+from collabrl.errors import UserError, require
+from collabrl.protocols import registry
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.train.compat import checkpointing_args
+from collabrl.train.rsim import RSIMConfig
+from collabrl.train.run import CHECKPOINTS, check_trl_keys
+from collabrl.train.schedules import ScheduleConfig
+
+METHODS = ("grpo", "relay", "eapo", "rsim")
+
+
+@dataclass
+class GRPOTrainConfig:
+    """A GRPO run: the policy, its data, the protocol it rolls out with, the reward."""
+
+    method: str = option(
+        "grpo",
+        "grpo (solo protocol) | relay (RelayLLM, a teacher) | eapo (EAPO, experts) | "
+        "rsim (rSIM, a planner trained beside the policy).",
+    )
+    model: str = option("smollm2-135m", "The policy to train: a local model reference.")
+    data: str = option(
+        "arith_train", "Training problems: a registered name or a .jsonl/.parquet/folder path."
+    )
+    limit: int | None = option(None, "Use only the first N problems.")
+    prompt: str | None = option(None, "Policy prompt template (default: the data's own).")
+    out: str | None = option(
+        None, "Run folder (default: a new folder under runs/); --resume continues one."
+    )
+    reward: str = option(
+        "difficulty_aware",
+        "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, per prompt group).",
+    )
+    consult_penalty: float = option(
+        0.0, "eapo: reward subtracted per expert call (EAPO §1 mentions one; off by default)."
+    )
+    schedule: ScheduleConfig = option(
+        ScheduleConfig(), "eapo: the acceptance ρ_s and turn-budget schedules over the run."
+    )
+    rsim: RSIMConfig = option(
+        RSIMConfig(), "rsim: who learns (joint, planner, reasoner) and the λ schedule."
+    )
+    eval_data: str | None = option(
+        None,
+        "Held-out benchmark scored greedily before and after training (e.g. arith; eapo "
+        "with the expert channel locked); unset: no evaluation.",
+    )
+    eval_limit: int | None = option(None, "Evaluate only the first N held-out problems.")
+    steps: int = option(20, "Optimizer steps (TRL max_steps).")
+    prompts_per_step: int = option(4, "Problems per step; each gets num_generations samples.")
+    num_generations: int = option(4, "G: samples per problem, the group GRPO normalises over.")
+    max_tokens: int = option(128, "Tokens per episode, every author's (max_completion_length).")
+    temperature: float = option(1.0, "Policy sampling temperature during rollouts.")
+    learning_rate: float = option(1e-6, "AdamW learning rate (RelayLLM appendix E: 1e-6).")
+    beta: float = option(0.0, "KL coefficient to the reference model (0: no reference model).")
+    seed: int = option(0, "Seed of the data order, the rollouts and the initialisation.")
+    resume: bool = option(False, "Continue from the last checkpoint in the run folder.")
+    save_steps: int = option(10, "Save a checkpoint every N steps (what --resume starts from).")
+    report_to: str = option("none", "TRL/transformers loggers: none, tensorboard, wandb, trackio.")
+    protocol: ProtocolConfig = option(
+        ProtocolConfig(), "The rollout protocol's collaborators (teacher for relay)."
+    )
+    engine: EngineConfig = option(
+        EngineConfig(),
+        "The policy's rollout engine (batch size, chat_template_kwargs, as collab eval "
+        "renders them) and the device and dtype of local collaborators.",
+    )
+    trl: dict[str, Any] = option(
+        {}, "Any other GRPOConfig argument, passed last (e.g. {loss_type: dapo})."
+    )
+
+    def check(self) -> None:
+        """Refuse values no run can use, before any data or model is loaded."""
+        if self.method not in METHODS:
+            raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
+        if self.reward not in ("simple", "difficulty_aware"):
+            raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
+        require("steps", self.steps, self.steps >= 1, "at least 1")
+        require("prompts_per_step", self.prompts_per_step, self.prompts_per_step >= 1, "at least 1")
+        require("num_generations", self.num_generations, self.num_generations >= 2, "at least 2")
+        require("max_tokens", self.max_tokens, self.max_tokens >= 1, "at least 1")
+        require("temperature", self.temperature, self.temperature > 0, "> 0 (GRPO samples)")
+        require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
+        require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
+        require("consult_penalty", self.consult_penalty, self.consult_penalty >= 0, ">= 0")
+        limit = self.eval_limit
+        require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
+        self.schedule.check()
+        self.rsim.check()
+        self.engine.check()
+        kind = self.protocol.strategy.planner_kind
+        if self.method == "rsim" and kind != "rsim":
+            raise UserError(
+                f"collab train rsim trains an rsim planner, not {kind}",
+                "drop protocol.strategy.planner_kind (it defaults to rsim)",
+            )
+        if self.prompt is not None:
+            get_prompt(self.prompt)
+        allowed = grpo_protocols() if self.method == "grpo" else (PROTOCOL_OF[self.method],)
+        # "solo" is ProtocolConfig's default: what a run that names no protocol carries.
+        if self.protocol.name not in (*allowed, "solo"):
+            raise UserError(
+                f"collab train {self.method} rolls out on {' or '.join(allowed)}, "
+                f"not '{self.protocol.name}'",
+                "drop --protocol",
+            )
+        rollout_protocol(self).check()
+        from trl import GRPOConfig
+
+        # Checked under the names this transformers reads: either checkpointing name works.
+        check_trl_keys(checkpointing_args(self.trl, default=False), GRPOConfig)
+        for key in self.trl:
+            if key in MIRRORED_TRL_KEYS:
+                field = MIRRORED_TRL_KEYS[key]
+                raise UserError(
+                    f"trl.{key} is collab train's {field}: the rollout reads it too",
+                    f"set {field} instead (--set {field}=VALUE)",
+                )
+        check_colocated_tensor_parallel(self.trl)
+
+
+# The protocol each method rolls out with.
+PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult", "rsim": "strategy"}
+
+
+def grpo_protocols() -> tuple[str, ...]:
+    """The protocols `collab train grpo` may roll out on, as their specs say: solo, apollo
+    (tool-integrated RL, tool output masked) and any registered protocol that allows it."""
+    return tuple(name for name in registry.names() if registry.get(name).grpo)
+
+
+def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
+    """The method's protocol (EAPO trains with the expert channel open)."""
+    name = PROTOCOL_OF[config.method]
+    if config.method == "grpo" and config.protocol.name in grpo_protocols():
+        name = config.protocol.name
+    protocol = dataclasses.replace(config.protocol, name=name)
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="open")
+    return protocol
+
+
+# Resources and bookkeeping: a resumed run may change them.
+RESUMABLE_KEYS = frozenset(
+    {"out", "resume", "report_to", "engine", "steps", "save_steps", "eval_data", "eval_limit"}
+)
+
+
+def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
+    """The policy's prompt name: None when the rollout protocol brings its paper's own
+    (its registry spec says so: consult, strategy, apollo)."""
+    if registry.get(rollout_protocol(config).name).own_prompt:
+        return None
+    return config.prompt or bench_prompt
+
+
+# EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
+DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
+
+# vLLM-sampled episodes are corrected per token, truncated at TRL's cap (TIS). TRL's
+# default, a sequence-level mask, multiplies the token ratios of a whole episode: over
+# thousands of policy tokens small sampler/trainer differences add up and push the
+# longest episodes outside the bounds, which drops them whole (`train/importance.py`
+# measures how many). The `trl` block overrides it.
+IS_DEFAULTS = {"vllm_importance_sampling_mode": "token_truncate"}
+
+
+def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
+    """Refuse a colocated vLLM split over several GPUs: TRL gathers the prompts of a
+    tensor-parallel group before each generate, but the rollout calls each process's
+    `vllm.LLM` directly with its own prompts, so the group's ranks would generate
+    different batches and desynchronise or hang."""
+    from trl import GRPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    mode = trl.get("vllm_mode", defaults["vllm_mode"])
+    size = trl.get("vllm_tensor_parallel_size", defaults["vllm_tensor_parallel_size"])
+    if trl.get("use_vllm", defaults["use_vllm"]) and mode == "colocate" and size > 1:
+        raise UserError(
+            f"trl.vllm_tensor_parallel_size {size} with the colocated vLLM is not supported "
+            "(the rollout generates on each process's own vLLM)",
+            f"serve the policy with `trl vllm-serve --model PATH --tensor-parallel-size {size}` "
+            "and set trl.vllm_mode: server, or use trl.vllm_tensor_parallel_size: 1",
+        )
+
+
+# TRL's GRPOConfig arguments that are a run's own fields: TRL reads the argument and the
+# rollout (or the run folder, the schedules) the field, so the field alone sets both and
+# the trl block may not contradict it.
+MIRRORED_TRL_KEYS = {
+    "max_steps": "steps",
+    "num_generations": "num_generations",
+    "max_completion_length": "max_tokens",
+    "temperature": "temperature",
+    "learning_rate": "learning_rate",
+    "beta": "beta",
+    "seed": "seed",
+}
+
+
+def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
+    """TRL's GRPOConfig for the run: CPU-safe defaults, then the `trl` block."""
+    import torch
+    from trl import GRPOConfig
+
+    cpu = not torch.cuda.is_available()
+    settings: dict[str, Any] = {
+        "output_dir": str(out / CHECKPOINTS),
+        **{key: getattr(config, field) for key, field in MIRRORED_TRL_KEYS.items()},
+        "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
+        "logging_steps": 1,
+        "disable_tqdm": True,  # the command draws its own bar
+        "save_steps": config.save_steps,
+        "save_strategy": "steps",
+        "report_to": [] if config.report_to == "none" else [config.report_to],
+        # Truncation is the Episode's to say (a teacher's last token is not an EOS).
+        "mask_truncated_completions": False,
+        # On a CPU, bf16 makes a step ~10x slower.
+        "bf16": not cpu and torch.cuda.is_bf16_supported(),
+        "use_cpu": cpu,
+        **IS_DEFAULTS,
+        **(DAPO_CLIP if config.method == "eapo" else {}),
+        # Last: the block's checkpointing switch, under either name, decides (off unless
+        # it says so; on a CPU it only slows the step).
+        **checkpointing_args(config.trl, default=False),
+    }
+    try:
+        return GRPOConfig(**settings)
+    except (TypeError, ValueError) as err:  # e.g. a generation batch that splits a group
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
