@@ -29,7 +29,7 @@ from collabrl.models import resolve_model
 from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.build import build_protocol, check_protocol
-from collabrl.rewards.f1 import token_f1
+from collabrl.rewards.score import score_answer
 from collabrl.rewards.verify import is_equivalent
 
 ProgressFn = Callable[[int, int], None]  # (done, total)
@@ -163,16 +163,12 @@ def chunk_size(engine: EngineConfig, model: str) -> int:
 
 def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any]:
     """One line of samples.jsonl: the score, the usage counts and the whole episode."""
-    answer = episode.answer
     return {
         "item_id": unit.item.id,
         "sample": unit.sample,
         "prompt": episode.meta.get("prompt"),
         "completion": episode.response_text,
-        "answer": answer,
-        "gold": unit.item.answer,
-        "correct": is_equivalent(answer, unit.item.answer),
-        "f1": token_f1(answer, unit.item.answer),
+        **score_answer(episode.answer, unit.item.answer),
         "prompt_tokens": len(episode.prompt_ids),
         "end": str(episode.end),
         # "length" when the budget cut the response, as a solo completion's finish reason.

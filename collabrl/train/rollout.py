@@ -44,8 +44,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
-from collabrl.rewards.f1 import token_f1
-from collabrl.rewards.verify import is_equivalent
+from collabrl.rewards.score import score_answer
 from collabrl.train.episodes import trainable
 
 if TYPE_CHECKING:
@@ -59,14 +58,10 @@ log = logging.getLogger(__name__)
 def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
     """What rewards and logs read from one Episode: scored on its own answer, then what
     its protocol's spec adds (consult's acceptance probability, rSIM's strategies …)."""
-    answer = episode.answer
     spec = registry.find(episode.meta.get("protocol"))
     return {
         "problem_id": episode.problem_id,
-        "answer": answer,
-        "gold": item.answer,
-        "correct": is_equivalent(answer, item.answer),
-        "f1": token_f1(answer, item.answer),
+        **score_answer(episode.answer, item.answer),
         "call_ratio": episode.call_ratio_realised(),
         "call_ratio_requested": episode.call_ratio_requested(),
         "calls": len(episode.calls),
