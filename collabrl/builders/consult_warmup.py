@@ -35,7 +35,7 @@ from typing import Any
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
-from collabrl.builders.sampling import MakeRow, Unit, units_of
+from collabrl.builders.sampling import MakeRow
 from collabrl.config import EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine
@@ -50,6 +50,7 @@ from collabrl.protocols.parsing import (
     ExpertQuery,
     format_agent_calls,
 )
+from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.solo import SoloProtocol
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.extract import answer_line

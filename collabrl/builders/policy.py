@@ -9,7 +9,7 @@ from typing import Protocol
 
 from collabrl import runs
 from collabrl.builders.folder import BuildFolder
-from collabrl.builders.sampling import MakeRow, Unit, sample_missing, write_rows
+from collabrl.builders.sampling import MakeRow, write_rows
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import PromptTemplate
@@ -19,6 +19,7 @@ from collabrl.eval.runner import chunk_size
 from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.sampling import Unit, sample_chunks
 from collabrl.protocols.solo import SoloProtocol
 
 
@@ -75,7 +76,8 @@ def sample_into(
         return 0
     with open_policy(config, template, engine) as policy:
         chunk = chunk_size(config.engine, config.model)
-        batches = sample_missing(policy, units, done, chunk, SamplingParams.of(config.sampling))
+        params = SamplingParams.of(config.sampling)
+        batches = sample_chunks(policy, units, chunk, params, done)
         write_rows(folder, batches, row_maker(policy), progress, todo, rows_wanted)
     return len(folder.done()) - len(done)
 

@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
-from collabrl.builders.sampling import MakeRow, Unit, units_of
+from collabrl.builders.sampling import MakeRow
 from collabrl.config import EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import Engine
 from collabrl.episode import Episode
 from collabrl.errors import require
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, format_relay_call
+from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.solo import SoloProtocol
 
 if TYPE_CHECKING:

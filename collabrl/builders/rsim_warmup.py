@@ -21,12 +21,12 @@ from typing import Any
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
-from collabrl.builders.sampling import Unit, units_of
 from collabrl.config import EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, Engine
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
+from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.strategy import STEP_PROMPT
 from collabrl.rewards.extract import extract_answer
 from collabrl.rewards.verify import is_equivalent

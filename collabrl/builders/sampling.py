@@ -1,60 +1,15 @@
-"""Sample a policy over units of work in fixed, seeded chunks, and write what comes out.
-
-Chunk boundaries are fixed over the whole list of units and chunk c is sampled with
-seed `seed + start of c`, so a build interrupted and resumed samples exactly what an
-uninterrupted one does (with the same engine and batch size): a chunk partly done is
-sampled again whole, and only its missing units are handed back.
-"""
+"""Write what a builder's sampled units become: a training row each, or the reason it
+gave none. The units are sampled by `protocols/sampling.py`, in fixed seeded chunks."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from collabrl import runs
 from collabrl.builders.folder import BuildFolder
-from collabrl.data.benchmarks import Item
-from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
-from collabrl.protocols.base import CollabProtocol, Task
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One response to sample: the problem and which of its samples."""
-
-    item: Item
-    sample: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.item.id, self.sample)
-
-
-def units_of(items: list[Item], per_item: int) -> list[Unit]:
-    """`per_item` units per problem, problem by problem."""
-    return [Unit(item, s) for item in items for s in range(per_item)]
-
-
-def sample_missing(
-    protocol: CollabProtocol,
-    units: list[Unit],
-    done: set[tuple[str, int]],
-    chunk: int,
-    params: SamplingParams,
-) -> Iterator[list[tuple[Unit, Episode]]]:
-    """The episodes of the units not in `done`, one chunk at a time, in order."""
-    for start in range(0, len(units), chunk):
-        members = units[start : start + chunk]
-        if all(u.key in done for u in members):
-            continue
-        tasks = [Task(u.item.id, u.item.problem, u.sample) for u in members]
-        seed = None if params.seed is None else params.seed + start
-        episodes = protocol.run(tasks, dataclasses.replace(params, seed=seed))
-        yield [(u, e) for u, e in zip(members, episodes, strict=True) if u.key not in done]
-
+from collabrl.protocols.sampling import Unit
 
 # What a unit becomes: a training row, or the reason it gave none.
 MakeRow = Callable[[Unit, Episode], "dict[str, Any] | str"]

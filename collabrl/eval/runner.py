@@ -15,10 +15,10 @@ from typing import Any
 
 from collabrl import runs
 from collabrl.config import EngineConfig
-from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
+from collabrl.data.benchmarks import Benchmark, Fields, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines import Engine, SamplingParams, is_url, resolve_kind
-from collabrl.engines.reference import STAND_IN_NOTE, Reference
+from collabrl.engines.reference import STAND_IN_NOTE
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
@@ -27,8 +27,9 @@ from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
 from collabrl.eval.usage import episode_usage, usage_metrics
 from collabrl.models import resolve_model
 from collabrl.protocols import registry
-from collabrl.protocols.base import CollabProtocol, Task
+from collabrl.protocols.base import CollabProtocol
 from collabrl.protocols.build import build_protocol, check_protocol
+from collabrl.protocols.sampling import Unit, sample_chunks, units_of
 from collabrl.rewards.score import score_answer
 from collabrl.rewards.verify import is_equivalent
 
@@ -40,12 +41,6 @@ class EvalResult:
     out_dir: Path
     metrics: dict[str, Any]
     new_samples: int
-
-
-@dataclass(frozen=True)
-class Unit:
-    item: Item
-    sample: int
 
 
 def run_eval(
@@ -73,12 +68,8 @@ def run_eval(
     out_dir = prepare_run_folder(config)
     samples_path = out_dir / runs.SAMPLES
     done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
-    todo = [
-        Unit(item, s)
-        for item in bench.items
-        for s in range(config.sampling.n)
-        if (item.id, s) not in done
-    ]
+    units = units_of(bench.items, config.sampling.n)
+    todo = sum(u.key not in done for u in units)
     if todo:
         protocol = build_protocol(
             config.protocol,
@@ -89,7 +80,7 @@ def run_eval(
             policy_engine=engine,
         )
         try:
-            _sample(protocol, todo, config, samples_path, progress)
+            _sample(protocol, units, done, config, samples_path, progress)
         finally:
             protocol.close()
     if config.judge:
@@ -98,7 +89,7 @@ def run_eval(
     if config.protocol.uses_reference():
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     runs.write_json(out_dir / runs.METRICS, metrics)
-    return EvalResult(out_dir, metrics, len(todo))
+    return EvalResult(out_dir, metrics, todo)
 
 
 def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
@@ -121,27 +112,30 @@ def prepare_run_folder(config: EvalConfig) -> Path:
 
 def _sample(
     protocol: CollabProtocol,
-    todo: list[Unit],
+    units: list[Unit],
+    done: set[tuple[str, int]],
     config: EvalConfig,
     samples_path: Path,
     progress: ProgressFn | None,
 ) -> None:
+    """Sample the units not `done` in seeded chunks, appending each to samples.jsonl."""
     chunk = chunk_size(config.engine, config.model)
+    params = SamplingParams.of(config.sampling)
+    todo, written = sum(u.key not in done for u in units), 0
+    chunks = sample_chunks(protocol, units, chunk, params, done)
     with runs.RecordWriter(samples_path) as writer:
-        for start in range(0, len(todo), chunk):
-            units = todo[start : start + chunk]
-            params = SamplingParams.of(config.sampling, seed=config.sampling.seed + start)
+        while True:
             began = time.perf_counter()
-            tasks = [
-                Task(u.item.id, u.item.problem, u.sample, Reference(u.item.answer, u.item.solution))
-                for u in units
-            ]
-            episodes = protocol.run(tasks, params)
-            seconds = (time.perf_counter() - began) / len(units)
-            for unit, episode in zip(units, episodes, strict=True):
+            sampled = next(chunks, None)
+            if sampled is None:
+                break
+            # Per unit: the chunk's time over the units it sampled, kept ones or not.
+            seconds = (time.perf_counter() - began) / max(len(sampled), 1)
+            for unit, episode in sampled:
                 writer.write(sample_record(unit, episode, seconds))
+            written += len(sampled)
             if progress:
-                progress(start + len(units), len(todo))
+                progress(written, todo)
 
 
 CONTINUOUS_CHUNK_BATCHES = 4

@@ -165,6 +165,28 @@ def test_resume_generates_only_the_missing_item(tiny_model_dir, tiny_engine, tmp
     assert again.metrics == result.metrics
 
 
+def test_a_run_cut_short_and_resumed_samples_what_an_uninterrupted_one_does(
+    tiny_model_dir, tiny_engine, tmp_path
+) -> None:
+    """Chunks are seeded by their place among all units, not among the ones left: the
+    resumed run redraws the cut chunk whole and keeps only what is missing."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    # Chunks of 2 (static batches): the cut falls inside the second of three.
+    overrides = {"limit": 3, "engine.batch_size": 2, "engine.continuous_batching": False}
+    run_eval(_config(tiny_model_dir, whole, **overrides), engine=tiny_engine)
+    run_eval(_config(tiny_model_dir, cut, **overrides), engine=tiny_engine)
+    lines = (cut / runs.SAMPLES).read_text().splitlines(keepends=True)
+    (cut / runs.SAMPLES).write_text("".join(lines[:3]))  # killed after 3 of 6 samples
+
+    result = run_eval(_config(tiny_model_dir, cut, **overrides), engine=tiny_engine)
+    assert result.new_samples == 3
+
+    def completions(out: Path) -> dict:
+        return {(s["item_id"], s["sample"]): s["completion"] for s in _samples(out)}
+
+    assert completions(cut) == completions(whole)
+
+
 def test_more_samples_per_problem_is_a_different_experiment(
     tiny_model_dir, tiny_engine, tmp_path
 ) -> None:

@@ -1,0 +1,63 @@
+"""Run a protocol over units of work (a problem and which of its samples) in fixed,
+seeded chunks: how `collab eval` and the data builders sample.
+
+Chunk boundaries are fixed over the whole list of units and the chunk starting at
+position p is sampled with seed `seed + p`, so a run interrupted and resumed samples
+exactly what an uninterrupted one does (with the same engine and batch size): a chunk
+partly done is sampled again whole, and only its missing units are handed back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from collabrl.data.benchmarks import Item
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import Reference
+from collabrl.episode import Episode
+from collabrl.protocols.base import CollabProtocol, Task
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One response to sample: the problem and which of its samples."""
+
+    item: Item
+    sample: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.item.id, self.sample)
+
+    def task(self) -> Task:
+        """The protocol's task; the reference only reaches the `reference` stand-in."""
+        return Task(
+            self.item.id,
+            self.item.problem,
+            self.sample,
+            Reference(self.item.answer, self.item.solution),
+        )
+
+
+def units_of(items: list[Item], per_item: int) -> list[Unit]:
+    """`per_item` units per problem, problem by problem."""
+    return [Unit(item, s) for item in items for s in range(per_item)]
+
+
+def sample_chunks(
+    protocol: CollabProtocol,
+    units: list[Unit],
+    chunk: int,
+    params: SamplingParams,
+    done: Collection[tuple[str, int]] = frozenset(),
+) -> Iterator[list[tuple[Unit, Episode]]]:
+    """The episodes of the units not in `done`, one chunk at a time, in order."""
+    for start in range(0, len(units), chunk):
+        members = units[start : start + chunk]
+        if all(u.key in done for u in members):
+            continue
+        seed = None if params.seed is None else params.seed + start
+        episodes = protocol.run([u.task() for u in members], dataclasses.replace(params, seed=seed))
+        yield [(u, e) for u, e in zip(members, episodes, strict=True) if u.key not in done]
