@@ -27,14 +27,19 @@ def is_url(ref: str) -> bool:
     return ref.startswith(("http://", "https://"))
 
 
-def resolve_kind(model: str, config: EngineConfig) -> str:
+def resolve_kind(model: str, config: EngineConfig, collaborator: bool = False) -> str:
     """The engine `config.kind` means for `model`, `auto` resolved: openai for a URL;
     for a local model vLLM where it is installed and has a device (a GPU, or its CPU
     build, which in float32 decoded 1.5x faster than the transformers engine here:
-    docs/benchmarks.md), otherwise transformers."""
+    docs/benchmarks.md), otherwise transformers. A local `collaborator` (a teacher or
+    expert the pool loads in the policy's process) runs on vLLM only when `vllm` is
+    asked for: under auto a second vLLM beside the policy's would reserve most of the
+    GPU's memory again."""
     kind = config.kind
     if kind not in ENGINE_KINDS:
         raise UserError(f"unknown engine '{kind}'", f"use one of {', '.join(ENGINE_KINDS)}")
+    if collaborator and not is_url(model):
+        return "vllm" if kind == "vllm" else "transformers"
     if kind != "auto":
         return kind
     if is_url(model):

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collabrl.config import EndpointConfig, EngineConfig, PoolConfig
-from collabrl.engines import create_engine, is_url
+from collabrl.engines import create_engine, is_url, resolve_kind
 from collabrl.engines.base import (
     BudgetedEngine,
     Completion,
@@ -441,9 +441,7 @@ class ExpertPool:
                 max_retries=0,
             )
         else:
-            # A local model runs in-process, on vLLM only when asked: `auto` would put a
-            # second vLLM beside the policy's, each reserving most of a GPU's memory.
-            kind = "vllm" if base.kind == "vllm" else "transformers"
+            kind = resolve_kind(endpoint.ref, base, collaborator=True)
             config = dataclasses.replace(base, kind=kind)
         return create_engine(endpoint.ref, config)
 

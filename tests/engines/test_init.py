@@ -50,6 +50,18 @@ def test_auto_falls_back_to_transformers(monkeypatch: pytest.MonkeyPatch) -> Non
     assert resolve_kind("smollm2-135m", EngineConfig()) == "transformers"
 
 
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("auto", "transformers"), ("vllm", "vllm"), ("transformers", "transformers")],
+)
+def test_a_local_collaborator_runs_on_vllm_only_when_asked(
+    vllm_runs: None, kind: str, expected: str
+) -> None:
+    """The pool's teachers and experts beside the policy: no second vLLM under auto."""
+    assert resolve_kind("smollm2-135m", EngineConfig(kind=kind), collaborator=True) == expected
+    assert resolve_kind(URL, EngineConfig(), collaborator=True) == "openai"
+
+
 # -- where vLLM can run ----------------------------------------------------------------
 
 
