@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from collabrl.devices import resolve_device, resolve_dtype
+from collabrl.devices import DTYPES, resolve_device, resolve_dtype
 from collabrl.errors import UserError
 
 if TYPE_CHECKING:
@@ -225,7 +225,6 @@ def load_model(
 def _torch_dtype(name: str):
     import torch
 
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in dtypes:
-        raise UserError(f"unknown dtype '{name}'", f"use one of {', '.join(dtypes)}")
-    return dtypes[name]
+    if name not in DTYPES:
+        raise UserError(f"unknown dtype '{name}'", f"use one of {', '.join(DTYPES)}")
+    return getattr(torch, name)

@@ -21,7 +21,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.rsim import RSIMConfig
-from collabrl.train.run import CHECKPOINTS, check_trl_keys
+from collabrl.train.run import CHECKPOINTS, check_trl_keys, trl_args
 from collabrl.train.schedules import ScheduleConfig
 
 METHODS = ("grpo", "relay", "eapo", "rsim")
@@ -242,8 +242,4 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         # it says so; on a CPU it only slows the step).
         **checkpointing_args(config.trl, default=False),
     }
-    try:
-        return GRPOConfig(**settings)
-    except (TypeError, ValueError) as err:  # e.g. a generation batch that splits a group
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
+    return trl_args(GRPOConfig, settings)

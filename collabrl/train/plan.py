@@ -236,9 +236,9 @@ def _run_section(plan: TrainPlan, config: GRPOTrainConfig, launch: Launch) -> No
 
 
 def _data_known(data: str) -> bool:
-    from collabrl.data.benchmarks import registry
+    from collabrl.data import benchmarks
 
-    return data in registry() or Path(data).exists()
+    return data in benchmarks.registry() or Path(data).exists()
 
 
 # The TRL settings a paper-scale run depends on, as the trainer reads them.
@@ -268,7 +268,8 @@ TRL_KEYS = (
 
 def _trl_section(plan: TrainPlan, args: Any) -> None:
     section = "TRL (effective)"
-    plan.add(section, "gradient checkpointing", _checkpointing(args))
+    # TRL reads gradient_checkpointing; transformers >= 5.20 mirrors its new name into it.
+    plan.add(section, "gradient checkpointing", args.gradient_checkpointing)
     for key in TRL_KEYS:
         if hasattr(args, key):
             value = getattr(args, key)
@@ -389,7 +390,7 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
         shape,
         micro_batch=args.per_device_train_batch_size,
         sequence=sequence,
-        checkpointing=_checkpointing(args),
+        checkpointing=args.gradient_checkpointing,
         world_size=launch.processes,
         zero_stage=launch.zero_stage,
         vllm_fraction=args.vllm_gpu_memory_utilization if colocated else None,
@@ -450,8 +451,3 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def _checkpointing(args: Any) -> bool:
-    """Whether the trainer will checkpoint activations, under either of its names."""
-    return bool(getattr(args, "activation_checkpointing", None) or args.gradient_checkpointing)

@@ -17,7 +17,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from collabrl import runs
 from collabrl.errors import UserError
@@ -25,12 +25,24 @@ from collabrl.errors import UserError
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
 
+T = TypeVar("T")
+
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
 METRICS = "metrics.jsonl"
 CURVES = "train_curves.png"
 # TRL arguments the run folder owns: elsewhere, --resume would not find the checkpoints.
 OWNED_TRL_KEYS = frozenset({"output_dir"})
+
+
+def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
+    """TRL's arguments object (`GRPOConfig`, `SFTConfig`) from `settings`; what TRL
+    refuses there (e.g. a generation batch that splits a group) is a one-line UserError."""
+    try:
+        return args_class(**settings)
+    except (TypeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
 
 
 def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:

@@ -42,6 +42,7 @@ from collabrl.train.run import (
     recorder,
     save_final,
     start_run,
+    trl_args,
 )
 
 if TYPE_CHECKING:
@@ -255,15 +256,15 @@ def load_rows(data: str) -> Dataset:
 
 
 def with_template_options(rows: Dataset, options: dict[str, Any]) -> Dataset:
-    """`rows` with a `chat_template_kwargs` column holding `options` (a row's own keys
-    win), which TRL's SFTTrainer passes to the chat template of every row."""
+    """`rows` with `options` in each row's `chat_template_kwargs` (a row's own keys win),
+    which TRL's SFTTrainer passes to the chat template of that row."""
     if not options:
         return rows
-    own = rows["chat_template_kwargs"] if "chat_template_kwargs" in rows.column_names else None
-    merged = [{**options, **((own[i] if own else None) or {})} for i in range(len(rows))]
-    if own is not None:
-        rows = rows.remove_columns("chat_template_kwargs")
-    return rows.add_column("chat_template_kwargs", merged)
+
+    def add(row: dict[str, Any]) -> dict[str, Any]:
+        return {"chat_template_kwargs": {**options, **(row.get("chat_template_kwargs") or {})}}
+
+    return rows.map(add)
 
 
 def _from_jsonl(path: Path) -> Dataset:
@@ -305,11 +306,7 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
     }
     # The trl block may name the switch either way; it wins over activation_checkpointing.
     trl = checkpointing_args(config.trl, default=config.activation_checkpointing)
-    try:
-        return SFTConfig(**{**args, **trl})
-    except (TypeError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
+    return trl_args(SFTConfig, {**args, **trl})
 
 
 def _trainer(
