@@ -81,7 +81,7 @@ def main() -> None:
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     panel = questions(3)
     batch = questions(args.clients)
-    with ServerProcess(args.model, extra=("--max-batch-size", "16")) as server:
+    with ServerProcess(args.model, extra=("--batch-size", "16")) as server:
         print(f"server: {server.url} ({args.model}, embedded, batch <= 16)")
         pool = ExpertPool(PoolConfig(endpoints=[server.url], num_experts=3, timeout=600))
         time_pool(pool, panel[:1], params)  # warm-up: connections, first-call costs

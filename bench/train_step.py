@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from collabrl.config import DecodingConfig  # noqa: E402
 from collabrl.protocols.config import ProtocolConfig  # noqa: E402
 from collabrl.train.grpo import train_grpo  # noqa: E402
 from collabrl.train.grpo_config import GRPOTrainConfig  # noqa: E402
@@ -52,9 +53,9 @@ def run(method: str, model: str, helper: str, args: argparse.Namespace) -> dict[
             out=out,
             steps=args.steps,
             prompts_per_step=args.prompts,
-            num_generations=args.generations,
-            max_tokens=args.max_tokens,
-            temperature=1.0,
+            sampling=DecodingConfig(
+                n=args.generations, max_tokens=args.max_tokens, temperature=1.0
+            ),
             learning_rate=1e-6,
             save_steps=10**6,
             protocol=protocol,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -40,15 +41,19 @@ _INT32_MAX = 2**31 - 1
 
 
 @dataclass
-class SamplingConfig:
-    """How completions are sampled."""
+class DecodingConfig:
+    """How completions are sampled, the seed aside: a training run's `sampling` section,
+    whose seed is the run's own (`seed`, as in TRL)."""
 
-    n: int = option(1, "Samples per problem (the n of pass@k, avg@n, maj@n).")
-    max_tokens: int = option(1024, "Maximum new tokens per completion.")
+    n: int = option(
+        1, "Samples per problem (the n of pass@k, avg@n, maj@n; in GRPO training, the group G)."
+    )
+    max_tokens: int = option(
+        1024, "Maximum new tokens per completion (in training, per episode, every author's)."
+    )
     temperature: float = option(0.0, "Sampling temperature; 0 means greedy decoding.")
     top_p: float = option(1.0, "Nucleus sampling cut-off.")
     top_k: int = option(-1, "Top-k cut-off; -1 disables it.")
-    seed: int = option(0, "Random seed; runs with the same seed and engine repeat exactly.")
 
     def check(self) -> None:
         """Refuse sampling values no engine can honour, before any model is loaded."""
@@ -71,6 +76,17 @@ class SamplingConfig:
         require(
             "sampling.top_k", s.top_k, s.top_k == -1 or 1 <= s.top_k <= _INT32_MAX, "-1 or >= 1"
         )
+
+
+@dataclass
+class SamplingConfig(DecodingConfig):
+    """How completions are sampled, with the seed that makes a run repeat."""
+
+    seed: int = option(0, "Random seed; runs with the same seed and engine repeat exactly.")
+
+    def check(self) -> None:
+        super().check()
+        s = self
         require("sampling.seed", s.seed, 0 <= s.seed <= _INT32_MAX, f"between 0 and {_INT32_MAX}")
 
 
@@ -139,8 +155,12 @@ class EngineConfig:
     )
 
     def check(self, key: str = "engine") -> None:
-        """Refuse a device or dtype name no engine loads, before any model is loaded
+        """Refuse a batch size, device or dtype no engine runs, before any model is loaded
         (`key`: where this config sits, named in the error)."""
+        # Runners hand work to an engine in chunks of these sizes.
+        require(f"{key}.batch_size", self.batch_size, self.batch_size >= 1, "at least 1")
+        concurrency = self.max_concurrency
+        require(f"{key}.max_concurrency", concurrency, concurrency >= 1, "at least 1")
         check_device(self.device, f"{key}.device")
         check_dtype(self.dtype, f"{key}.dtype")
 
@@ -198,11 +218,40 @@ def build_config(
     """Merge dict layers (later wins) plus `key.sub=value` strings into a `cls`; errors
     name keys after `prefix` (where the section sits in a larger config)."""
     merged: dict[str, Any] = {}
-    for layer in layers:
-        _deep_merge(merged, layer)
-    for assignment in sets:
-        _deep_merge(merged, _parse_set(assignment))
+    for layer in [*layers, *(_parse_set(assignment) for assignment in sets)]:
+        _deep_merge(merged, _renamed(cls, layer))
     return _from_dict(cls, merged, prefix=prefix)
+
+
+# A config class may list keys it renamed, `RENAMED = {"old": "new.dotted"}`: the old
+# names are read, with a note, for one release after the rename.
+RENAMED_UNTIL = "0.3"
+
+
+def _renamed(cls: type, layer: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `layer` with `cls`'s old key names moved to their new places."""
+    layer = copy.deepcopy(layer)
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        if old not in layer:
+            continue
+        if new.startswith(f"{old}.") and isinstance(layer[old], dict):
+            continue  # the section the old scalar became, already in its new shape
+        value = layer.pop(old)
+        *sections, leaf = new.split(".")
+        node = layer
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise UserError(f"config key '{section}' must be a mapping", "see `collab --help`")
+        if leaf in node:
+            raise UserError(f"config sets both '{old}' and '{new}'", f"keep only '{new}'")
+        node[leaf] = value
+        print(
+            f"note: config key '{old}' is now '{new}'; the old name is read until "
+            f"collabrl {RENAMED_UNTIL}",
+            file=sys.stderr,
+        )
+    return layer
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -386,9 +435,12 @@ def check_sections(cls: type, path: Path) -> None:
 
 def _check_section_nodes(cls: type, node: yaml.MappingNode, path: str, prefix: str) -> None:
     hints = typing.get_type_hints(cls)
+    renamed = getattr(cls, "RENAMED", {})
     for key_node, value_node in node.value:
         if not isinstance(key_node, yaml.ScalarNode) or not is_dataclass(hints.get(key_node.value)):
             continue  # not a section: _from_dict checks plain keys and values
+        if key_node.value in renamed and isinstance(value_node, yaml.ScalarNode):
+            continue  # a scalar that became this section (`engine: vllm`): still read
         key = f"{prefix}{key_node.value}"
         if not isinstance(value_node, yaml.MappingNode):
             shown = repr(value_node.value) if isinstance(value_node, yaml.ScalarNode) else "a list"

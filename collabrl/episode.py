@@ -40,7 +40,8 @@ class EndReason(StrEnum):
     TERMINAL = "terminal"  # strategy: the planner chose terminal; the last step is written
     MAX_STEPS = "max_steps"  # strategy: the planner's step limit was reached
     # No policy token at all (a budget smaller than the first guidance, an endpoint that
-    # answered EOS at once): nothing to train on. `collabrl.train.episodes` skips these.
+    # answered EOS at once): nothing to train on. Trainers send it masked and count it
+    # (`collabrl.train.episodes`).
     EMPTY = "empty"
 
     @property

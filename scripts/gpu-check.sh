@@ -25,7 +25,7 @@ print(weights_dir(resolve_model('smollm2-135m')))")
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$out/memory.csv" &
 smi=$!
 "$py" -m collabrl serve expert --model "$model" --engine vllm --port "$port" \
-  --set gpu_memory_utilization=0.15 --set max_model_len=4096 > "$out/server.log" 2>&1 &
+  --set engine.gpu_memory_utilization=0.15 --set engine.max_model_len=4096 > "$out/server.log" 2>&1 &
 server=$!
 trap 'kill $server $smi 2>/dev/null || true' EXIT
 until curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null; do

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -13,7 +14,9 @@ from collabrl.config import (
     EngineConfig,
     SamplingConfig,
     build_config,
+    check_sections,
     field_help,
+    option,
     read_yaml,
     save_config,
     to_dict,
@@ -317,3 +320,39 @@ def test_a_nested_section_given_in_part_keeps_its_fields_own_defaults() -> None:
     config = build_config(InferConfig, [{"sampling": {"temperature": 0.5}}])
     assert config.sampling.max_tokens == 256
     assert config.sampling.temperature == 0.5
+
+
+@dataclass
+class _Renamed:
+    """A config that moved its flat keys into sections, as GRPO's and serve's did."""
+
+    sampling: SamplingConfig = option(SamplingConfig(), "sampling")
+    engine: EngineConfig = option(EngineConfig(), "engine")
+    RENAMED: ClassVar[dict[str, str]] = {
+        "engine": "engine.kind",
+        "max_tokens": "sampling.max_tokens",
+        "batch_size": "engine.batch_size",
+    }
+
+
+def test_renamed_keys_are_read_at_their_new_place_with_a_note(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("max_tokens: 7\nengine: vllm\nbatch_size: 3\n")
+    check_sections(_Renamed, path)  # a scalar that became a section is still read
+    config = build_config(_Renamed, [read_yaml(path)], ["max_tokens=9"])
+    assert config.sampling.max_tokens == 9  # --set's old name still wins last
+    assert (config.engine.kind, config.engine.batch_size) == ("vllm", 3)
+    notes = capsys.readouterr().err
+    assert "config key 'max_tokens' is now 'sampling.max_tokens'" in notes
+    assert "'engine' is now 'engine.kind'" in notes
+
+
+def test_the_new_shape_of_a_renamed_key_passes_without_a_note(capsys) -> None:
+    config = build_config(_Renamed, [{"engine": {"kind": "vllm"}}])
+    assert config.engine.kind == "vllm" and capsys.readouterr().err == ""
+
+
+def test_a_key_given_under_both_names_is_refused() -> None:
+    layer = {"max_tokens": 7, "sampling": {"max_tokens": 9}}
+    with pytest.raises(UserError, match="sets both 'max_tokens' and 'sampling.max_tokens'"):
+        build_config(_Renamed, [layer])

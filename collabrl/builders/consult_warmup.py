@@ -97,6 +97,7 @@ class ConsultWarmupConfig:
     def check(self) -> None:
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
+        self.engine.check()
         fraction = self.call_fraction
         require("call_fraction", fraction, 0.0 <= fraction <= 1.0, "in [0, 1]")
         require("num_experts", self.num_experts, self.num_experts >= 1, "at least 1")

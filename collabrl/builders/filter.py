@@ -47,7 +47,7 @@ from collabrl.engines.reference import REFERENCE, STAND_IN_NOTE, Reference
 from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
 from collabrl.rewards.extract import extract_answer
-from collabrl.rewards.verify import is_equivalent
+from collabrl.rewards.score import score_answer
 
 if TYPE_CHECKING:
     from collabrl.engines.calls import CallRecord
@@ -105,6 +105,7 @@ class FilterConfig:
         if self.teacher is None and not self.decontaminate:
             raise UserError("nothing to do", "pass --teacher MODEL_OR_URL and/or --decontaminate")
         self.sampling.check()
+        self.engine.check()
         require("sampling.n", self.sampling.n, self.sampling.n == 1, "1 (set k instead)")
         require("k", self.k, self.k >= 1, "at least 1")
         require("threshold", self.threshold, 0 <= self.threshold <= 1, "in [0, 1]")
@@ -241,14 +242,13 @@ def sample_teacher(
 def score(
     item: Item, sample: int, record: CallRecord, extractors: tuple[str, ...]
 ) -> dict[str, Any]:
-    """One line of samples.jsonl: the response, its extracted answer and whether it is right."""
-    answer = extract_answer(record.text, extractors)
+    """One line of samples.jsonl: the response, its extracted answer and its score, as
+    `collab eval` records a sample."""
     return {
         "item_id": item.id,
         "sample": sample,
         "text": record.text,
-        "answer": answer,
-        "correct": is_equivalent(answer, item.answer),
+        **score_answer(extract_answer(record.text, extractors), item.answer),
         "finish_reason": record.finish_reason,
         "completion_tokens": record.completion_tokens,
         "latency_s": round(record.latency_s, 3),

@@ -73,6 +73,7 @@ class RelayWarmupConfig:
     def check(self) -> None:
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
+        self.engine.check()
         require(
             "responses_per_problem",
             self.responses_per_problem,

@@ -127,6 +127,7 @@ class RsimWarmupConfig:
     def check(self) -> None:
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
+        self.engine.check()
         require("rows", self.rows, self.rows >= 1, "at least 1")
         require("min_steps", self.min_steps, self.min_steps >= 1, "at least 1")
         per_problem = self.samples_per_problem

@@ -22,7 +22,6 @@ app = typer.Typer(
 DATA = opt.config_option("data", "--data")
 LIMIT = opt.config_option("limit", "--limit")
 OUT = opt.config_option("out", "--out")
-BATCH_SIZE = opt.config_option("engine.batch_size", "--batch-size")
 
 
 @app.command("relay", cls=opt.config_command("build-warmup-relay"))
@@ -38,7 +37,8 @@ def relay(
     seed: int = opt.SEED,
     tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
     engine: str = opt.ENGINE,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int = opt.BATCH_SIZE,
+    device: str = opt.DEVICE,
     out: str = OUT,
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
@@ -80,7 +80,8 @@ def rsim(
     seed: int = opt.SEED,
     tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
     engine: str = opt.ENGINE,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int = opt.BATCH_SIZE,
+    device: str = opt.DEVICE,
     out: str = OUT,
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
@@ -124,7 +125,8 @@ def consult(
     seed: int = opt.SEED,
     tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
     engine: str = opt.ENGINE,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int = opt.BATCH_SIZE,
+    device: str = opt.DEVICE,
     out: str = OUT,
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,

@@ -40,6 +40,8 @@ def evolve(
     temperature: float = opt.TEMPERATURE,
     seed: int = opt.SEED,
     engine: str = opt.ENGINE,
+    batch_size: int = opt.BATCH_SIZE,
+    device: str = opt.DEVICE,
     api_key: str = opt.API_KEY,
     out: str = opt.config_option("out", "--out"),
     resume: bool = typer.Option(

@@ -31,6 +31,7 @@ def infer(
     temperature: float = opt.TEMPERATURE,
     seed: int = opt.SEED,
     engine: str = opt.ENGINE,
+    batch_size: int = opt.BATCH_SIZE,
     device: str = opt.DEVICE,
     api_key: str = opt.API_KEY,
     served_model: str = opt.config_option("engine.served_model", "--served-model"),

@@ -59,6 +59,7 @@ SET = typer.Option(
 MODEL = config_option("model", "--model", "-m")
 ENGINE = config_option("engine.kind", "--engine")
 DEVICE = config_option("engine.device", "--device")
+BATCH_SIZE = config_option("engine.batch_size", "--batch-size")
 API_KEY = config_option("engine.api_key", "--api-key")
 PROTOCOL_KEY = "protocol.name"
 PROTOCOL = config_option(PROTOCOL_KEY, "--protocol", "-p")
@@ -70,6 +71,7 @@ PLANNER_KIND = config_option("protocol.strategy.planner_kind", "--planner-kind")
 TOKENIZER = config_option("protocol.tokenizer", "--tokenizer")
 MAX_TOKENS = config_option("sampling.max_tokens", "--max-tokens")
 TEMPERATURE = config_option("sampling.temperature", "--temperature")
+TOP_P = config_option("sampling.top_p", "--top-p")
 SEED = config_option("sampling.seed", "--seed")
 PROMPT = config_option("prompt", "--prompt")
 

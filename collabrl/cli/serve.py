@@ -16,14 +16,17 @@ def serve(
     ctx: typer.Context,
     role: str = opt.config_argument("role"),
     model: str = opt.MODEL,
-    engine: str = opt.config_option("engine", "--engine"),
+    engine: str = opt.ENGINE,
     host: str = opt.config_option("host", "--host"),
     port: int = opt.config_option("port", "--port"),
     api_key: str = opt.config_option("api_key", "--api-key"),
     served_model_name: str = opt.config_option("served_model_name", "--served-model-name"),
-    tensor_parallel_size: int = opt.config_option("tensor_parallel_size", "--tensor-parallel-size"),
-    max_batch_size: int = opt.config_option("max_batch_size", "--max-batch-size"),
-    device: str = opt.config_option("device", "--device"),
+    tensor_parallel_size: int = opt.config_option(
+        "engine.tensor_parallel_size", "--tensor-parallel-size"
+    ),
+    # --max-batch-size: the flag's name in 0.1, kept for one release.
+    batch_size: int = opt.config_option("engine.batch_size", "--batch-size", "--max-batch-size"),
+    device: str = opt.DEVICE,
     transport: str = opt.config_option("transport", "--transport"),
     tool: list[str] = opt.config_option("tools", "--tool"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, then exit."),
@@ -51,7 +54,7 @@ def serve(
     if dry_run:
         console.print(
             f"embedded server: {cfg.model} as '{cfg.name}' on {cfg.host}:{cfg.port}, "
-            f"batches of up to {cfg.max_batch_size}, auth "
+            f"batches of up to {cfg.engine.batch_size}, auth "
             f"{'on' if resolve_api_key(cfg) else 'off'}"
         )
         return

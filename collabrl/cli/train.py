@@ -95,9 +95,10 @@ def grpo_like(
     train: str = opt.config_option("rsim.train", "--train"),
     steps: int = opt.config_option("steps", "--steps"),
     prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
-    num_generations: int = opt.config_option("num_generations", "--num-generations"),
-    max_tokens: int = opt.config_option("max_tokens", "--max-tokens"),
-    temperature: float = opt.config_option("temperature", "--temperature"),
+    num_generations: int = opt.config_option("sampling.n", "--num-generations", "--n"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    top_p: float = opt.TOP_P,
     learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
     seed: int = opt.config_option("seed", "--seed"),
     eval_data: str = opt.config_option("eval_data", "--eval-data"),
@@ -113,7 +114,7 @@ def grpo_like(
     from collabrl.train.grpo import is_main_process, train_grpo
 
     cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
-    opt.check(ctx, cfg.check, cfg.engine.check)
+    opt.check(ctx, cfg.check)
     if dry_run:
         _print_plan(cfg, accelerate_config)
         return

@@ -1,1 +1,1 @@
-"""Benchmarks, prompt templates and (later) training-set builders."""
+"""Benchmarks, prompt templates and the data sets they load."""

@@ -6,24 +6,24 @@ tokenizer. Chat messages that end with an assistant message ask for that message
 to be *continued* (vLLM's `continue_final_message`): this is how a teacher is
 handed a partial answer in its own chat template.
 
-`generate` returns, for every prompt, `params.n` completions.
+`generate` returns, for every prompt, `params.n` completions. What may differ from
+prompt to prompt of one batch travels in the params: each prompt's seed (`seeds`) and
+its most new tokens (`budgets`). A caller with one params per prompt (the expert
+pool's calls) groups them by `batch_key` and merges each group with
+`SamplingParams.merge`; `for_prompt` gives one prompt's params back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 ChatMessage = dict[str, str]
 Prompt = str | list[ChatMessage] | list[int]
-
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class SamplingParams:
     # and vLLM seed every request on its own, so one seed shared by the samples of a
     # problem would make them the same text.
     seeds: tuple[int, ...] = ()
+    # Each prompt's own most new tokens, in prompt order; empty: every prompt gets
+    # `max_tokens`. A relay round's teacher calls each ask for their own n, and are
+    # still one batch.
+    budgets: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     include_stop: bool = False  # keep the matched stop string at the end of the text
     banned: tuple[str, ...] = ()  # strings the model may never produce
@@ -54,6 +58,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if any(budget < 1 for budget in self.budgets):
+            raise ValueError(f"budgets must all be >= 1, got {self.budgets}")
 
     @classmethod
     def of(cls, config: Any, **changes: Any) -> SamplingParams:
@@ -65,7 +71,8 @@ class SamplingParams:
             "temperature": config.temperature,
             "top_p": config.top_p,
             "top_k": config.top_k,
-            "seed": config.seed,
+            # A training run's `DecodingConfig` has none: its seed is the run's (`changes`).
+            "seed": getattr(config, "seed", None),
         }
         return cls(**{**fields, **changes})
 
@@ -79,10 +86,77 @@ class SamplingParams:
             return self.seeds[index]
         return None if self.seed is None else self.seed + index
 
+    def prompt_budget(self, index: int) -> int:
+        """The most new tokens of prompt `index` of a batch: its own (`budgets`), else
+        `max_tokens`."""
+        if self.budgets:
+            return self.budgets[index]
+        return self.max_tokens
+
     def check_seeds(self, prompts: int) -> None:
         """Refuse per-prompt seeds that do not match the batch (a caller's bug)."""
         if self.seeds and len(self.seeds) != prompts:
             raise ValueError(f"seeds: one per prompt, got {len(self.seeds)} for {prompts}")
+
+    def check_budgets(self, prompts: int) -> None:
+        """Refuse per-prompt budgets that do not match the batch (a caller's bug)."""
+        if self.budgets and len(self.budgets) != prompts:
+            raise ValueError(f"budgets: one per prompt, got {len(self.budgets)} for {prompts}")
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the prompts draw from seeded random streams."""
+        return self.seed is not None or bool(self.seeds)
+
+    def for_prompt(self, index: int) -> SamplingParams:
+        """The params of prompt `index` of a batch on its own: its seed as `seed`, its
+        budget as `max_tokens`, nothing per prompt left (a request to a server)."""
+        return dataclasses.replace(
+            self,
+            max_tokens=self.prompt_budget(index),
+            seed=self.prompt_seed(index),
+            seeds=(),
+            budgets=(),
+        )
+
+    def batch_key(self) -> Hashable:
+        """What the params of calls must share for the calls to be one batch: every
+        field but the token budget and the seed; whether there is a seed counts."""
+        shared = tuple(
+            (f.name, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in _PER_PROMPT
+        )
+        return (*shared, ("seeded", self.seeded))
+
+    @classmethod
+    def merge(cls, calls: Sequence[SamplingParams]) -> SamplingParams:
+        """One batch's params from the params of one-prompt calls that share a
+        `batch_key`, each call keeping its own seed and budget: `budgets` only where the
+        budgets differ (`max_tokens` is then the largest), `seeds` when seeded."""
+        if not calls:
+            raise ValueError("merge: no params to merge")
+        first = calls[0]
+        key = first.batch_key()
+        for params in calls:
+            params.check_seeds(1)
+            params.check_budgets(1)
+            if params.batch_key() != key:
+                raise ValueError("merge: the params differ in more than budget and seed")
+        budgets = tuple(params.prompt_budget(0) for params in calls)
+        seeds = tuple(params.prompt_seed(0) for params in calls) if first.seeded else ()
+        uniform = len(set(budgets)) == 1
+        return dataclasses.replace(
+            first,
+            max_tokens=max(budgets),
+            budgets=() if uniform else budgets,
+            seed=seeds[0] if seeds else None,
+            seeds=seeds,
+        )
+
+
+# The fields a batch's prompts may each have their own of (see `batch_key`).
+_PER_PROMPT = frozenset({"max_tokens", "seed", "seeds", "budgets"})
 
 
 @dataclass
@@ -126,36 +200,6 @@ class Interruptible(Protocol):
     shuts down): within `interruptible(event)`, setting `event` ends it at the next token."""
 
     def interruptible(self, event: threading.Event) -> AbstractContextManager[None]: ...
-
-
-@runtime_checkable
-class BudgetedEngine(Protocol):
-    """An engine that batches prompts with different token budgets together: the
-    pool's teacher calls of one relay round each ask for their own n."""
-
-    def generate_budgeted(
-        self, prompts: list[Prompt], params: SamplingParams, budgets: list[int]
-    ) -> list[list[Completion]]: ...
-
-
-def generate_by_budget(
-    generate: Callable[[list[T], SamplingParams], list[R]],
-    prompts: list[T],
-    params: SamplingParams,
-    budgets: list[int],
-) -> list[R]:
-    """`generate` once per distinct budget (its `max_tokens`), results in prompt order:
-    for a generate that takes one max length per call."""
-    results: list[R | None] = [None] * len(prompts)
-    for budget in sorted(set(budgets)):
-        picked = [j for j, b in enumerate(budgets) if b == budget]
-        # Each prompt keeps its own seed in the sub-batch.
-        seeded = params.seeds or params.seed is not None
-        seeds = tuple(params.prompt_seed(j) for j in picked) if seeded else ()
-        with_budget = dataclasses.replace(params, max_tokens=budget, seeds=seeds)
-        for j, out in zip(picked, generate([prompts[j] for j in picked], with_budget), strict=True):
-            results[j] = out
-    return results  # type: ignore[return-value]  # every index was picked once
 
 
 def encode_prompt(

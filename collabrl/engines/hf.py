@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -31,7 +31,6 @@ from collabrl.engines.base import (
     SamplingParams,
     cut_at_stop,
     encode_prompt,
-    generate_by_budget,
 )
 from collabrl.engines.continuous import Decoder, PrefixStore, Row, supports_row_caches
 
@@ -147,39 +146,36 @@ class TransformersEngine:
     # -- generation --------------------------------------------------------------
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        return self.generate_budgeted(prompts, params, [params.max_tokens] * len(prompts))
+        """`params.n` completions of every prompt, each with the prompt's own seed and
+        most new tokens (`params.prompt_seed`, `params.prompt_budget`).
 
-    def generate_budgeted(
-        self, prompts: list[Prompt], params: SamplingParams, budgets: list[int]
-    ) -> list[list[Completion]]:
-        """`generate` with each prompt's own most new tokens (`params.max_tokens` unused).
-
-        A relay round asks the teacher for a different n in each call: one batch for all
-        of them took 4.4 s where one batch per n, run one after another, took 9.7 s (the
-        9 calls of a GRPO rollout; docs/benchmarks.md)."""
-        if len(budgets) != len(prompts) or min(budgets, default=1) < 1:
-            raise ValueError("budgets: one positive token count per prompt")
+        Prompts with different budgets share one batch: a relay round asks the teacher
+        for a different n in each call, and one batch for all of them took 4.4 s where
+        one batch per n, run one after another, took 9.7 s (the 9 calls of a GRPO
+        rollout; docs/benchmarks.md)."""
         params.check_seeds(len(prompts))
+        params.check_budgets(len(prompts))
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(params.n)]
         row_prompts = [ids for _, ids in rows]
-        row_budgets = [budgets[i] for i, _ in rows]
-        params = dataclasses.replace(params, seeds=_row_seeds(params, len(prompts)))
+        # From here on a row is a prompt: each row with its own seed and budget.
+        budgets = tuple(params.prompt_budget(i) for i, _ in rows) if params.budgets else ()
+        params = dataclasses.replace(
+            params, seeds=_row_seeds(params, len(prompts)), budgets=budgets
+        )
         if self.continuous:
-            results = self._generate_continuous(row_prompts, params, row_budgets)
+            results = self._generate_continuous(row_prompts, params)
         else:
-            results = generate_by_budget(self._generate_static, row_prompts, params, row_budgets)
+            results = _by_budget(self._generate_static, row_prompts, params)
         grouped: list[list[Completion]] = [[] for _ in prompts]
         for (prompt_index, _), completion in zip(rows, results, strict=True):
             grouped[prompt_index].append(completion)
         return grouped
 
-    def _generate_continuous(
-        self, prompts: list[list[int]], params: SamplingParams, budgets: list[int]
-    ):
+    def _generate_continuous(self, prompts: list[list[int]], params: SamplingParams):
         rows = [
-            Row(i, ids, self._generator(params.prompt_seed(i)), limit)
-            for i, (ids, limit) in enumerate(zip(prompts, budgets, strict=True))
+            Row(i, ids, self._generator(params.prompt_seed(i)), params.prompt_budget(i))
+            for i, ids in enumerate(prompts)
         ]
         decoder = Decoder(
             self.model,
@@ -410,6 +406,26 @@ class _Interrupted(StoppingCriteria):
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _by_budget(
+    generate: Callable[[list[list[int]], SamplingParams], list[Completion]],
+    prompts: list[list[int]],
+    params: SamplingParams,
+) -> list[Completion]:
+    """`generate` once per distinct budget of `params.budgets` (as its `max_tokens`),
+    results in prompt order: transformers' `generate` takes one max length per call."""
+    if not params.budgets:
+        return generate(prompts, params)
+    results: list[Completion | None] = [None] * len(prompts)
+    for budget in sorted(set(params.budgets)):
+        picked = [j for j, b in enumerate(params.budgets) if b == budget]
+        # Each prompt keeps its own seed in the sub-batch.
+        seeds = tuple(params.prompt_seed(j) for j in picked) if params.seeded else ()
+        alike = dataclasses.replace(params, max_tokens=budget, budgets=(), seeds=seeds)
+        for j, out in zip(picked, generate([prompts[j] for j in picked], alike), strict=True):
+            results[j] = out
+    return results  # type: ignore[return-value]  # every index was picked once
 
 
 def _row_seeds(params: SamplingParams, prompts: int) -> tuple[int, ...]:

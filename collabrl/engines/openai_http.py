@@ -16,7 +16,6 @@ is bound to the loop it first ran on, so reusing it across `asyncio.run` calls (
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import threading
 from collections.abc import Mapping
@@ -111,15 +110,15 @@ def _extra_body(params: SamplingParams) -> dict[str, Any]:
 
 
 def row_params(params: SamplingParams, row: int) -> SamplingParams:
-    """The params of one prompt of a batch: each request gets its own seed (the prompt's
-    own, else seed + row).
+    """The params of one prompt of a batch, sent as its own request: its own seed (the
+    prompt's own, else seed + row) and its own most new tokens (`params.for_prompt`).
 
     A server seeds every request on its own, so one shared seed would make a batch's
     equal prompts (the samples of one problem) sample the very same text.
     """
-    if params.seed is None and not params.seeds:
+    if params.seed is None and not params.seeds and not params.budgets:
         return params
-    return dataclasses.replace(params, seed=params.prompt_seed(row), seeds=())
+    return params.for_prompt(row)
 
 
 def build_request(
@@ -417,6 +416,7 @@ class OpenAIEngine:
         self, prompts: list[Prompt], params: SamplingParams
     ) -> list[list[Completion]]:
         params.check_seeds(len(prompts))
+        params.check_budgets(len(prompts))
         # Validate every prompt before sending anything, so a bad prompt fails fast.
         requests = [
             build_request(p, row_params(params, i), self.model or "", self.chat_template_kwargs)

@@ -11,7 +11,10 @@ is down (the policy then sees that the expert could not answer).
 
 Local engines are synchronous and hold one model, so the calls of one `ask` that go to
 the same local model are sent as one batched `generate`, on a worker thread, under a
-per-model lock (torch generation must not run twice at once on one model).
+per-model lock (torch generation must not run twice at once on one model). Calls whose
+params differ only in token budget and seed share that batch: they are grouped by
+`SamplingParams.batch_key` and the group's params merged (`SamplingParams.merge`), so
+each prompt of the batch keeps its own budget and seed.
 
 The endpoint `reference` is the stand-in collaborator (`engines/reference.py`): the pool
 answers it itself, from the reference a call carries, counting tokens with the pool's
@@ -31,20 +34,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collabrl.config import EndpointConfig, EngineConfig, PoolConfig
 from collabrl.engines import create_engine, is_url, resolve_kind
-from collabrl.engines.base import (
-    BudgetedEngine,
-    Completion,
-    Engine,
-    Prompt,
-    SamplingParams,
-    generate_by_budget,
-)
+from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
 from collabrl.engines.calls import UNKNOWN_EXPERT, Call, CallRecord, call_record
 from collabrl.engines.endpoints import (
     check_pool_config,
@@ -127,25 +123,29 @@ class ExpertPool:
         A call is a `Call` or a plain (expert id, prompt) tuple. As in one engine batch,
         call i is sampled with its own seed (`params.prompt_seed(i)`): a server seeds each
         request on its own, and a shared seed would make equal prompts answer alike.
+        The same goes for its token budget (`params.prompt_budget(i)`).
         Raises only for misuse: a closed pool, or `params.n != 1` (a call has one answer).
         """
         params.check_seeds(len(calls))
-        own = [
-            dataclasses.replace(params, seed=params.prompt_seed(i), seeds=())
-            for i in range(len(calls))
-        ]
+        params.check_budgets(len(calls))
+        own = [params.for_prompt(i) for i in range(len(calls))]
         return await self._ask_each([Call(*c) for c in calls], own)
 
     async def _ask_each(self, calls: list[Call], params: list[SamplingParams]) -> list[CallRecord]:
-        """`ask` with each call's own sampling parameters."""
+        """`ask` with each call's own sampling parameters (those of a one-prompt batch)."""
         self._check_open()
         for p in params:
             if p.n != 1:
                 raise ValueError(f"an expert call has one answer: params.n must be 1, got {p.n}")
+            p.check_seeds(1)
+            p.check_budgets(1)
+        # Each call's own seed and budget as `seed` and `max_tokens`: what its cache key
+        # and the reference stand-in read.
+        params = [p.for_prompt(0) for p in params]
         records: list[CallRecord | None] = [None] * len(calls)
         remote: list[int] = []
         # Local calls share a batch when only their token budgets and seeds differ.
-        local: dict[tuple[str, SamplingParams], list[int]] = {}
+        local: dict[tuple[str, Hashable], list[int]] = {}
         for i, (expert_id, prompt, reference) in enumerate(calls):
             records[i] = self._settle_early(expert_id, prompt, reference, params[i])
             if records[i] is not None:
@@ -155,13 +155,11 @@ class ExpertPool:
             if is_url(endpoint.ref):
                 remote.append(i)
             else:
-                local.setdefault((endpoint.ref, _shared_params(params[i])), []).append(i)
+                local.setdefault((endpoint.ref, params[i].batch_key()), []).append(i)
         jobs = [self._ask_remote(i, calls[i], params[i]) for i in remote]
         jobs += [
             self._ask_local(
-                [(i, calls[i]) for i in g],
-                _with_seeds([params[i] for i in g]),
-                [params[i].max_tokens for i in g],
+                [(i, calls[i]) for i in g], SamplingParams.merge([params[i] for i in g])
             )
             for g in local.values()
         ]
@@ -285,10 +283,10 @@ class ExpertPool:
         return [(index, record)]
 
     async def _ask_local(
-        self, items: list[tuple[int, Call]], params: SamplingParams, budgets: list[int]
+        self, items: list[tuple[int, Call]], params: SamplingParams
     ) -> list[tuple[int, CallRecord]]:
-        """All calls to one local model as one batched generate; `budgets` are the calls'
-        max tokens (`params.max_tokens` is the first call's)."""
+        """All calls to one local model as one batched generate; `params` are the batch's,
+        with each call's own seed and budget."""
         endpoint = self.endpoint_for(items[0][1].expert_id)
         assert endpoint is not None
         prompts = [call.prompt for _, call in items]
@@ -304,9 +302,7 @@ class ExpertPool:
             lock = self._generate_lock(endpoint)
 
             def attempt() -> Awaitable[list[list[Completion]]]:
-                return self._in_thread(
-                    self._generate_locked, engine, lock, prompts, params, budgets
-                )
+                return self._in_thread(self._generate_locked, engine, lock, prompts, params)
 
             outputs, error, attempts = await self._with_retries(attempt, local=True)
         return [
@@ -351,15 +347,10 @@ class ExpertPool:
         lock: threading.Lock,
         prompts: list[Prompt],
         params: SamplingParams,
-        budgets: list[int],
     ) -> list[list[Completion]]:
         with lock:
             self._count_call()
-            if len(set(budgets)) == 1:
-                return engine.generate(prompts, dataclasses.replace(params, max_tokens=budgets[0]))
-            if isinstance(engine, BudgetedEngine):
-                return engine.generate_budgeted(prompts, params, budgets)
-            return generate_by_budget(engine.generate, prompts, params, budgets)
+            return engine.generate(prompts, params)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -497,21 +488,6 @@ class ExpertPool:
     def __repr__(self) -> str:
         names = ", ".join(endpoint_name(e) for e in self.endpoints)
         return f"ExpertPool(K={self.config.num_experts}, {self.config.assignment}: {names})"
-
-
-def _shared_params(params: SamplingParams) -> SamplingParams:
-    """What local calls must share to be one batch: all but the token budget and the
-    seed (whether they are seeded at all does count)."""
-    seed = None if params.seed is None else 0
-    return dataclasses.replace(params, max_tokens=1, seed=seed, seeds=())
-
-
-def _with_seeds(params: list[SamplingParams]) -> SamplingParams:
-    """One batch's params: the first call's, each call keeping its own seed."""
-    first = params[0]
-    if first.seed is None:
-        return first
-    return dataclasses.replace(first, seeds=tuple(p.seed for p in params))
 
 
 __all__ = ["ExpertPool"]

@@ -34,9 +34,14 @@ class ResponseCache:
 
     @staticmethod
     def key(model: dict[str, Any], prompt: Prompt, params: SamplingParams) -> str:
-        # params carries the seed, so a different seed is a different key.
+        # params carries the seed and the budget (`max_tokens`), so a different seed or
+        # budget is a different key. The pool asks with one prompt's params, whose
+        # `budgets` is empty: left out, it keeps the keys of caches written before it.
+        fields = dataclasses.asdict(params)
+        if not fields["budgets"]:
+            del fields["budgets"]
         blob = json.dumps(
-            {"model": model, "prompt": prompt, "params": dataclasses.asdict(params)},
+            {"model": model, "prompt": prompt, "params": fields},
             sort_keys=True,
             ensure_ascii=False,
         )

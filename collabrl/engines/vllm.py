@@ -9,7 +9,6 @@ vLLM's default, `raw_logprobs`, reports the model's distribution before any of t
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import importlib.util
 import re
@@ -106,28 +105,16 @@ class VLLMEngine:
         return encode_prompt(self.tokenizer, prompt, self.chat_template_kwargs)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        return self.generate_budgeted(prompts, params, [params.max_tokens] * len(prompts))
-
-    def generate_budgeted(
-        self, prompts: list[Prompt], params: SamplingParams, budgets: list[int]
-    ) -> list[list[Completion]]:
-        """`generate` with each prompt's own most new tokens, in one vLLM call (it takes
-        one SamplingParams per prompt); `params.max_tokens` is unused."""
-        if len(budgets) != len(prompts) or min(budgets, default=1) < 1:
-            raise ValueError("budgets: one positive token count per prompt")
+        """`params.n` completions of every prompt in one vLLM call, which takes one
+        SamplingParams per prompt: each prompt with its own seed and most new tokens."""
         params.check_seeds(len(prompts))
+        params.check_budgets(len(prompts))
         vllm = _import_vllm()
         token_prompts = [{"prompt_token_ids": self.encode(p)} for p in prompts]
         # vLLM seeds each request on its own: every prompt gets its own seed, or the
         # samples of one problem would all be the same text.
         per_prompt = [
-            to_vllm_params(
-                vllm.SamplingParams,
-                dataclasses.replace(
-                    params, max_tokens=budget, seed=params.prompt_seed(i), seeds=()
-                ),
-            )
-            for i, budget in enumerate(budgets)
+            to_vllm_params(vllm.SamplingParams, params.for_prompt(i)) for i in range(len(prompts))
         ]
         outputs = self.llm.generate(
             token_prompts,

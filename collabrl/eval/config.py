@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collabrl.config import EngineConfig, SamplingConfig, option
-from collabrl.errors import require
 from collabrl.protocols.config import ProtocolConfig
 
 
@@ -44,10 +43,6 @@ class EvalConfig:
         """Refuse values no run can use, before the benchmark or any model is loaded (the
         benchmark, the prompt and the run folder are checked as the run opens them)."""
         self.sampling.check()
-        # The runner hands work to the engine in chunks of these sizes.
-        batch, concurrency = self.engine.batch_size, self.engine.max_concurrency
-        require("engine.batch_size", batch, batch >= 1, "at least 1")
-        require("engine.max_concurrency", concurrency, concurrency >= 1, "at least 1")
         self.engine.check()
         self.protocol.check()
 

@@ -65,6 +65,7 @@ class EvolveConfig:
         require("trim_chars", self.trim_chars, self.trim_chars >= 20, "at least 20")
         require("review_max_tokens", self.review_max_tokens, self.review_max_tokens >= 1, ">= 1")
         self.sampling.check()
+        self.engine.check()
         self.protocol.check()
         if self.protocol.uses_reference():
             raise UserError(

@@ -49,7 +49,8 @@ class Task:
 
 
 class CollabProtocol(Protocol):
-    """The interface of every protocol (solo, relay, consult, strategy)."""
+    """The interface of every protocol (solo, relay, consult, strategy, apollo, and any
+    registered one)."""
 
     name: str
 
@@ -293,7 +294,7 @@ def finish(episode: Episode, answer_text: str, extractors: tuple[str, ...]) -> N
     """Close an episode: its answer, and EMPTY when the policy wrote nothing at all.
 
     An episode with no policy token has nothing to train on (an all-zero loss mask);
-    its end reason says so, whatever stopped it, and trainers skip it with a count.
+    its end reason says so, whatever stopped it, and trainers mask it and count it.
     """
     if episode.end is None:
         raise RuntimeError(f"protocol bug: episode {episode.problem_id} ended without a reason")

@@ -99,7 +99,7 @@ class ProtocolSpec:
     # Those extras a GRPO step logs as batch means (`episodes/KEY`), when present.
     metric_keys: tuple[str, ...] = ()
     # Whether `collab train grpo` may roll out on it (the correctness reward); the other
-    # methods roll out on their own protocol (train/grpo.py PROTOCOL_OF).
+    # methods roll out on their own protocol (train/grpo_config.py PROTOCOL_OF).
     grpo: bool = True
     # A dataclass of its own options, read from `protocol.options` (each field an
     # `option(default, help)`); None: it takes none there.

@@ -1,9 +1,9 @@
 """Dynamic batching: requests that arrive together share one `generate` call.
 
 A batch takes requests until none has come for `wait_s`; requests whose sampling
-parameters differ at most in their seed are merged, each prompt keeping its request's
-seed (a batch holds at most
-`max_batch_size` sequences); generation runs on one worker thread, so the
+parameters differ at most in their seed and `max_tokens` are merged, each prompt keeping
+its request's seed and budget (a batch holds at most `max_batch_size` sequences);
+generation runs on one worker thread, so the
 event loop keeps accepting requests while the model works — and those
 requests form the next batch.
 
@@ -15,7 +15,6 @@ generation in progress, so a busy server stops within seconds.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -145,30 +144,20 @@ class DynamicBatcher:
             return self.engine.generate(prompts, params)
 
 
-def _unseeded(params: SamplingParams) -> SamplingParams:
-    """What jobs must share to be batched: every parameter but the seed, and whether
-    they are seeded at all."""
-    seeded = params.seed is not None or bool(params.seeds)
-    return dataclasses.replace(params, seed=0 if seeded else None, seeds=())
-
-
 def _batch_params(batch: list[_Job]) -> SamplingParams:
-    """The params of a merged batch: each prompt with its own request's seed."""
-    first = batch[0].params
-    if first.seed is None and not first.seeds:
-        return first
-    seeds = tuple(job.params.prompt_seed(i) for job in batch for i in range(len(job.prompts)))
-    return dataclasses.replace(first, seeds=seeds)
+    """The params of a merged batch: each prompt with its own request's seed and budget."""
+    rows = [job.params.for_prompt(i) for job in batch for i in range(len(job.prompts))]
+    return SamplingParams.merge(rows)
 
 
 def _take_batch(pending: list[_Job], max_rows: int) -> tuple[list[_Job], list[_Job]]:
-    """The oldest job plus later jobs whose parameters differ at most in their seed, up
-    to `max_rows` sequences."""
+    """The oldest job plus later jobs whose parameters differ at most in their seed and
+    token budget (`SamplingParams.batch_key`), up to `max_rows` sequences."""
     first = pending[0]
-    shared = _unseeded(first.params)
+    shared = first.params.batch_key()
     batch, rest, rows = [first], [], first.rows
     for job in pending[1:]:
-        if _unseeded(job.params) == shared and rows + job.rows <= max_rows:
+        if job.params.batch_key() == shared and rows + job.rows <= max_rows:
             batch.append(job)
             rows += job.rows
         else:

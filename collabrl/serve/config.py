@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from collabrl.config import option
+from collabrl.config import EngineConfig, option
+from collabrl.errors import UserError
 from collabrl.tools.python import PythonToolConfig
 from collabrl.tools.retrieval import RetrievalConfig
 from collabrl.tools.toolset import LOCAL_TOOLS
@@ -12,6 +14,7 @@ from collabrl.tools.toolset import LOCAL_TOOLS
 # `tools` serves no model: the Python and retrieval tools over MCP (docs/mcp.md).
 ROLES = ("expert", "teacher", "policy", "judge", "planner", "tools")
 TRANSPORTS = ("http", "stdio")
+SERVE_ENGINES = ("auto", "vllm", "transformers")
 
 
 @dataclass
@@ -20,8 +23,15 @@ class ServeConfig:
 
     role: str = option("expert", f"What the model is for: {', '.join(ROLES)}.")
     model: str = option("smollm2-135m", "Model reference: embedded name, folder, .gguf, LoRA.")
-    engine: str = option(
-        "auto", "vllm | transformers | auto (vllm when installed and a GPU is visible)."
+    engine: EngineConfig = option(
+        EngineConfig(max_model_len=32768),
+        "Which engine serves the model: kind vllm (`vllm serve`) | transformers (the "
+        "embedded batched server) | auto (by the rule of every command's engine.kind; a "
+        "vLLM installed only as a separate command is used when asked for by name); "
+        "batch_size is the embedded server's largest batch; device and dtype the embedded "
+        "server's (dtype also vLLM's CPU build's); tensor_parallel_size, "
+        "gpu_memory_utilization, max_model_len (EAPO appendix E: 32768), kv_cache_mb and "
+        "enforce_eager become `vllm serve` flags.",
     )
     served_model_name: str | None = option(
         None, "Name clients pass as `model` (default: the role, as in EAPO's appendix E)."
@@ -32,32 +42,12 @@ class ServeConfig:
         None, "Require this key on every endpoint but /health (default: $COLLABRL_API_KEY)."
     )
     # embedded (transformers) server
-    max_batch_size: int = option(16, "Most requests generated together (embedded server).")
     batch_wait_ms: float = option(
         10.0,
         "A batch closes once no request has come for this long, or when it is full "
         "(embedded server).",
     )
-    dtype: str = option(
-        "auto",
-        "Weights dtype of the embedded server and of vLLM's CPU build: auto (bfloat16 on a "
-        "GPU that has it, else float16; float32, the fastest, on a CPU), float32, bfloat16, "
-        "float16. vLLM on a GPU uses the model's.",
-    )
-    device: str = option(
-        "auto",
-        "Torch device of the embedded server: auto (cuda when torch sees a GPU, else cpu), "
-        "cpu, cuda, cuda:1, mps.",
-    )
-    # vLLM (flags of EAPO's appendix E, host and request logging aside)
-    gpu_memory_utilization: float = option(0.8, "vllm serve --gpu-memory-utilization.")
-    kv_cache_mb: int = option(
-        4096,
-        "vLLM's CPU build: --kv-cache-memory-bytes, in MiB (there --gpu-memory-utilization "
-        "would reserve that share of the machine's RAM).",
-    )
-    max_model_len: int = option(32768, "vllm serve --max-model-len.")
-    tensor_parallel_size: int = option(1, "vllm serve --tensor-parallel-size.")
+    # vLLM (flags of EAPO's appendix E, host and request logging aside; the rest are engine's)
     trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")
     log_requests: bool = option(False, "Log every request (vLLM's request log).")
     vllm_args: list[str] = option([], "Extra arguments appended to `vllm serve` verbatim.")
@@ -69,12 +59,27 @@ class ServeConfig:
     python: PythonToolConfig = option(PythonToolConfig(), "tools role: the python tool.")
     retrieval: RetrievalConfig = option(RetrievalConfig(), "tools role: the retrieve tool.")
 
-    def check(self) -> None:
-        """Refuse a device or dtype name no engine loads, before the model is loaded."""
-        from collabrl.devices import check_device, check_dtype
+    # The flat engine keys of 0.1, read for one release (config.py, RENAMED); `engine`
+    # first: the scalar becomes the section the others move into.
+    RENAMED: ClassVar[dict[str, str]] = {
+        "engine": "engine.kind",
+        "max_batch_size": "engine.batch_size",
+        "dtype": "engine.dtype",
+        "device": "engine.device",
+        "gpu_memory_utilization": "engine.gpu_memory_utilization",
+        "kv_cache_mb": "engine.kv_cache_mb",
+        "max_model_len": "engine.max_model_len",
+        "tensor_parallel_size": "engine.tensor_parallel_size",
+    }
 
-        check_device(self.device, "device")
-        check_dtype(self.dtype, "dtype")
+    def check(self) -> None:
+        """Refuse an engine, device or dtype no server runs, before the model is loaded."""
+        if self.engine.kind not in SERVE_ENGINES:
+            raise UserError(
+                f"collab serve cannot serve with engine '{self.engine.kind}'",
+                f"use one of {', '.join(SERVE_ENGINES)}",
+            )
+        self.engine.check()
 
     @property
     def name(self) -> str:

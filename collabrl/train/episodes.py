@@ -8,28 +8,20 @@ before any trainer turns episodes into tensors:
   loses the EOS). Training on them optimises tokens the policy never produced, so a
   trainer refuses them outright;
 - *empty* episodes (`EndReason.EMPTY`): the policy wrote no token at all (a budget
-  smaller than the first guidance, an endpoint that answered EOS at once). Their loss
-  mask is all zero; they are skipped and counted, so a run's logs say how many.
+  smaller than the first guidance, an endpoint that answered EOS at once). They stay in
+  their group (GRPO needs G completions per prompt, and their reward still counts in the
+  group's mean) as one masked token that trains nothing; their share is logged as
+  `episodes/empty`, so a run's logs say how many.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import UserError
 
 
-@dataclass(frozen=True)
-class Trainable:
-    """The episodes to learn from, and how many were skipped as empty."""
-
-    episodes: list[Episode]
-    skipped_empty: int
-
-
-def trainable(episodes: list[Episode]) -> Trainable:
-    """Keep the episodes a trainer can learn from; refuse re-encoded ones."""
+def check_trainable(episodes: list[Episode]) -> float:
+    """Refuse re-encoded episodes; return the share of empty ones."""
     for episode in episodes:
         if episode.reencoded:
             raise UserError(
@@ -38,5 +30,5 @@ def trainable(episodes: list[Episode]) -> Trainable:
                 "serve the policy with vLLM or `collab serve`, which return token ids, "
                 "or train with a local policy",
             )
-    kept = [e for e in episodes if e.end is not EndReason.EMPTY]
-    return Trainable(kept, len(episodes) - len(kept))
+    empty = sum(e.end is EndReason.EMPTY for e in episodes)
+    return empty / len(episodes) if episodes else 0.0

@@ -91,7 +91,7 @@ def evaluate_run(
             limit=config.eval_limit,
             out=str(out / f"eval-{name}"),
             protocol=dataclasses.replace(protocol),
-            sampling=SamplingConfig(max_tokens=config.max_tokens, temperature=0.0),
+            sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
             engine=config.engine,
         )
         results[name] = run_eval(eval_config).metrics

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from collabrl.config import EngineConfig, option
+from collabrl.config import DecodingConfig, EngineConfig, option
 from collabrl.data.prompts import get_prompt
 from collabrl.errors import UserError, require
 from collabrl.protocols import registry
@@ -65,10 +65,13 @@ class GRPOTrainConfig:
     )
     eval_limit: int | None = option(None, "Evaluate only the first N held-out problems.")
     steps: int = option(20, "Optimizer steps (TRL max_steps).")
-    prompts_per_step: int = option(4, "Problems per step; each gets num_generations samples.")
-    num_generations: int = option(4, "G: samples per problem, the group GRPO normalises over.")
-    max_tokens: int = option(128, "Tokens per episode, every author's (max_completion_length).")
-    temperature: float = option(1.0, "Policy sampling temperature during rollouts.")
+    prompts_per_step: int = option(4, "Problems per step; each gets sampling.n samples.")
+    sampling: DecodingConfig = option(
+        DecodingConfig(n=4, max_tokens=128, temperature=1.0),
+        "How the policy samples rollouts: n is G, the group GRPO normalises over (TRL "
+        "num_generations); max_tokens bounds an episode, every author's tokens "
+        "(max_completion_length); the seed is the run's `seed`.",
+    )
     learning_rate: float = option(1e-6, "AdamW learning rate (RelayLLM appendix E: 1e-6).")
     beta: float = option(0.0, "KL coefficient to the reference model (0: no reference model).")
     seed: int = option(0, "Seed of the data order, the rollouts and the initialisation.")
@@ -87,6 +90,13 @@ class GRPOTrainConfig:
         {}, "Any other GRPOConfig argument, passed last (e.g. {loss_type: dapo})."
     )
 
+    # Flat sampling keys of 0.1, read for one release (config.py, RENAMED).
+    RENAMED: ClassVar[dict[str, str]] = {
+        "num_generations": "sampling.n",
+        "max_tokens": "sampling.max_tokens",
+        "temperature": "sampling.temperature",
+    }
+
     def check(self) -> None:
         """Refuse values no run can use, before any data or model is loaded."""
         if self.method not in METHODS:
@@ -95,9 +105,10 @@ class GRPOTrainConfig:
             raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
         require("steps", self.steps, self.steps >= 1, "at least 1")
         require("prompts_per_step", self.prompts_per_step, self.prompts_per_step >= 1, "at least 1")
-        require("num_generations", self.num_generations, self.num_generations >= 2, "at least 2")
-        require("max_tokens", self.max_tokens, self.max_tokens >= 1, "at least 1")
-        require("temperature", self.temperature, self.temperature > 0, "> 0 (GRPO samples)")
+        self.sampling.check()
+        require("sampling.n", self.sampling.n, self.sampling.n >= 2, "at least 2 (a GRPO group)")
+        temperature = self.sampling.temperature
+        require("sampling.temperature", temperature, temperature > 0, "> 0 (GRPO samples)")
         require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
         require("consult_penalty", self.consult_penalty, self.consult_penalty >= 0, ">= 0")
@@ -207,13 +218,24 @@ def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
 # the trl block may not contradict it.
 MIRRORED_TRL_KEYS = {
     "max_steps": "steps",
-    "num_generations": "num_generations",
-    "max_completion_length": "max_tokens",
-    "temperature": "temperature",
+    "num_generations": "sampling.n",
+    "max_completion_length": "sampling.max_tokens",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "top_k": "sampling.top_k",
     "learning_rate": "learning_rate",
     "beta": "beta",
     "seed": "seed",
 }
+
+
+def mirrored_value(config: GRPOTrainConfig, key: str) -> Any:
+    """The value TRL's argument `key` takes from the run's field."""
+    value: Any = config
+    for part in MIRRORED_TRL_KEYS[key].split("."):
+        value = getattr(value, part)
+    # TRL turns top-k off with 0, the engines with -1.
+    return max(value, 0) if key == "top_k" else value
 
 
 def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
@@ -224,8 +246,8 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
     cpu = not torch.cuda.is_available()
     settings: dict[str, Any] = {
         "output_dir": str(out / CHECKPOINTS),
-        **{key: getattr(config, field) for key, field in MIRRORED_TRL_KEYS.items()},
-        "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
+        **{key: mirrored_value(config, key) for key in MIRRORED_TRL_KEYS},
+        "per_device_train_batch_size": config.prompts_per_step * config.sampling.n,
         "logging_steps": 1,
         "disable_tqdm": True,  # the command draws its own bar
         "save_steps": config.save_steps,

@@ -284,16 +284,14 @@ def _batch_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, world: i
     accumulation = args.gradient_accumulation_steps
     per_generation = args.steps_per_generation or accumulation
     rollout = micro * per_generation
-    plan.add(section, "G (samples per problem)", config.num_generations)
+    plan.add(section, "G (samples per problem)", config.sampling.n)
     plan.add(section, "micro-batch per process", micro)
     plan.add(section, "gradient accumulation", accumulation)
-    plan.add(
-        section, "rollout per process", f"{rollout} = {rollout // config.num_generations} problems"
-    )
+    plan.add(section, "rollout per process", f"{rollout} = {rollout // config.sampling.n} problems")
     plan.add(
         section,
         "rollout, all processes",
-        f"{rollout * world} = {rollout * world // config.num_generations} problems",
+        f"{rollout * world} = {rollout * world // config.sampling.n} problems",
     )
     plan.add(
         section, "optimizer update", f"{micro * accumulation * world} completions, all processes"
@@ -385,7 +383,7 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
             f"policy '{config.model}' is not on this machine: its size is read from {shape.source}"
         )
     colocated = args.use_vllm and args.vllm_mode == "colocate"
-    sequence = PROMPT_TOKENS + config.max_tokens
+    sequence = PROMPT_TOKENS + config.sampling.max_tokens
     memory = estimate_memory(
         shape,
         micro_batch=args.per_device_train_batch_size,

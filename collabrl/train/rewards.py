@@ -44,7 +44,7 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
     keys += ("format_errors", "tool_calls", "tool_errors")
     # What the protocols' specs log of their own extras (consult: accept_prob).
     keys += registry.metric_keys()
-    keys += ("rollout_seconds", "identical_groups")
+    keys += ("rollout_seconds", "identical_groups", "empty")
     for key in (k for k in dict.fromkeys(keys) if k in kwargs):  # a protocol's: when it ran
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key

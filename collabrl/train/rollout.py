@@ -45,7 +45,7 @@ from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.score import score_answer
-from collabrl.train.episodes import trainable
+from collabrl.train.episodes import check_trainable
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -156,8 +156,9 @@ class ProtocolRollout:
         else:
             episodes = self._run_live(trainer, tasks, params)
         seconds = time.perf_counter() - began
-        trainable(episodes)  # refuses re-encoded ids; empty ones are sent masked
+        empty = check_trainable(episodes)  # refuses re-encoded ids
         out = self.to_trl(episodes)
+        out["empty"] = [empty] * len(episodes)  # logged as episodes/empty
         # Logged as episodes/rollout_seconds: the generation share of TRL's step_time.
         out["rollout_seconds"] = [seconds] * len(episodes)
         share = identical_group_share(episodes)

@@ -179,10 +179,8 @@ def training_rollout(
         bench.extract_fallback,
         policy_engine=engine,
     )
-    params = SamplingParams(
-        max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed
-    )
-    return ProtocolRollout(protocol, engine, bench.items, params, config.num_generations)
+    params = SamplingParams.of(config.sampling, seed=config.seed)
+    return ProtocolRollout(protocol, engine, bench.items, params, config.sampling.n)
 
 
 def policy_engine(

@@ -18,6 +18,9 @@ COMMANDS = {
     "infer": ["infer", "solo", "What is 1 + 1?"],
     "train": ["train", "grpo", "--out", "run"],
     "serve": ["serve", "expert"],
+    "filter": ["filter", "--teacher", "smollm2-135m", "--data", "arith", "--out", "run"],
+    "evolve": ["evolve", "arith", "--model", "smollm2-135m", "--limit", "1", "--out", "run"],
+    "build-warmup": ["build-warmup", "relay", "--data", "arith", "--out", "run"],
 }
 
 
@@ -27,8 +30,7 @@ def test_a_mistyped_device_is_one_line_naming_the_option(tmp_path: Path, command
     result = collab(
         *COMMANDS[command], "--device", "gpu", cwd=tmp_path, env={"COLLABRL_HOME": str(home)}
     )
-    key = "device" if command == "serve" else "engine.device"
-    assert_one_line_error(result, f"--device: {key} must be auto, cpu, cuda, cuda:N or mps")
+    assert_one_line_error(result, "--device: engine.device must be auto, cpu, cuda, cuda:N or mps")
     assert list(tmp_path.iterdir()) == []  # no run folder, no converted model
 
 

@@ -59,7 +59,7 @@ def test_every_option_sets_a_key_its_config_has(command: str, click_command) -> 
     [
         (["eval", "run", "--help"], "eval", ["model", "sampling.n", "engine.kind", "out"]),
         (["infer", "--help"], "infer", ["model", "engine.api_key", "engine.served_model"]),
-        (["serve", "--help"], "serve", ["model", "engine", "api_key", "port"]),
+        (["serve", "--help"], "serve", ["model", "engine.kind", "api_key", "port"]),
     ],
 )
 def test_help_shows_the_config_fields_own_help(args: list[str], command: str, keys) -> None:

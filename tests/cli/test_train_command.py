@@ -71,7 +71,7 @@ def test_config_show_lists_the_grpo_fields() -> None:
     shown = subprocess.run(
         [str(COLLAB), "config", "show", "train-grpo"], capture_output=True, text=True, check=True
     ).stdout
-    assert "num_generations:" in shown and "schedule:" in shown and "reward:" in shown
+    assert "sampling:" in shown and "schedule:" in shown and "reward:" in shown
 
 
 def _grpo_args(model: Path, steps: int, *more: str) -> list[str]:

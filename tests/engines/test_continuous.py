@@ -59,22 +59,40 @@ def test_refilled_rows_match_one_prompt_at_a_time(tiny_model_dir: Path) -> None:
 
 @pytest.mark.parametrize("continuous", [True, False])
 def test_each_prompt_gets_its_own_budget_in_one_call(tiny_model_dir: Path, continuous) -> None:
-    """`generate_budgeted` gives each row what `generate` with its own max_tokens gives."""
+    """Per-prompt `budgets` give each row what `generate` with its own max_tokens gives."""
     engine, reference = _engines(tiny_model_dir, batch_size=3, continuous=continuous)
-    budgets = [1, 9, 4, 16, 2, 9, 5]
-    params = SamplingParams(max_tokens=999, n=2)  # unused: each prompt's budget rules
-    got = [
-        c.token_ids for group in engine.generate_budgeted(PROMPTS, params, budgets) for c in group
-    ]
+    budgets = (1, 9, 4, 16, 2, 9, 5)
+    params = SamplingParams(max_tokens=999, n=2, budgets=budgets)  # each prompt's budget rules
+    got = _tokens(engine, PROMPTS, params)
     expected = [
         c.token_ids
         for prompt, budget in zip(PROMPTS, budgets, strict=True)
         for c in reference.generate([prompt], SamplingParams(max_tokens=budget, n=2))[0]
     ]
     assert got == expected
-    assert [len(t) for t in got[::2]] == budgets  # no early EOS here: every row used its budget
+    assert [len(t) for t in got[::2]] == list(budgets)  # no early EOS: every row used its budget
     with pytest.raises(ValueError, match="budgets"):
-        engine.generate_budgeted(PROMPTS, params, budgets[:-1])
+        engine.generate(PROMPTS, SamplingParams(budgets=budgets[:-1]))
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_a_seeded_prompt_samples_the_same_with_its_budget_in_a_mixed_batch(
+    tiny_model_dir: Path, continuous
+) -> None:
+    """A batch with mixed budgets and per-prompt seeds: each prompt gets exactly its
+    budget and the text it gets alone with its seed (what the pool's merged calls need)."""
+    engine, _ = _engines(tiny_model_dir, batch_size=8, continuous=continuous)
+    # Distinct budgets: the static path samples each budget's rows from one stream.
+    budgets, seeds = (3, 11, 6, 8), (40, 7, 19, 3)
+    mixed = SamplingParams(temperature=1.0, budgets=budgets, seeds=seeds)
+    got = [group[0] for group in engine.generate(PROMPTS[:4], mixed)]
+    alone = [
+        engine.generate([p], SamplingParams(max_tokens=b, temperature=1.0, seed=s))[0][0]
+        for p, b, s in zip(PROMPTS[:4], budgets, seeds, strict=True)
+    ]
+    assert [c.token_ids for c in got] == [c.token_ids for c in alone]
+    assert [c.text for c in got] == [c.text for c in alone]
+    assert [len(c.token_ids) for c in got] == list(budgets)
 
 
 def test_batched_rounds_reuse_each_rows_cache_and_keep_the_tokens(tiny_model_dir: Path) -> None:

@@ -253,6 +253,52 @@ def test_calls_with_other_different_params_each_get_their_own(local_pool: Expert
     assert local_pool.generate_calls == before + 2
 
 
+class _Recorder:
+    """A local engine that keeps the prompts and params of every generate."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name = inner, inner.name
+        self.calls: list[tuple[list, SamplingParams]] = []
+
+    def generate(self, prompts, params: SamplingParams):
+        self.calls.append((list(prompts), params))
+        return self.inner.generate(prompts, params)
+
+    def close(self) -> None:  # the session's shared engine stays open
+        pass
+
+
+def test_calls_differing_in_budget_and_seed_are_one_generate_each_with_its_own(
+    tiny_engine, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool merges the group's params: one generate, each prompt with its call's
+    budget and seed, answered and cached as the call alone would be."""
+    recorder = _Recorder(tiny_engine)
+    monkeypatch.setattr("collabrl.engines.pool.create_engine", lambda ref, config: recorder)
+    hot = SamplingParams(temperature=1.0)
+    own = [dataclasses.replace(hot, max_tokens=b, seed=s) for b, s in [(3, 10), (7, 11), (5, 12)]]
+    cached = PoolConfig(endpoints=[str(tiny_model_dir)], num_experts=3, cache_dir=str(tmp_path))
+    with ExpertPool(cached) as pool:
+        together = pool.ask_each_sync(THREE, own)
+        [(prompts, params)] = recorder.calls
+        assert prompts == [p for _, p in THREE]
+        assert (params.budgets, params.seeds, params.max_tokens) == ((3, 7, 5), (10, 11, 12), 7)
+        assert [r.completion_tokens for r in together] == [3, 7, 5]
+        # Each answer is cached under its own call's budget and seed; `ask` with one
+        # params carrying the budgets (and seed + i) asks for the very same calls.
+        batch = dataclasses.replace(hot, seed=10, budgets=(3, 7, 5))
+        for again in (pool.ask_each_sync(THREE, own), pool.ask_sync(THREE, batch)):
+            assert [r.outcome for r in again] == ["cached"] * 3
+            assert [r.text for r in again] == [r.text for r in together]
+        assert len(recorder.calls) == 1
+        [longer] = pool.ask_each_sync(THREE[:1], [dataclasses.replace(own[0], max_tokens=4)])
+        assert longer.outcome == "ok" and longer.completion_tokens == 4
+    with ExpertPool(PoolConfig(endpoints=[str(tiny_model_dir)], num_experts=3)) as pool:
+        alone = [pool.ask_each_sync([c], [p])[0] for c, p in zip(THREE, own, strict=True)]
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert [len(call[0]) for call in recorder.calls[1:]] == [1, 1, 1, 1]
+
+
 def test_closed_pool_refuses_work(tiny_model_dir: Path) -> None:
     pool = ExpertPool(PoolConfig(endpoints=[str(tiny_model_dir)]))
     pool.close()

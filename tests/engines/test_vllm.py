@@ -90,12 +90,15 @@ def test_each_prompt_gets_its_own_budget_in_one_call(
     """A relay round's teacher calls, each with its own n, go to vLLM together."""
     _stand_in(monkeypatch, "0.11.0")
     engine = VLLMEngine(str(tiny_model_dir))
-    results = engine.generate_budgeted(["a", "b", "c"], SamplingParams(max_tokens=99), [3, 8, 3])
+    params = SamplingParams(max_tokens=99, budgets=(3, 8, 3), seeds=(5, 1, 9), temperature=1.0)
+    results = engine.generate(["a", "b", "c"], params)
     [sent] = engine.llm.calls
-    assert [p["max_tokens"] for p in sent] == [3, 8, 3]
+    assert [(p["max_tokens"], p["seed"]) for p in sent] == [(3, 5), (8, 1), (3, 9)]
     assert len(results) == 3
+    engine.generate(["a", "b"], SamplingParams(max_tokens=7, seed=4))
+    assert [(p["max_tokens"], p["seed"]) for p in engine.llm.calls[1]] == [(7, 4), (7, 5)]
     with pytest.raises(ValueError, match="budgets"):
-        engine.generate_budgeted(["a"], SamplingParams(), [0])
+        engine.generate(["a"], SamplingParams(budgets=(2, 3)))
 
 
 def test_eager_mode_reaches_vllm(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:

@@ -8,6 +8,7 @@ paths can be compared token for token) and eager (no torch.compile: it starts in
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 
@@ -58,8 +59,8 @@ def test_greedy_tokens_are_the_transformers_engines(engine: VLLMEngine, referenc
 def test_each_prompt_gets_its_own_budget_in_one_call(engine: VLLMEngine) -> None:
     prompts = [_chat(q) for q in QUESTIONS]
     full = _ids(engine, prompts)
-    budgets = [4, 24, 9]
-    cut = engine.generate_budgeted(prompts, GREEDY, budgets)
+    budgets = (4, 24, 9)
+    cut = engine.generate(prompts, dataclasses.replace(GREEDY, budgets=budgets))
     assert [group[0].token_ids for group in cut] == [
         ids[:budget] for ids, budget in zip(full, budgets, strict=True)
     ]
@@ -101,7 +102,7 @@ def test_collab_serve_runs_vllms_server_for_the_official_client(engine: VLLMEngi
     point), read by the `openai` client and by the expert pool's OpenAI engine."""
     import openai
 
-    settings = ("max_model_len=2048", "kv_cache_mb=1024", "vllm_args=[--enforce-eager]")
+    settings = ("engine.max_model_len=2048", "engine.kv_cache_mb=1024", "engine.enforce_eager=true")
     extra = tuple(part for setting in settings for part in ("--set", setting))
     server = ServerProcess(
         MODEL, engine="vllm", api_key="k3y", extra=extra, ready="startup complete"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from collabrl import runs
 from collabrl.cli.main import app
-from collabrl.config import SamplingConfig, option
+from collabrl.config import DecodingConfig, SamplingConfig, option
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import SamplingParams
@@ -133,8 +133,7 @@ def test_echo_trains_one_grpo_step(echo, tiny_model_dir: Path, tmp_path) -> None
         out=str(tmp_path),
         steps=1,
         prompts_per_step=2,
-        num_generations=2,
-        max_tokens=8,
+        sampling=DecodingConfig(n=2, max_tokens=8, temperature=1.0),
         protocol=ProtocolConfig(name="echo", options={"mark": "trained"}),
     )
     result = train_grpo(config)

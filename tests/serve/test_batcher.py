@@ -53,6 +53,20 @@ def test_different_parameters_are_not_mixed(tiny_engine):
     async def main():
         batcher = DynamicBatcher(tiny_engine, max_batch_size=8, wait_s=0.2)
         batcher.start()
+        await asyncio.gather(
+            batcher.submit(["a"], SamplingParams(max_tokens=2)),
+            batcher.submit(["a"], SamplingParams(max_tokens=2, temperature=1.0, seed=0)),
+        )
+        await batcher.stop()
+        return batcher.batches
+
+    assert _run(main()) == 2
+
+
+def test_requests_that_differ_in_max_tokens_share_a_batch_each_with_its_budget(tiny_engine):
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, max_batch_size=8, wait_s=0.2)
+        batcher.start()
         short, long = await asyncio.gather(
             batcher.submit(["a"], SamplingParams(max_tokens=2)),
             batcher.submit(["a"], SamplingParams(max_tokens=6)),
@@ -61,9 +75,10 @@ def test_different_parameters_are_not_mixed(tiny_engine):
         return batcher.batches, short, long
 
     batches, short, long = _run(main())
-    assert batches == 2
-    assert len(short[0][0].token_ids) <= 2
-    assert len(long[0][0].token_ids) > 2 or long[0][0].finish_reason == "stop"
+    alone = tiny_engine.generate(["a"], SamplingParams(max_tokens=6))[0][0]
+    assert batches == 1
+    assert short[0][0].token_ids == alone.token_ids[:2]
+    assert long[0][0].token_ids == alone.token_ids
 
 
 def test_batch_size_limit_splits_batches(tiny_engine):

@@ -51,8 +51,10 @@ PROCESSED = ["--logprobs-mode", "processed_logprobs"]
 DEFAULT_COMMAND = [*EAPO_FLAGS, *PROCESSED]
 
 
-def _config(**changes) -> ServeConfig:
-    return dataclasses.replace(ServeConfig(), **changes)
+def _config(engine: dict | None = None, **changes) -> ServeConfig:
+    config = dataclasses.replace(ServeConfig(), **changes)
+    config.engine = dataclasses.replace(config.engine, **(engine or {}))
+    return config
 
 
 # -- flags ------------------------------------------------------------------------
@@ -68,9 +70,7 @@ def test_overrides_reach_their_flags() -> None:
         served_model_name="big-teacher",
         host="::",
         port=9001,
-        tensor_parallel_size=8,
-        max_model_len=4096,
-        gpu_memory_utilization=0.95,
+        engine={"tensor_parallel_size": 8, "max_model_len": 4096, "gpu_memory_utilization": 0.95},
         trust_remote_code=False,
         vllm_args=["--dtype", "bfloat16", "--seed", "3"],
     )
@@ -144,10 +144,10 @@ def test_processed_logprobs_mode_where_vllm_has_it(version: str | None, processe
     [
         ({"port": 0}, "port 0"),
         ({"port": 65536}, "port 65536"),
-        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
-        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
-        ({"tensor_parallel_size": 0}, "tensor_parallel_size"),
-        ({"max_model_len": 0}, "max_model_len"),
+        ({"engine": {"gpu_memory_utilization": 0.0}}, "engine.gpu_memory_utilization"),
+        ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization"),
+        ({"engine": {"tensor_parallel_size": 0}}, "engine.tensor_parallel_size"),
+        ({"engine": {"max_model_len": 0}}, "engine.max_model_len"),
     ],
 )
 def test_invalid_settings_are_user_errors(changes: dict, problem: str) -> None:
@@ -158,7 +158,7 @@ def test_invalid_settings_are_user_errors(changes: dict, problem: str) -> None:
 
 
 def test_edge_values_are_valid() -> None:
-    config = _config(port=65535, gpu_memory_utilization=1.0, max_model_len=1)
+    config = _config(port=65535, engine={"gpu_memory_utilization": 1.0, "max_model_len": 1})
     assert vllm_command(config, MODEL, None)[:2] == ["vllm", "serve"]
 
 
@@ -332,3 +332,26 @@ def test_launch_forwards_signals_and_waits_for_the_child(signum: int) -> None:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+def test_an_old_flat_serve_config_is_read_into_the_engine_section(tmp_path, capsys) -> None:
+    from collabrl.config import build_config, check_sections, read_yaml
+
+    path = tmp_path / "serve.yaml"
+    path.write_text("engine: vllm\nmax_batch_size: 4\nmax_model_len: 4096\ndevice: cpu\n")
+    check_sections(ServeConfig, path)
+    config = build_config(ServeConfig, [read_yaml(path)])
+    engine = config.engine
+    assert (engine.kind, engine.batch_size, engine.max_model_len, engine.device) == (
+        "vllm",
+        4,
+        4096,
+        "cpu",
+    )
+    assert "'max_batch_size' is now 'engine.batch_size'" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_engine_it_cannot_serve_with() -> None:
+    config = _config(engine={"kind": "openai"})
+    with pytest.raises(UserError, match="cannot serve with engine 'openai'"):
+        config.check()

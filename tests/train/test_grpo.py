@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collabrl.config import DecodingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
@@ -24,8 +25,7 @@ def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
         "out": str(out),
         "steps": 2,
         "prompts_per_step": 2,
-        "num_generations": 2,
-        "max_tokens": 16,
+        "sampling": DecodingConfig(n=2, max_tokens=16, temperature=1.0),
         "save_steps": 1,
     }
     return GRPOTrainConfig(**(fields | changes))
@@ -79,14 +79,14 @@ def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, 
     ("changes", "fragment"),
     [
         ({"method": "ppo"}, "unknown method"),
-        ({"num_generations": 1}, "num_generations"),
+        ({"sampling": DecodingConfig(n=1, temperature=1.0)}, "sampling.n"),
         ({"method": "relay"}, "needs a teacher"),
         ({"reward": "fancy"}, "unknown reward"),
         ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL GRPOConfig argument"),
         ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
-        ({"trl": {"temperature": 0.5}}, "trl.temperature is collab train's temperature"),
+        ({"trl": {"temperature": 0.5}}, "trl.temperature is collab train's sampling.temperature"),
         ({"trl": {"max_completion_length": 9}}, "trl.max_completion_length is collab train's"),
-        ({"trl": {"num_generations": 8}}, "set num_generations instead"),
+        ({"trl": {"num_generations": 8}}, "set sampling.n instead"),
         ({"protocol": ProtocolConfig(name="consult")}, "rolls out on solo or apollo"),
         (
             {"method": "relay", "protocol": ProtocolConfig(name="apollo", teacher="x")},
@@ -238,3 +238,25 @@ def test_a_generation_batch_that_splits_a_group_is_a_user_error(tmp_path) -> Non
     trl = {"per_device_train_batch_size": 1, "steps_per_generation": 3}
     with pytest.raises(UserError, match="invalid TRL settings: generation_batch_size"):
         grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
+
+
+def test_the_sampling_section_sets_trls_mirrored_arguments(tmp_path) -> None:
+    from collabrl.train.grpo_config import grpo_args
+
+    sampling = DecodingConfig(n=2, max_tokens=16, temperature=0.7, top_p=0.9, top_k=-1)
+    args = grpo_args(_config(Path("m"), tmp_path, sampling=sampling), tmp_path)
+    assert (args.num_generations, args.max_completion_length) == (2, 16)
+    assert (args.temperature, args.top_p, args.top_k) == (0.7, 0.9, 0)  # TRL's "no top-k"
+
+
+def test_the_flat_sampling_keys_of_0_1_are_read_as_the_sampling_section(capsys) -> None:
+    from collabrl.config import build_config
+
+    old = {"num_generations": 3, "max_tokens": 5, "temperature": 0.5}
+    config = build_config(GRPOTrainConfig, [old])
+    assert (config.sampling.n, config.sampling.max_tokens, config.sampling.temperature) == (
+        3,
+        5,
+        0.5,
+    )
+    assert "'num_generations' is now 'sampling.n'" in capsys.readouterr().err

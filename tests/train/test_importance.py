@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from collabrl.config import DecodingConfig
 from collabrl.train.importance import (
     SEQUENCE_MASK_DROP,
     sequence_mask_drops,
@@ -106,8 +107,7 @@ def test_a_real_trainer_logs_it_when_a_generation_serves_several_updates(
         model=str(tiny_model_dir),
         steps=2,
         prompts_per_step=1,
-        num_generations=2,
-        max_tokens=8,
+        sampling=DecodingConfig(n=2, max_tokens=8, temperature=1.0),
         save_steps=10,
         trl=trl,
     )

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from collabrl import runs
-from collabrl.config import EngineConfig, SamplingConfig
+from collabrl.config import DecodingConfig, EngineConfig, SamplingConfig
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import run_eval
@@ -55,8 +55,7 @@ def _config(model: Path, method: str, protocol: ProtocolConfig) -> GRPOTrainConf
         model=str(model),
         data=DATA,
         limit=1,
-        num_generations=2,
-        max_tokens=4,
+        sampling=DecodingConfig(n=2, max_tokens=4, temperature=1.0),
         protocol=protocol,
         engine=NO_THINKING,
     )
@@ -99,7 +98,7 @@ def _eval_prompt_ids(config: GRPOTrainConfig, out: Path) -> list[int]:
         limit=1,
         out=str(out),
         protocol=rollout_protocol(config),
-        sampling=SamplingConfig(max_tokens=config.max_tokens),
+        sampling=SamplingConfig(max_tokens=config.sampling.max_tokens),
         engine=dataclasses.replace(config.engine),
     )
     run_eval(eval_config)

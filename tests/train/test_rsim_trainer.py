@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback, get_scheduler
 from trl import GRPOTrainer
 
+from collabrl.config import DecodingConfig
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.planner import BACKBONE_DIR, HEAD_FILE, RSIMPlanner
@@ -38,7 +39,12 @@ def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
         strategy=StrategyConfig(max_steps=3, step_max_tokens=8, end="eos"),
     )
     # A high rate: the tiny model must visibly move in one step.
-    rsim = {"method": "rsim", "max_tokens": 24, "learning_rate": 1e-3, "protocol": protocol}
+    rsim = {
+        "method": "rsim",
+        "sampling": DecodingConfig(n=2, max_tokens=24, temperature=1.0),
+        "learning_rate": 1e-3,
+        "protocol": protocol,
+    }
     return grpo_config(model, out, **(rsim | changes))
 
 

@@ -85,7 +85,7 @@ def test_no_bf16_on_a_cpu(path: Path, tmp_path) -> None:
 def test_a_paper_generation_is_trained_in_several_optimizer_steps(name: str, tmp_path) -> None:
     config, args = _resolved(TRAIN_CONFIGS / name, tmp_path)
     gpus, update_prompts, generation_prompts = MINI_BATCHED[name]
-    group = config.num_generations
+    group = config.sampling.n
     micro, accumulated = args.per_device_train_batch_size, args.gradient_accumulation_steps
     assert args.num_iterations == 1
     assert micro * accumulated == config.prompts_per_step * group  # prompts_per_step holds

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from collabrl.config import DecodingConfig
 from collabrl.engines.vllm import is_cpu_build, vllm_can_run
 from tests.conftest import write_tiny_llama
 
@@ -80,8 +81,7 @@ def trainer(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         out=str(out),
         steps=1,
         prompts_per_step=PROBLEMS,
-        num_generations=G,
-        max_tokens=MAX_TOKENS,
+        sampling=DecodingConfig(n=G, max_tokens=MAX_TOKENS, temperature=1.0),
         save_steps=10,
         trl={"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 512},
     )
