@@ -19,6 +19,11 @@ class UserError(Exception):
         super().__init__(f"{problem}; {fix}" if fix else problem)
 
 
+class MissingInput(UserError):
+    """A value the run needs and nobody gave yet (a relay run's teacher): `collab config
+    show` shows such a config with a note, where other errors refuse it."""
+
+
 def require(key: str, value: Any, ok: bool, must: str) -> None:
     """Raise the one-line error `KEY must be MUST, got VALUE` unless `ok`; the CLI names the
     option of KEY in front of it (`cli.options.check` reads KEY as the first word)."""

@@ -79,6 +79,11 @@ def resolve_model(ref: str) -> ModelRef:
     if path.is_dir() and (path / "adapter_config.json").is_file():
         return ModelRef(ref, "lora", path.resolve(), base=_adapter_base(path))
     if path.is_dir() and (path / "config.json").is_file():
+        if not _has_weights(path):
+            raise UserError(
+                f"'{ref}' has a config.json but no weights (*.safetensors or *.bin)",
+                "pass the folder a model was saved to (save_pretrained), e.g. a run's final/",
+            )
         return ModelRef(ref, "hf", path.resolve())
     if path.exists():
         raise UserError(
@@ -91,6 +96,12 @@ def resolve_model(ref: str) -> ModelRef:
         "run `collab models` for embedded names, or pass a local path; "
         "models are never downloaded from a hub",
     )
+
+
+def _has_weights(folder: Path) -> bool:
+    """Whether a Hugging Face folder holds weights, whole or sharded (safetensors or the
+    older .bin format), so a folder without them is refused before anything loads."""
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
 
 
 def _embedded_gguf(model: EmbeddedModel) -> Path:

@@ -282,3 +282,9 @@ def test_a_gpu_the_machine_lacks_is_refused_before_loading(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match="needs a CUDA GPU"):
         load_model(str(tiny_model_dir), device="cuda")
+
+
+def test_a_folder_with_a_config_but_no_weights_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(UserError, match="has a config.json but no weights"):
+        resolve_model(str(tmp_path))

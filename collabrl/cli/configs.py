@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -17,13 +18,19 @@ def show(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    """Print COMMAND's config after --config and --set, as YAML with each field's help.
+    """Print COMMAND's config after --config and --set, as YAML with each field's help,
+    checked as the command checks it: a value the command would refuse is refused here.
 
     The output is itself a valid --config file.
     """
     from collabrl.config import describe_config
-    from collabrl.errors import UserError
+    from collabrl.errors import MissingInput, UserError
 
     if command not in opt.CONFIG_CLASSES:
         raise UserError(f"no config for '{command}'", f"use one of {', '.join(opt.CONFIG_CLASSES)}")
-    print(describe_config(opt.load_config(command, config, {}, set_)), end="")
+    resolved = opt.load_config(command, config, {}, set_)
+    try:
+        resolved.check()
+    except MissingInput as missing:  # shown: the run adds it on its command line
+        print(f"note: {missing}", file=sys.stderr)
+    print(describe_config(resolved), end="")

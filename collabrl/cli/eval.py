@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -12,6 +13,9 @@ from typer.core import TyperGroup
 
 from collabrl.cli import options as opt
 from collabrl.cli.progress import progress_bar
+
+if TYPE_CHECKING:
+    from collabrl.eval.config import EvalConfig
 
 console = Console()
 
@@ -52,6 +56,12 @@ TOOL_KEYS = (
     "accuracy_without_tools",
 )
 
+# Left out of the table with a row per benchmark, so that it fits a terminal; each run's
+# metrics.json and `collab eval report` have them.
+SUITE_HIDDEN = frozenset(
+    {"var", "var_f1", "mean_completion_tokens", "tokens_per_second", "generation_seconds"}
+)
+
 
 @app.command("run", cls=opt.config_command("eval"))
 def run(
@@ -81,22 +91,67 @@ def run(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    """Sample a model on a benchmark; write config.yaml, samples.jsonl and metrics.json."""
+    """Sample a model on a benchmark, or on several (aime24,math500) in turn; write
+    config.yaml, samples.jsonl and metrics.json into each one's run folder."""
     from collabrl.eval.runner import run_eval
+    from collabrl.eval.suite import benchmark_names
 
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before the benchmark or a model is loaded
+    names = benchmark_names(cfg.benchmark)
+    if len(names) > 1:
+        _run_suite(cfg, names)
+        return
     with progress_bar(console, f"{cfg.benchmark} · {cfg.model}") as progress:
         result = run_eval(cfg, progress=progress)
     _print_summary(result.metrics, result.out_dir, result.new_samples)
 
 
+def _run_suite(cfg: EvalConfig, names: list[str]) -> None:
+    """Every benchmark in turn, then one table with a row per benchmark."""
+    from collabrl.eval.suite import run_suite
+
+    results = run_suite(cfg, names, lambda c: progress_bar(console, f"{c.benchmark} · {c.model}"))
+    rows = {name: _suite_row(result.metrics) for name, result in results.items()}
+    labels = list(dict.fromkeys(label for row in rows.values() for label in row))
+    title = f"{cfg.model} · {cfg.protocol.name} · {cfg.sampling.n} samples per problem"
+    table = Table("benchmark", *labels, title=title)
+    for name, row in rows.items():
+        table.add_row(name, *(row.get(label, "-") for label in labels))
+    console.print(table)
+    for name, result in results.items():
+        if "stand_in" in result.metrics:
+            console.print(f"[yellow]{name}: {result.metrics['stand_in']}[/]")
+        console.print(f"{name}: {result.new_samples} new samples · run folder: {result.out_dir}")
+
+
+def _suite_row(metrics: dict) -> dict[str, str]:
+    """A benchmark's cells in the suite's table: its problems, then its summary's scores."""
+    cells = {"problems": str(int(metrics["problems"]))}
+    return cells | {k: v for k, v in _summary(metrics) if k not in SUITE_HIDDEN}
+
+
 def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
+    n = int(metrics["samples_per_problem"])
+    table = Table("metric", "value", title=f"{int(metrics['problems'])} problems × {n} samples")
+    for label, value in _summary(metrics):
+        table.add_row(label, value)
+    console.print(table)
+    if "stand_in" in metrics:
+        console.print(f"[yellow]{metrics['stand_in']}[/]")
+    console.print(f"{new_samples} new samples · run folder: {out_dir}")
+
+
+def _summary(metrics: dict) -> list[tuple[str, str]]:
+    """The metrics a finished run prints, as (label, formatted value)."""
+    from collabrl.eval.metrics import log2_ks
     from collabrl.eval.report import format_value
 
     n = int(metrics["samples_per_problem"])
-    keys = [k for k in metrics if k.startswith(HEADLINE_PREFIXES) and _shown(k, n)]
+    shown = [f"pass@{k}" for k in log2_ks(n)]  # pass@k for k in 1, 2, 4, … and n
+    keys = [k for k in metrics if k.startswith(HEADLINE_PREFIXES)]
+    keys = [k for k in keys if not k.startswith("pass@") or k in shown]
     keys += [
         "var",
         "var_f1",
@@ -108,21 +163,9 @@ def _print_summary(metrics: dict, out_dir: Path, new_samples: int) -> None:
         "tokens_per_second",
         "generation_seconds",
     ]
-    table = Table("metric", "value", title=f"{int(metrics['problems'])} problems × {n} samples")
-    for key in keys:
-        table.add_row(key, format_value(metrics[key]))
-    for key, value in metrics.get("judge", {}).items():
-        table.add_row(f"judge/{key}", format_value(value))
-    console.print(table)
-    if "stand_in" in metrics:
-        console.print(f"[yellow]{metrics['stand_in']}[/]")
-    console.print(f"{new_samples} new samples · run folder: {out_dir}")
-
-
-def _shown(key: str, n: int) -> bool:
-    """pass@k for k in 1, 2, 4, … and n; every other metric@n."""
-    k = int(key.split("@")[1])
-    return not key.startswith("pass@") or k == n or (k & (k - 1)) == 0
+    rows = [(key, format_value(metrics[key])) for key in keys]
+    rows += [(f"judge/{key}", format_value(v)) for key, v in metrics.get("judge", {}).items()]
+    return rows
 
 
 @app.command("report")
@@ -133,10 +176,17 @@ def report(
         None, "--student", help="Run of the small model alone: adds RelayLLM's router baselines."
     ),
     teacher: Path = typer.Option(None, "--teacher", help="Run of the large model alone."),
+    plot: Path = typer.Option(
+        None,
+        "--plot",
+        help="Also draw every run's pass@k against k (log2 axis) into this image "
+        "(.png, .pdf or .svg), from the runs' samples.",
+    ),
 ) -> None:
-    """Compare finished runs side by side (and against random/perfect routers)."""
+    """Compare finished runs side by side, one row per run labelled by model, protocol
+    and benchmark (and against random/perfect routers; --plot draws pass@k curves)."""
     from collabrl.errors import UserError
-    from collabrl.eval.report import load_run, report_rows, router_rows
+    from collabrl.eval.report import load_run, plot_pass_at_k, report_rows, router_rows
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{format}'", "use table, markdown or json")
@@ -146,6 +196,10 @@ def report(
     tables = [report_rows(loaded)]
     if student is not None:
         tables.append(router_rows(student, teacher, loaded))
+    if plot is not None:
+        plot_pass_at_k(loaded, plot)
+        # On stderr: stdout stays a table, markdown or JSON that can be piped.
+        Console(stderr=True).print(f"pass@k plot: {plot}", highlight=False)
     if format == "json":
         print(json.dumps({"runs": loaded, "tables": tables}, indent=2))
         return

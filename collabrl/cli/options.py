@@ -30,8 +30,15 @@ CONFIG_CLASSES = {
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
     "train-grpo": "collabrl.train.grpo_config:GRPOTrainConfig",
+    "train-relay": "collabrl.train.grpo_config:GRPOTrainConfig",
+    "train-eapo": "collabrl.train.grpo_config:GRPOTrainConfig",
+    "train-rsim": "collabrl.train.grpo_config:GRPOTrainConfig",
     "evolve": "collabrl.evolve.config:EvolveConfig",
 }
+
+# What a command sets whatever its config file says: `collab train relay` is the relay
+# method's run.
+FIXED_KEYS = {f"train-{method}": {"method": method} for method in ("grpo", "relay", "eapo", "rsim")}
 
 # A config-bound parameter carries its key in its help text until help is printed.
 _KEY_MARK = "config-key:"
@@ -143,7 +150,22 @@ def load_config(
     if config is not None:
         layers.append(read_yaml(config))
         check_sections(cls, config)
-    return build_config(cls, [*layers, layer], sets or [])
+    fixed = FIXED_KEYS.get(command, {})
+    given = {**(layers[0] if layers else {}), **_set_values(sets or [])}
+    for key, value in fixed.items():
+        if str(given.get(key, value)) != value:
+            name = command.replace("-", " ")
+            raise UserError(
+                f"the config sets {key} {given[key]}, but this is collab {name}",
+                f"drop {key} from the config, or run the command it names",
+            )
+    return build_config(cls, [*layers, layer, fixed], sets or [])
+
+
+def _set_values(sets: list[str]) -> dict[str, str]:
+    """The top-level keys `--set key=value` strings give, with their raw values."""
+    pairs = (assignment.partition("=") for assignment in sets)
+    return {key.strip(): value for key, sep, value in pairs if sep and "." not in key}
 
 
 def check(ctx: typer.Context, *checks: Callable[[], None]) -> None:

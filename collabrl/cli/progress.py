@@ -10,8 +10,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 @contextmanager
-def progress_bar(console: Console, description: str) -> Iterator[Callable[[int, int], None]]:
-    """A transient bar; the block gets a `(done, total)` callback to move it."""
+def progress_bar(
+    console: Console, description: str, shown: bool = True
+) -> Iterator[Callable[[int, int], None]]:
+    """A transient bar; the block gets a `(done, total)` callback to move it. `shown`
+    False: no bar (the other processes of an `accelerate launch`)."""
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -19,6 +22,7 @@ def progress_bar(console: Console, description: str) -> Iterator[Callable[[int, 
         TimeRemainingColumn(),
         console=console,
         transient=True,
+        disable=not shown,
     ) as bar:
         task = bar.add_task(description, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -41,7 +41,7 @@ def sft(
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
     with progress_bar(console, f"SFT · {cfg.model} on {cfg.data}") as progress:
-        result = train_sft(cfg, progress)
+        result = train_sft(cfg, progress, _report)
     m = result.metrics
     loss = "n/a" if m["final_loss"] is None else f"{m['final_loss']:.4f}"
     resumed = f" (resumed at step {m['resumed_from']})" if m["resumed_from"] is not None else ""
@@ -52,8 +52,8 @@ def sft(
     )
 
 
-# grpo, relay, eapo and rsim share one config (`collab config show train-grpo`) and one
-# command body; the command's name is the method.
+# grpo, relay, eapo and rsim share one config class and one command body; each command
+# takes its method's own options (`collab config show train-relay` shows its config).
 GRPO_HELP = {
     "grpo": "GRPO with the solo protocol (both papers' self-exploratory baseline), or with "
     "--protocol apollo: tool-integrated RL, the tools' output masked from the loss.",
@@ -83,45 +83,171 @@ ACCELERATE_CONFIG = typer.Option(
 )
 
 
-def grpo_like(
+# The options every GRPO-based method takes; each command adds its method's own.
+MODEL = opt.MODEL
+DATA = opt.config_option("data", "--data")
+LIMIT = opt.config_option("limit", "--limit")
+STEPS = opt.config_option("steps", "--steps")
+PROMPTS_PER_STEP = opt.config_option("prompts_per_step", "--prompts-per-step")
+GROUP = opt.config_option("sampling.n", "--num-generations", "--n")
+LEARNING_RATE = opt.config_option("learning_rate", "--learning-rate", "--lr")
+SEED = opt.config_option("seed", "--seed")
+EVAL_DATA = opt.config_option("eval_data", "--eval-data")
+EVAL_LIMIT = opt.config_option("eval_limit", "--eval-limit")
+REPORT_TO = opt.config_option("report_to", "--report-to")
+REWARD_FUNC = opt.config_option("reward_funcs", "--reward-func")
+REWARD_MODE = opt.config_option("reward_mode", "--reward-mode")
+OUT = opt.config_option("out", "--out")
+RESUME = opt.config_option("resume", "--resume")
+
+
+@app.command("grpo", cls=opt.config_command("train-grpo"), help=GRPO_HELP["grpo"])
+def grpo(
     ctx: typer.Context,
-    model: str = opt.MODEL,
-    data: str = opt.config_option("data", "--data"),
-    limit: int = opt.config_option("limit", "--limit"),
+    model: str = MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
     protocol: str = opt.PROTOCOL,
-    teacher: str = opt.TEACHER,
-    expert: list[str] = opt.EXPERT,
-    planner: str = opt.PLANNER,
-    train: str = opt.config_option("rsim.train", "--train"),
-    steps: int = opt.config_option("steps", "--steps"),
-    prompts_per_step: int = opt.config_option("prompts_per_step", "--prompts-per-step"),
-    num_generations: int = opt.config_option("sampling.n", "--num-generations", "--n"),
+    steps: int = STEPS,
+    prompts_per_step: int = PROMPTS_PER_STEP,
+    num_generations: int = GROUP,
     max_tokens: int = opt.MAX_TOKENS,
     temperature: float = opt.TEMPERATURE,
     top_p: float = opt.TOP_P,
-    learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
-    seed: int = opt.config_option("seed", "--seed"),
-    eval_data: str = opt.config_option("eval_data", "--eval-data"),
-    eval_limit: int = opt.config_option("eval_limit", "--eval-limit"),
+    learning_rate: float = LEARNING_RATE,
+    seed: int = SEED,
+    eval_data: str = EVAL_DATA,
+    eval_limit: int = EVAL_LIMIT,
     device: str = opt.DEVICE,
-    out: str = opt.config_option("out", "--out"),
-    resume: bool = opt.config_option("resume", "--resume"),
+    report_to: str = REPORT_TO,
+    reward_func: list[str] = REWARD_FUNC,
+    reward_mode: str = REWARD_MODE,
+    out: str = OUT,
+    resume: bool = RESUME,
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
     dry_run: bool = DRY_RUN,
     accelerate_config: Path = ACCELERATE_CONFIG,
 ) -> None:
+    _train(ctx, config, set_, dry_run, accelerate_config)
+
+
+@app.command("relay", cls=opt.config_command("train-relay"), help=GRPO_HELP["relay"])
+def relay(
+    ctx: typer.Context,
+    model: str = MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    teacher: str = opt.TEACHER,
+    reward: str = opt.config_option("reward", "--reward"),
+    steps: int = STEPS,
+    prompts_per_step: int = PROMPTS_PER_STEP,
+    num_generations: int = GROUP,
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    top_p: float = opt.TOP_P,
+    learning_rate: float = LEARNING_RATE,
+    seed: int = SEED,
+    eval_data: str = EVAL_DATA,
+    eval_limit: int = EVAL_LIMIT,
+    device: str = opt.DEVICE,
+    report_to: str = REPORT_TO,
+    reward_func: list[str] = REWARD_FUNC,
+    reward_mode: str = REWARD_MODE,
+    out: str = OUT,
+    resume: bool = RESUME,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+    dry_run: bool = DRY_RUN,
+    accelerate_config: Path = ACCELERATE_CONFIG,
+) -> None:
+    _train(ctx, config, set_, dry_run, accelerate_config)
+
+
+@app.command("eapo", cls=opt.config_command("train-eapo"), help=GRPO_HELP["eapo"])
+def eapo(
+    ctx: typer.Context,
+    model: str = MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    expert: list[str] = opt.EXPERT,
+    steps: int = STEPS,
+    prompts_per_step: int = PROMPTS_PER_STEP,
+    num_generations: int = GROUP,
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    top_p: float = opt.TOP_P,
+    learning_rate: float = LEARNING_RATE,
+    seed: int = SEED,
+    eval_data: str = EVAL_DATA,
+    eval_limit: int = EVAL_LIMIT,
+    device: str = opt.DEVICE,
+    report_to: str = REPORT_TO,
+    reward_func: list[str] = REWARD_FUNC,
+    reward_mode: str = REWARD_MODE,
+    out: str = OUT,
+    resume: bool = RESUME,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+    dry_run: bool = DRY_RUN,
+    accelerate_config: Path = ACCELERATE_CONFIG,
+) -> None:
+    _train(ctx, config, set_, dry_run, accelerate_config)
+
+
+@app.command("rsim", cls=opt.config_command("train-rsim"), help=GRPO_HELP["rsim"])
+def rsim(
+    ctx: typer.Context,
+    model: str = MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    planner: str = opt.PLANNER,
+    train: str = opt.config_option("rsim.train", "--train"),
+    steps: int = STEPS,
+    prompts_per_step: int = PROMPTS_PER_STEP,
+    num_generations: int = GROUP,
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    top_p: float = opt.TOP_P,
+    learning_rate: float = LEARNING_RATE,
+    seed: int = SEED,
+    eval_data: str = EVAL_DATA,
+    eval_limit: int = EVAL_LIMIT,
+    device: str = opt.DEVICE,
+    report_to: str = REPORT_TO,
+    reward_func: list[str] = REWARD_FUNC,
+    reward_mode: str = REWARD_MODE,
+    out: str = OUT,
+    resume: bool = RESUME,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+    dry_run: bool = DRY_RUN,
+    accelerate_config: Path = ACCELERATE_CONFIG,
+) -> None:
+    _train(ctx, config, set_, dry_run, accelerate_config)
+
+
+def _train(
+    ctx: typer.Context,
+    config: Path | None,
+    set_: list[str] | None,
+    dry_run: bool,
+    accelerate_config: Path | None,
+) -> None:
+    """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
+    config through ctx (cli/options.py); the command's name is the method."""
     from collabrl.train.grpo import is_main_process, train_grpo
 
-    cfg = opt.resolve(ctx, config, [*(set_ or []), f"method={ctx.info_name}"])
+    cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
     if dry_run:
         _print_plan(cfg, accelerate_config)
         return
-    with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}") as progress:
-        result = train_grpo(cfg, progress)
-    if not is_main_process():
-        return  # under accelerate launch, one process reports
+    main = is_main_process()  # under accelerate launch, one process draws and reports
+    with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}", main) as progress:
+        result = train_grpo(cfg, progress, _report)
+    if not main:
+        return
     columns = RSIM_COLUMNS if cfg.method == "rsim" else CALL_COLUMNS
     table = Table("step", *columns)
     for h in result.history:
@@ -154,6 +280,11 @@ RSIM_COLUMNS = {
 }
 
 
+def _report(line: str) -> None:
+    """A step's line, above the bar in a terminal and on its own line in a batch log."""
+    console.print(line, highlight=False, soft_wrap=True)
+
+
 def _print_plan(cfg: object, accelerate_config: Path | None) -> None:
     """`--dry-run`: the resolved run, one table per section, then its warnings."""
     from collabrl.train.plan import plan_run
@@ -177,7 +308,3 @@ def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
         if key in start:
             table.add_row(key, f"{start[key]:.4f}", f"{final[key]:.4f}")
     console.print(table)
-
-
-for _method, _help in GRPO_HELP.items():
-    app.command(_method, cls=opt.config_command("train-grpo"), help=_help)(grpo_like)

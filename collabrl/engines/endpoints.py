@@ -70,3 +70,40 @@ def engine_key(endpoint: EndpointConfig) -> tuple[str | None, ...]:
     if is_url(endpoint.ref):
         return ("url", endpoint.ref, endpoint.served_model, endpoint.api_key)
     return ("local", endpoint.ref)
+
+
+# A server that does not list its models within this long is not one a run can use.
+PROBE_TIMEOUT = 5.0
+
+
+def check_reachable(ref: str, api_key: str | None) -> None:
+    """One request to the `/models` of the OpenAI-compatible server at `ref`: a server
+    that is down, rejects the key or is not such a server is one error before any work,
+    where a run would otherwise start and fail every call."""
+    import openai
+
+    from collabrl.engines.openai_http import map_error, normalize_base_url, resolve_api_key
+
+    base = normalize_base_url(ref)
+    client = openai.OpenAI(
+        base_url=base, api_key=resolve_api_key(api_key), timeout=PROBE_TIMEOUT, max_retries=0
+    )
+    try:
+        client.models.list()
+    except openai.OpenAIError as err:
+        raise map_error(err, base, "") from err
+    finally:
+        client.close()
+
+
+def check_collaborator(ref: str, api_key: str | None) -> None:
+    """A collaborator reference that cannot serve: an unreachable URL, or a local model
+    that does not resolve (the `reference` stand-in always can)."""
+    if ref == REFERENCE:
+        return
+    if is_url(ref):
+        check_reachable(ref, api_key)
+        return
+    from collabrl.models import resolve_model
+
+    resolve_model(ref)

@@ -12,7 +12,11 @@ from collabrl.protocols.config import ProtocolConfig
 class EvalConfig:
     """One evaluation run: a model sampled on a benchmark, scored and summarized."""
 
-    benchmark: str = option("gsm8k", "Registered benchmark name or a .jsonl/.parquet/folder path.")
+    benchmark: str = option(
+        "gsm8k",
+        "Registered benchmark name or a .jsonl/.parquet/folder path; several, comma-separated "
+        "(aime24,math500), run in turn, each into its own folder (under --out: DIR/<name>).",
+    )
     model: str = option(
         "smollm2-135m",
         "The policy (reasoner): model reference (embedded name, folder, .gguf, LoRA) or URL.",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 __all__ = [
     "ProblemSamples",
     "ks_for",
+    "log2_ks",
     "majority_answer",
     "normalize_answer",
     "pass_at_k",
@@ -76,6 +77,17 @@ def ks_for(n: int) -> list[int]:
     if n < 1:
         raise ValueError(f"need at least one sample, got n={n}")
     return list(range(1, n + 1))
+
+
+def log2_ks(n: int) -> list[int]:
+    """The ``k`` shown of pass@k when ``n`` samples exist: ``1, 2, 4, ...`` up to ``n``, and ``n``.
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"need at least one sample, got n={n}")
+    return sorted({2**i for i in range(n.bit_length())} | {n})
 
 
 def normalize_answer(answer: str) -> str:

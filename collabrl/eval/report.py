@@ -1,55 +1,88 @@
-"""Compare finished eval runs: one row per run, the metrics side by side."""
+"""Compare finished eval runs: one row per run, the metrics side by side, and their
+pass@k curves."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from collabrl import runs
 from collabrl.config import read_yaml
 from collabrl.errors import UserError
+from collabrl.eval.metrics import log2_ks, pass_at_k
 
 # Columns shown by default, in order; `{n}` is each run's samples per problem.
 HEADLINE = ("pass@1", "avg@{n}", "maj@{n}", "f1@{n}", "var", "stderr", "call_ratio")
+# The columns before the metrics: what tells one run from another.
+IDENTITY = ("run", "model", "protocol", "benchmark", "n", "problems")
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
-    """A run's identity (benchmark, model, n, temperature) and its metrics."""
-    metrics_path = run_dir / runs.METRICS
-    if not metrics_path.is_file():
-        raise UserError(f"{run_dir} has no {runs.METRICS}", "is it a finished `collab eval` run?")
-    try:
-        metrics = json.loads(metrics_path.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(
-            f"{metrics_path} is not valid JSON", "re-run the eval to rewrite it"
-        ) from err
+    """A run's identity (model, protocol, benchmark, n, temperature) and its metrics.
+
+    The identity comes from the run's saved config.yaml ('?' where it has none); a folder
+    without a metrics.json written by `collab eval` is refused.
+    """
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a folder", "pass the run folders of `collab eval`")
+    metrics = _read_metrics(run_dir)
     config = read_yaml(run_dir / runs.CONFIG) if (run_dir / runs.CONFIG).exists() else {}
     sampling = config.get("sampling", {})
     return {
         "run": str(run_dir),
-        "benchmark": config.get("benchmark", "?"),
         "model": config.get("model", "?"),
-        "n": int(metrics.get("samples_per_problem", sampling.get("n", 1))),
+        "protocol": config.get("protocol", {}).get("name", "?"),
+        "benchmark": config.get("benchmark", "?"),
+        "n": int(metrics["samples_per_problem"]),
         "temperature": sampling.get("temperature"),
         "metrics": metrics,
     }
 
 
+def _read_metrics(run_dir: Path) -> dict[str, Any]:
+    """The run's metrics.json, refused unless it holds the metrics `collab eval` writes."""
+    path = run_dir / runs.METRICS
+    if not path.is_file():
+        raise UserError(f"{run_dir} has no {runs.METRICS}", "is it a finished `collab eval` run?")
+    try:
+        metrics = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path} is not valid JSON", "re-run the eval to rewrite it") from err
+    if not isinstance(metrics, dict) or "samples_per_problem" not in metrics:
+        raise UserError(
+            f"{path} was not written by `collab eval` (it has no samples_per_problem)",
+            "pass the run folders of `collab eval`",
+        )
+    return metrics
+
+
 def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Table header and rows with the headline metrics of every run."""
-    header = ["run", "benchmark", "model", "n", "problems", *_metric_labels(runs)]
+    """Table header and rows: each run's model, protocol, benchmark and headline metrics."""
+    header = [*IDENTITY, *_metric_labels(runs)]
     rows = []
-    for run in runs:
+    for run, name in zip(runs, run_names(runs), strict=True):
         m = run["metrics"]
-        cells = [Path(run["run"]).name, run["benchmark"], run["model"], str(run["n"])]
-        cells.append(str(int(m.get("problems", 0))))
-        for label in header[5:]:
+        cells = [name, run["model"], run["protocol"], run["benchmark"]]
+        cells += [str(run["n"]), str(int(m.get("problems", 0)))]
+        for label in header[len(IDENTITY) :]:
             key = label.replace("@n", f"@{run['n']}")
             cells.append(format_value(m.get(key)))
         rows.append(cells)
     return header, rows
+
+
+def run_names(loaded: list[dict[str, Any]]) -> list[str]:
+    """Each run by its folder's name, or by as many trailing parts of its path as tell it
+    from the others (`a/aime24`, `b/aime24`: the folders of two suites)."""
+    paths = [Path(run["run"]).absolute().parts for run in loaded]
+    distinct = len(set(paths))
+    for depth in range(1, max(map(len, paths))):
+        names = ["/".join(parts[-depth:]) for parts in paths]
+        if len(set(names)) == distinct:
+            return names
+    return [str(Path(*parts)) for parts in paths]
 
 
 def _metric_labels(runs: list[dict[str, Any]]) -> list[str]:
@@ -90,3 +123,77 @@ def router_rows(
     points = router_table(pairs, collab)
     rows = [[p.name, *map(format_value, (p.accuracy, p.call_ratio, p.routed))] for p in points]
     return ["router", "accuracy", "call_ratio", "routed"], rows
+
+
+def pass_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
+    """(k, pass@k) for k = 1, 2, 4, … and n, from the run's samples.jsonl.
+
+    The unbiased estimator over every problem whose n samples are all on disk (its first
+    n by sample index), averaged over those problems, as `summarize` computes pass@k.
+    """
+    n = run["n"]
+    by_item: dict[str, list[dict[str, Any]]] = {}
+    for record in runs.read_records(Path(run["run"]) / runs.SAMPLES):
+        by_item.setdefault(record["item_id"], []).append(record)
+    counts = [
+        sum(bool(r["correct"]) for r in sorted(samples, key=lambda r: r["sample"])[:n])
+        for samples in by_item.values()
+        if len(samples) >= n
+    ]
+    if not counts:
+        raise UserError(
+            f"{run['run']} has no problem with all its {n} samples in {runs.SAMPLES}",
+            "--plot draws each run's samples; finish (resume) the run first",
+        )
+    return [(k, math.fsum(pass_at_k(n, c, k) for c in counts) / len(counts)) for k in log2_ks(n)]
+
+
+def curve_labels(loaded: list[dict[str, Any]]) -> list[str]:
+    """'model · protocol · benchmark' per run; the run is named too where two agree."""
+    labels = [f"{_short_model(r['model'])} · {r['protocol']} · {r['benchmark']}" for r in loaded]
+    return [
+        f"{label} ({name})" if labels.count(label) > 1 else label
+        for label, name in zip(labels, run_names(loaded), strict=True)
+    ]
+
+
+def _short_model(model: str) -> str:
+    """A model folder by its name (a legend has no room for a path); URLs and names as is."""
+    return model if "://" in model else Path(model.rstrip("/")).name or model
+
+
+def plot_pass_at_k(loaded: list[dict[str, Any]], path: Path) -> None:
+    """The runs' pass@k curves drawn into `path` (its suffix picks the format)."""
+    curves = [pass_curve(run) for run in loaded]  # every run's samples read before drawing
+    _draw_curves(list(zip(curve_labels(loaded), curves, strict=True)), path)
+
+
+def _draw_curves(curves: list[tuple[str, list[tuple[int, float]]]], path: Path) -> None:
+    """pass@k against k on a log2 axis, one labelled line per run (the Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    ks = sorted({k for _, points in curves for k, _ in points})
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, points in curves:
+        ax.plot([k for k, _ in points], [v for _, v in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlim(ks[0] / 1.25, ks[-1] * 1.25)  # one k alone would give a zero-width axis
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("pass@k")
+    ax.set_title("pass@k (unbiased estimator)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as err:  # a missing folder; a format matplotlib lacks
+        raise UserError(
+            f"cannot write the plot {path}: {str(err).splitlines()[0]}",
+            "pass --plot a .png, .pdf or .svg path in an existing folder",
+        ) from err
+    finally:
+        plt.close(fig)

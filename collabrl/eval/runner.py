@@ -55,8 +55,24 @@ def run_eval(
     without a model is checked before the run folder is created, so a refused run leaves
     nothing behind.
     """
+    plan = plan_eval(config, check_model=engine is None)
+    return run_plan(plan, prepare_run_folder(config), lambda: engine, progress)
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """An evaluation checked as far as it can be without a model or a folder."""
+
+    config: EvalConfig
+    bench: Benchmark
+    template: PromptTemplate | None
+
+
+def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
+    """Check the config, the model reference (unless `check_model` is False: the caller
+    brings the engine), the benchmark and the prompt; nothing is loaded or written."""
     config.check()
-    if engine is None and not is_url(config.model):
+    if check_model and not is_url(config.model):
         resolve_model(config.model)  # a mistyped --model, without loading it
     bench = load_benchmark(
         config.benchmark,
@@ -65,7 +81,21 @@ def run_eval(
     )
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
-    out_dir = prepare_run_folder(config)
+    return EvalPlan(config, bench, template)
+
+
+def run_plan(
+    plan: EvalPlan,
+    out_dir: Path,
+    policy_engine: Callable[[], Engine | None],
+    progress: ProgressFn | None = None,
+) -> EvalResult:
+    """Sample what `out_dir` lacks, then score it all into metrics.json.
+
+    `policy_engine` gives the policy's engine (None: the protocol loads its own). It is
+    called only when samples are missing, so a finished run loads no model.
+    """
+    config, bench = plan.config, plan.bench
     samples_path = out_dir / runs.SAMPLES
     done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
     units = units_of(bench.items, config.sampling.n)
@@ -75,9 +105,9 @@ def run_eval(
             config.protocol,
             config.model,
             config.engine,
-            template,
+            plan.template,
             bench.extract_fallback,
-            policy_engine=engine,
+            policy_engine=policy_engine(),
         )
         try:
             _sample(protocol, units, done, config, samples_path, progress)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from collabrl.config import EngineConfig
 from collabrl.engines.reference import REFERENCE
 from collabrl.episode import Episode
-from collabrl.errors import UserError
+from collabrl.errors import MissingInput
 
 if TYPE_CHECKING:
     from collabrl.protocols.base import CollabProtocol
@@ -63,7 +63,7 @@ def build_relay(ctx: BuildContext) -> CollabProtocol:
 
 def check_relay(config: ProtocolConfig) -> None:
     if not config.teacher and not config.relay.teacher_free:
-        raise UserError(
+        raise MissingInput(
             "the relay protocol needs a teacher",
             "pass --teacher MODEL_OR_URL, or --set protocol.relay.teacher_free=true",
         )
@@ -102,7 +102,7 @@ def build_consult(ctx: BuildContext) -> CollabProtocol:
 def check_consult(config: ProtocolConfig) -> None:
     has_experts = bool(config.experts) or config.consult.self_collab
     if config.consult.mode == "open" and not has_experts:
-        raise UserError(
+        raise MissingInput(
             "the consult protocol needs experts",
             "pass --expert MODEL_OR_URL, --self-collab, or --set protocol.consult.mode=locked",
         )
@@ -148,7 +148,7 @@ def build_strategy(ctx: BuildContext) -> CollabProtocol:
 
 def check_strategy(config: ProtocolConfig) -> None:
     if config.strategy.planner_kind != "ps+" and not config.planner:
-        raise UserError("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+        raise MissingInput("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
 
 
 # -- apollo -------------------------------------------------------------------------

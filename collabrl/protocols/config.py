@@ -69,11 +69,24 @@ class ProtocolConfig:
         self.strategy.check()
         self.apollo.check()
         registry.read_options(self)
+        self.check_collaborators(spec.collaborators)
         spec.check(self)  # the protocol's own setup: e.g. relay needs a teacher
         if self.strategy.planner_kind == "rsim" and self.planner and is_url(self.planner):
             raise UserError(
                 f"an rsim planner runs in-process and cannot be reached at {self.planner}",
                 "pass a planner folder or a model reference, or --planner-kind prompting",
+            )
+
+    def check_collaborators(self, needed: tuple[str, ...]) -> None:
+        """Refuse a collaborator the protocol never calls (`--protocol solo --teacher X`
+        would otherwise run without it, silently)."""
+        given = {"teacher": self.teacher is not None, "experts": bool(self.experts)}
+        given["planner"] = self.planner is not None
+        for key in (key for key, is_given in given.items() if is_given and key not in needed):
+            users = [name for name in registry.names() if key in registry.get(name).collaborators]
+            raise UserError(
+                f"protocol.{key} is set, but the {self.name} protocol has no {key}",
+                f"drop it, or use a protocol that has: {', '.join(users)}",
             )
 
     def uses_reference(self) -> bool:

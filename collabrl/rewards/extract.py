@@ -4,7 +4,8 @@ Three extractors, each `str -> str | None`, tried in a caller-chosen order by
 `extract_answer`:
 
 - `boxed`: the last `\\boxed{...}` / `\\fbox{...}` (MATH-style prompts),
-- `answer_line`: the text after the last `Answer:` line (EAPO-style prompts),
+- `answer_line`: the text after the last `Answer:` line (EAPO-style prompts) or
+  Minerva's `The final answer is $…$. I hope it is correct.`,
 - `last_number`: the last number in the text (GSM8K fallback).
 
 Completions are arbitrary model output, so none of these may ever raise: a
@@ -20,8 +21,17 @@ from collections.abc import Callable, Sequence
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # The argument of `\boxed 5` (brace-less form): one token, ending at a space or `$`.
 _BARE_TOKEN_RE = re.compile(r"[^\s$]+")
-# `Answer:`, `**Answer:**`, `**Answer**:`, `Final Answer:` (the `Final` needs no special case).
-_ANSWER_RE = re.compile(r"\banswer\b(?:\s*\*\*)?\s*:(?:\s*\*\*)?", re.IGNORECASE)
+# `Answer:`, `**Answer:**`, `**Answer**:`, `Final Answer:` (the `Final` needs no special case),
+# and Minerva's `The final answer is $…$` (with or without its `Final Answer:` in front).
+_ANSWER_RE = re.compile(
+    r"\banswer\b(?:\s*\*\*)?\s*:(?:\s*\*\*)?|\bfinal answer is\b\s*:?", re.IGNORECASE
+)
+# Minerva's sign-off after its answer, and whatever follows it on the line: lm-eval's
+# `minerva_math` reads the answer up to it.
+_HOPE_RE = re.compile(r"\.?\s*I hope it is correct\b.*", re.IGNORECASE)
+# An answer line opening with inline math: its first `$…$` (or `$$…$$`) is the answer,
+# whatever prose follows (`$5$, as shown`); `\$` inside is a dollar sign, not the end.
+_LEADING_MATH_RE = re.compile(r"\$\$?((?:\\.|[^$\\])+)\$")
 # A number: thousands with commas first (so `1,234` is one number), then plain ints/decimals.
 # The minus sign only counts when it is not a binary minus (`3-5` ends in 5, not -5).
 _NUMBER_RE = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)")
@@ -84,7 +94,12 @@ def last_boxed(text: str) -> str | None:
 
 def _strip_answer(text: str) -> str:
     """Remove the decoration models put around a one-line answer."""
-    text = text.strip().strip("*").strip()
+    text = _HOPE_RE.sub("", text)
+    # Bold and a closing period; a leading `.` stays (`.5` is a number).
+    text = text.strip().lstrip("*").rstrip("*. \t")
+    math = _LEADING_MATH_RE.match(text)
+    if math:
+        return math.group(1).strip().rstrip(".").strip()
     # Inline-math wrappers: `$...$` and `\(...\)`.
     if text.startswith(r"\(") and text.endswith(r"\)"):
         text = text[2:-2]
@@ -95,10 +110,12 @@ def _strip_answer(text: str) -> str:
 def answer_line(text: str) -> str | None:
     """The answer after the last `Answer:` marker, up to the end of its line.
 
-    Accepts `Answer:`, `**Answer:**`, `**Answer**:` and `Final Answer:` in any case.
-    Surrounding `$`, `*`, whitespace and a trailing period are stripped; if the line
-    holds a `\\boxed{}`, its content is returned instead. When the marker ends its
-    line (`Answer:\\n42`), the next non-empty line is used.
+    Accepts `Answer:`, `**Answer:**`, `**Answer**:` and `Final Answer:` in any case, and
+    Minerva's `Final Answer: The final answer is $…$. I hope it is correct.` (the sign-off
+    and the `Final Answer:` are optional). Surrounding `$`, `*`, whitespace and a trailing
+    period are stripped, and a line opening with `$…$` gives what is inside; if the line
+    holds a `\\boxed{}`, its content is returned instead. When the marker ends its line
+    (`Answer:\\n42`), the next non-empty line is used.
     """
     markers = list(_ANSWER_RE.finditer(text))
     if not markers:

@@ -37,7 +37,9 @@ _POOL_SLACK_S = 10.0
 
 # ----------------------------------------------------------------------------- fast path
 
-_SPACING_RE = re.compile(r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[!,;: ]|\\displaystyle")
+# A matrix's row break `\\` is matched first and kept (`\1`): its second backslash and the
+# space after it are not the `\ ` spacing macro, whose removal would join two rows.
+_SPACING_RE = re.compile(r"(\\\\)|\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[!,;: ]|\\displaystyle")
 # `\$36` is thirty-six dollars and a bare `$` a math delimiter: both go (`\$` first, as one token).
 _CURRENCY_RE = re.compile(r"\\\$|\$")
 _DEGREE_RE = re.compile(r"\^\{?\\circ\}?")
@@ -61,7 +63,7 @@ def clean(answer: str) -> str:
     `0.5` and `5` stay different.
     """
     s = _CURRENCY_RE.sub("", answer)
-    s = _SPACING_RE.sub("", s)
+    s = _SPACING_RE.sub(r"\1", s)
     s = _DEGREE_RE.sub("", s)
     unitless = _UNIT_RE.sub("", s)
     if any(ch.isdigit() for ch in unitless):

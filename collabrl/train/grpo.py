@@ -20,7 +20,9 @@ from typing import Any
 
 from collabrl import runs
 from collabrl.data.benchmarks import load_benchmark
+from collabrl.engines.endpoints import check_collaborator
 from collabrl.models import resolve_model
+from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import (
     RESUMABLE_KEYS,
     GRPOTrainConfig,
@@ -34,12 +36,17 @@ from collabrl.train.trainer import TrainResult, run_grpo
 
 
 def train_grpo(
-    config: GRPOTrainConfig, progress: Callable[[int, int], None] | None = None
+    config: GRPOTrainConfig,
+    progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Run (or resume) a GRPO training run into its folder; `progress(done, total)` is
-    called with optimizer steps."""
+    called with optimizer steps (and the held-out evaluations' samples), `report` with a
+    line per step and per evaluation."""
     config.check()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
+    for ref in collaborators_of(rollout_protocol(config)):
+        check_collaborator(ref, config.engine.api_key)  # down or wrong: before any work
     bench = load_benchmark(config.data, limit=config.limit)
     out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
@@ -47,13 +54,20 @@ def train_grpo(
     # "0: the whole run" horizons become numbers in config.yaml: a resume keeps them.
     config = pin_horizons(config, out)
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
-    result = run_grpo(config, bench, out, checkpoint, progress)
+    result = run_grpo(config, bench, out, checkpoint, progress, report)
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (none for a protocol
         # that brings its own).
-        result.evaluation = evaluate_run(config, out, training_prompt(config, bench.prompt))
+        prompt = training_prompt(config, bench.prompt)
+        result.evaluation = evaluate_run(config, out, prompt, progress, report)
         runs.write_json(out / "eval.json", result.evaluation)
     return result
+
+
+def collaborators_of(protocol: ProtocolConfig) -> list[str]:
+    """The models the rollout protocol calls beside the policy: relay's teacher, consult's
+    experts (rsim's planner trains in-process; the protocol's own check reads it)."""
+    return [ref for ref in (protocol.teacher, *protocol.experts) if ref]
 
 
 def is_main_process() -> bool:
@@ -64,11 +78,15 @@ def is_main_process() -> bool:
 
 
 def evaluate_run(
-    config: GRPOTrainConfig, out: Path, prompt: str | None
+    config: GRPOTrainConfig,
+    out: Path,
+    prompt: str | None,
+    progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Greedy held-out metrics of the starting and the trained policy, each in its own
     `collab eval` folder (resumable), with the run's protocol; eapo's channel locked, as
-    the paper evaluates it."""
+    the paper evaluates it. `progress` moves over each evaluation's samples."""
     from collabrl.config import SamplingConfig
     from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
@@ -94,5 +112,7 @@ def evaluate_run(
             sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
             engine=config.engine,
         )
-        results[name] = run_eval(eval_config).metrics
+        if report is not None:
+            report(f"held-out {config.eval_data}: evaluating the {name} policy")
+        results[name] = run_eval(eval_config, progress=progress).metrics
     return results

@@ -10,6 +10,7 @@ trainer (`train/trainer.py`) and the command's entry (`train/grpo.py`) build on 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +22,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.rsim import RSIMConfig
-from collabrl.train.run import CHECKPOINTS, check_trl_keys, trl_args
+from collabrl.train.run import CHECKPOINTS, check_report_to, check_trl_keys, trackers, trl_args
 from collabrl.train.schedules import ScheduleConfig
 
 METHODS = ("grpo", "relay", "eapo", "rsim")
@@ -48,6 +49,16 @@ class GRPOTrainConfig:
     reward: str = option(
         "difficulty_aware",
         "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, per prompt group).",
+    )
+    reward_funcs: list[str] = option(
+        [],
+        "Your own reward functions, module:function or path/to/file.py:function, with "
+        "TRL's signature f(prompts, completions, **kwargs) -> list[float]; kwargs hold "
+        "the episodes' extras (correct, f1, call_ratio, calls, …). TRL sums them with the "
+        "method's (weights: trl.reward_weights).",
+    )
+    reward_mode: str = option(
+        "add", "add: the method's reward plus reward_funcs; replace: reward_funcs alone."
     )
     consult_penalty: float = option(
         0.0, "eapo: reward subtracted per expert call (EAPO §1 mentions one; off by default)."
@@ -77,7 +88,11 @@ class GRPOTrainConfig:
     seed: int = option(0, "Seed of the data order, the rollouts and the initialisation.")
     resume: bool = option(False, "Continue from the last checkpoint in the run folder.")
     save_steps: int = option(10, "Save a checkpoint every N steps (what --resume starts from).")
-    report_to: str = option("none", "TRL/transformers loggers: none, tensorboard, wandb, trackio.")
+    report_to: str = option(
+        "none",
+        "Experiment tracking, as TRL's report_to: none, tensorboard, wandb, trackio, or "
+        "several joined by commas; the run folder keeps metrics.jsonl and its curves either way.",
+    )
     protocol: ProtocolConfig = option(
         ProtocolConfig(), "The rollout protocol's collaborators (teacher for relay)."
     )
@@ -103,15 +118,26 @@ class GRPOTrainConfig:
             raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
         if self.reward not in ("simple", "difficulty_aware"):
             raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
-        require("steps", self.steps, self.steps >= 1, "at least 1")
-        require("prompts_per_step", self.prompts_per_step, self.prompts_per_step >= 1, "at least 1")
+        require("steps", self.steps, 1 <= self.steps <= MAX_STEPS, f"in [1, {MAX_STEPS}]")
         self.sampling.check()
         require("sampling.n", self.sampling.n, self.sampling.n >= 2, "at least 2 (a GRPO group)")
+        bound = MAX_ROLLOUT // self.sampling.n
+        require(
+            "prompts_per_step",
+            self.prompts_per_step,
+            1 <= self.prompts_per_step <= bound,
+            f"in [1, {bound}] ({MAX_ROLLOUT} completions a step at most)",
+        )
         temperature = self.sampling.temperature
         require("sampling.temperature", temperature, temperature > 0, "> 0 (GRPO samples)")
-        require("learning_rate", self.learning_rate, self.learning_rate > 0, "> 0")
+        require("learning_rate", self.learning_rate, 0 < self.learning_rate < 1, "in (0, 1)")
+        require("beta", self.beta, 0 <= self.beta < math.inf, "a finite number >= 0")
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
-        require("consult_penalty", self.consult_penalty, self.consult_penalty >= 0, ">= 0")
+        penalty = self.consult_penalty
+        require("consult_penalty", penalty, 0 <= penalty < math.inf, "a finite number >= 0")
+        check_report_to(self.report_to)
+        self.check_rewards()
+        check_method_fields(self)
         limit = self.eval_limit
         require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
         self.schedule.check()
@@ -146,6 +172,54 @@ class GRPOTrainConfig:
                     f"set {field} instead (--set {field}=VALUE)",
                 )
         check_colocated_tensor_parallel(self.trl)
+        grpo_args(self, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
+
+    def check_rewards(self) -> None:
+        """Every reward function named loads, and `replace` has one to replace with."""
+        from collabrl.train.rewards import load_reward_func
+
+        if self.reward_mode not in ("add", "replace"):
+            raise UserError(f"unknown reward_mode '{self.reward_mode}'", "use add or replace")
+        if self.reward_mode == "replace" and not self.reward_funcs:
+            raise UserError("reward_mode replace needs reward_funcs", "pass --reward-func")
+        for spec in self.reward_funcs:
+            load_reward_func(spec)
+
+
+# Bounds on what a value may allocate: completions generated per step and process (the
+# rollout's batch holds them all), and optimizer steps.
+MAX_ROLLOUT = 2**16
+MAX_STEPS = 10**7
+
+# The fields one method reads; another method's run refuses them when they are set.
+METHOD_FIELDS = {"reward": "relay", "consult_penalty": "eapo", "schedule": "eapo", "rsim": "rsim"}
+
+
+def check_method_fields(config: GRPOTrainConfig) -> None:
+    """Refuse a setting the run's method does not read (`train grpo --set reward=simple`
+    would otherwise train as if it were never given)."""
+    defaults = GRPOTrainConfig()
+    for name, method in METHOD_FIELDS.items():
+        if config.method == method:
+            continue
+        for key in changed_keys(getattr(config, name), getattr(defaults, name), name):
+            raise UserError(
+                f"{key} is read by collab train {method} only, not {config.method}",
+                f"drop it, or run collab train {method}",
+            )
+
+
+def changed_keys(value: Any, default: Any, key: str) -> list[str]:
+    """The dotted keys at which `value` differs from `default`."""
+    if dataclasses.is_dataclass(value):
+        return [
+            changed
+            for f in dataclasses.fields(value)
+            for changed in changed_keys(
+                getattr(value, f.name), getattr(default, f.name), f"{key}.{f.name}"
+            )
+        ]
+    return [] if value == default else [key]
 
 
 # The protocol each method rolls out with.
@@ -252,7 +326,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         "disable_tqdm": True,  # the command draws its own bar
         "save_steps": config.save_steps,
         "save_strategy": "steps",
-        "report_to": [] if config.report_to == "none" else [config.report_to],
+        "report_to": trackers(config.report_to),
         # Truncation is the Episode's to say (a teacher's last token is not an EOS).
         "mask_truncated_completions": False,
         # On a CPU, bf16 makes a step ~10x slower.

@@ -9,9 +9,16 @@ group may be split across processes, and its scenario is decided over the whole 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.rewards.eapo import eapo_reward
 from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
@@ -23,6 +30,51 @@ RewardFunc = Callable[..., list[float]]
 
 
 def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
+    """The run's reward functions (TRL sums them): the method's, the user's
+    `reward_funcs` beside them, or those alone (`reward_mode: replace`)."""
+    users = [load_reward_func(spec) for spec in config.reward_funcs]
+    return users if config.reward_mode == "replace" else [*method_rewards(config), *users]
+
+
+def load_reward_func(spec: str) -> RewardFunc:
+    """The function `module:function` or `path/to/file.py:function` names; a module is
+    looked up from the working directory too, where a user keeps a rewards file."""
+    source, sep, name = spec.rpartition(":")
+    if not (sep and source and name):
+        raise UserError(
+            f"reward function '{spec}' is not module:function",
+            "write e.g. my_rewards:length_penalty or path/to/rewards.py:length_penalty",
+        )
+    try:
+        module = _import_file(source) if source.endswith(".py") else _import_module(source)
+    except Exception as err:  # whatever the user's module raises on import
+        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot import {source} (reward function {spec}): {problem}") from err
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise UserError(
+            f"{source} has no function {name} (reward function {spec})",
+            "name a function f(prompts, completions, **kwargs) -> list[float]",
+        )
+    return function
+
+
+def _import_module(name: str) -> ModuleType:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(name)
+
+
+def _import_file(path: str) -> ModuleType:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no file {path}")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
     """The reward of a method: correctness for grpo, RelayLLM's for relay, EAPO's for eapo."""
     if config.method == "grpo":
         return [accuracy]

@@ -13,8 +13,10 @@ after that checkpoint are dropped first, because the resumed run logs those step
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,6 +45,36 @@ def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
     except (TypeError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
+
+
+# The experiment trackers `report_to` offers, and the package each one needs.
+TRACKERS = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "trackio": ("trackio",),
+}
+
+
+def trackers(report_to: str) -> list[str]:
+    """TRL's `report_to` list of a comma-separated `report_to` ("none": none)."""
+    names = [name.strip() for name in report_to.split(",") if name.strip()]
+    return [] if names == ["none"] else names
+
+
+def check_report_to(report_to: str) -> None:
+    """An unknown tracker or one whose package is missing is refused before any model
+    loads (transformers would fail only once the trainer is built)."""
+    for name in trackers(report_to):
+        if name not in TRACKERS:
+            raise UserError(
+                f"report_to '{name}' is not a tracker collab train offers",
+                f"use none, or one or more of {', '.join(TRACKERS)} joined by commas",
+            )
+        if not any(importlib.util.find_spec(package) for package in TRACKERS[name]):
+            raise UserError(
+                f"report_to {name}: the {TRACKERS[name][0]} package is not installed",
+                f"pip install {TRACKERS[name][0]}, or --report-to none",
+            )
 
 
 def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:
@@ -108,14 +140,20 @@ def keep_metrics_until(path: Path, step: int) -> None:
 
 
 def recorder(
-    writer: runs.RecordWriter, progress: Callable[[int, int], None] | None = None
+    writer: runs.RecordWriter,
+    progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> TrainerCallback:
-    """A callback writing every TRL log to metrics.jsonl and moving a progress bar (built
-    here so that importing this module does not import transformers). Add it after the
-    callbacks that put values into the logs."""
+    """A callback writing every TRL log to metrics.jsonl, moving a progress bar and
+    handing `report` one line per logged step (`step_line`: what a batch log keeps when
+    no bar is drawn). Built here so that importing this module does not import
+    transformers; add it after the callbacks that put values into the logs."""
     from transformers import TrainerCallback
 
     class Recorder(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.began, self.first_step = time.perf_counter(), state.global_step
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if progress is not None:
                 progress(state.global_step, state.max_steps)
@@ -123,10 +161,36 @@ def recorder(
         def on_log(
             self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
         ) -> None:
-            if state.is_world_process_zero and logs:
-                writer.write({"step": state.global_step, "epoch": state.epoch, **logs})
+            if not (state.is_world_process_zero and logs):
+                return
+            writer.write({"step": state.global_step, "epoch": state.epoch, **logs})
+            done = state.global_step - self.first_step
+            if report is not None and done > 0 and "train_runtime" not in logs:
+                per_step = (time.perf_counter() - self.began) / done
+                report(step_line(logs, state.global_step, state.max_steps, per_step))
 
     return Recorder()
+
+
+# What a step's line shows of its logs, when they have it: name -> TRL log key. GRPO's
+# loss says little (advantages are centred), so it shows where no reward is logged (SFT).
+STEP_LINE_KEYS = {
+    "reward": "reward",
+    "accuracy": "episodes/accuracy",
+    "call ratio": "episodes/call_ratio",
+    "calls": "episodes/calls",
+}
+
+
+def step_line(logs: dict[str, Any], step: int, max_steps: int, per_step: float) -> str:
+    """`step 3/20 · reward 0.250 · accuracy 0.250 · 41.2 s/step · ETA 11m 40s`."""
+    parts = [f"step {step}/{max_steps}"]
+    if "reward" not in logs and "loss" in logs:
+        parts.append(f"loss {logs['loss']:.3f}")
+    parts += [f"{name} {logs[key]:.3f}" for name, key in STEP_LINE_KEYS.items() if key in logs]
+    eta = round(per_step * max(max_steps - step, 0))
+    parts += [f"{per_step:.1f} s/step", f"ETA {eta // 60}m {eta % 60:02d}s"]
+    return " · ".join(parts)
 
 
 def save_final(trainer: Trainer, final: Path, merge_lora: bool = False) -> None:

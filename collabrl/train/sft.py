@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
 from collabrl.config import option
-from collabrl.errors import UserError, require
+from collabrl.errors import MissingInput, UserError, require
 from collabrl.models import load_model, load_tokenizer, resolve_model
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.run import (
@@ -36,12 +36,14 @@ from collabrl.train.run import (
     CURVES,
     FINAL,
     METRICS,
+    check_report_to,
     check_trl_keys,
     checkpoint_step,
     plot_curves,
     recorder,
     save_final,
     start_run,
+    trackers,
     trl_args,
 )
 
@@ -120,7 +122,11 @@ class SFTTrainConfig:
         "false} for Qwen3's non-thinking mode: the warm-up must render prompts as the RL "
         "run and collab eval do (engine.chat_template_kwargs there).",
     )
-    report_to: str = option("none", "Where TRL also logs: none, wandb, tensorboard, ...")
+    report_to: str = option(
+        "none",
+        "Experiment tracking, as TRL's report_to: none, tensorboard, wandb, trackio, or "
+        "several joined by commas; the run folder keeps metrics.jsonl and its curves either way.",
+    )
     trl: dict[str, Any] = option(
         {},
         "Any other TRL SFTConfig argument, applied last (e.g. --set trl.max_steps=100, "
@@ -129,15 +135,15 @@ class SFTTrainConfig:
 
     def check(self) -> None:
         """Refuse values no run can use, before any data or model is loaded."""
-        require(
-            "data",
-            self.data,
-            bool(self.data),
-            "a builder folder, a datasets folder or a rows .jsonl",
-        )
+        if not self.data:
+            raise MissingInput(
+                "collab train sft needs data",
+                "pass --data: a builder folder, a datasets folder or a rows .jsonl",
+            )
         require("learning_rate", self.learning_rate, 0 < self.learning_rate < 1, "in (0, 1)")
         require("epochs", self.epochs, 0 < self.epochs < math.inf, "a finite number > 0")
         require("batch_size", self.batch_size, self.batch_size >= 1, "at least 1")
+        check_report_to(self.report_to)
         require(
             "gradient_accumulation_steps",
             self.gradient_accumulation_steps,
@@ -176,10 +182,13 @@ class SFTResult:
 
 
 def train_sft(
-    config: SFTTrainConfig, progress: Callable[[int, int], None] | None = None
+    config: SFTTrainConfig,
+    progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> SFTResult:
     """Fine-tune `config.model` on `config.data` into the run folder; see the module
-    docstring. `progress(done, total)` is called with optimizer steps."""
+    docstring. `progress(done, total)` is called with optimizer steps, `report` with a
+    line per logged step."""
     import transformers
 
     config.check()
@@ -198,7 +207,7 @@ def train_sft(
     transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
     with _quiet_datasets(), runs.RecordWriter(out / METRICS) as writer:
         trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
-        trainer.add_callback(recorder(writer, progress))
+        trainer.add_callback(recorder(writer, progress, report))
         output = trainer.train(resume_from_checkpoint=last)
     save_final(trainer, out / FINAL, config.lora)
     history = runs.read_records(out / METRICS)
@@ -298,7 +307,7 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
         "save_steps": config.save_steps,
         "save_total_limit": config.save_total_limit,
         "logging_steps": 1,
-        "report_to": config.report_to,
+        "report_to": trackers(config.report_to),
         "disable_tqdm": True,  # the command draws its own bar
         "use_cpu": not cuda,
         # bf16 mixed precision on a GPU that has it; on a CPU it makes a step ~10x slower.

@@ -77,15 +77,17 @@ def run_grpo(
     out: Path,
     checkpoint: str | None,
     progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train from scratch or from `checkpoint`, writing the run folder."""
+    """Train from scratch or from `checkpoint`, writing the run folder; `report` gets a
+    line per step."""
     from transformers import PrinterCallback
 
     trainer, protocol = build_trainer(config, bench, out, checkpoint)
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     try:
         with runs.RecordWriter(out / METRICS) as writer:
-            trainer.add_callback(recorder(writer, progress))
+            trainer.add_callback(recorder(writer, progress, report))
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         protocol.close()

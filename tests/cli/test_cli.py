@@ -254,9 +254,9 @@ def test_eval_end_to_end_with_smollm2(tmp_path: Path) -> None:
     report = collab("eval", "report", str(out), "--format", "markdown", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     lines = report.stdout.strip().splitlines()
-    assert lines[0].startswith("| run | benchmark | model | n | problems | pass@1 |")
+    assert lines[0].startswith("| run | model | protocol | benchmark | n | problems | pass@1 |")
     assert lines[1].startswith("|---|")
-    assert lines[2].startswith("| run | gsm8k | smollm2-135m | 2 | 2 |")
+    assert lines[2].startswith("| run | smollm2-135m | solo | gsm8k | 2 | 2 |")
     assert len(lines) == 3
 
     as_json = collab("eval", "report", str(out), "--format", "json", cwd=tmp_path)

@@ -205,7 +205,7 @@ def test_config_show_is_a_config_file_of_the_resolved_values(command: str, tmp_p
     result = runner.invoke(app, ["config", "show", command, "--set", f"{key}={value}"])
     assert result.exit_code == 0, result.stdout
     shown = build_config(cls, [yaml.safe_load(result.stdout)])
-    assert shown == build_config(cls, [], [f"{key}={value}"])
+    assert shown == opt.load_config(command, None, {}, [f"{key}={value}"])
     for key, help_text in field_help(cls).items():
         assert f"# {help_text}\n" in result.stdout, key
 
@@ -216,6 +216,29 @@ def test_config_show_reads_a_config_file(tmp_path: Path) -> None:
     result = runner.invoke(app, ["config", "show", "eval", "-c", str(path)])
     assert result.exit_code == 0
     assert yaml.safe_load(result.stdout)["sampling"]["n"] == 7
+
+
+@pytest.mark.parametrize(
+    ("command", "setting", "problem"),
+    [
+        ("train-grpo", "steps=0", "steps must be in [1, 10000000], got 0"),
+        ("train-grpo", "trl.nonexistent=1", "trl.nonexistent is not a TRL GRPOConfig argument"),
+        ("train-grpo", "reward=simple", "reward is read by collab train relay only"),
+        ("eval", "sampling.n=0", "sampling.n must be between 1 and 1024"),
+    ],
+)
+def test_config_show_refuses_what_the_command_would(command, setting, problem) -> None:
+    result = runner.invoke(app, ["config", "show", command, "--set", setting])
+    assert isinstance(result.exception, UserError)
+    assert problem in str(result.exception)
+
+
+@pytest.mark.parametrize("method", ["relay", "eapo", "rsim"])
+def test_config_show_of_a_method_notes_the_collaborator_it_needs(method: str) -> None:
+    result = runner.invoke(app, ["config", "show", f"train-{method}"])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["method"] == method
+    assert "note: the " in result.stderr and " needs " in result.stderr
 
 
 def test_config_show_of_an_unknown_command() -> None:

@@ -12,21 +12,31 @@ import yaml
 
 from tests.cli.test_cli import COLLAB, assert_one_line_error, collab
 
+GRPO_CONFIG = Path(__file__).parents[2] / "configs" / "train" / "grpo-cpu-arith.yaml"
+
 
 def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path: Path) -> None:
+    brevity = "def brevity(prompts, completions, **kw):\n    return [0.0 for _ in completions]\n"
+    (tmp_path / "my_rewards.py").write_text(brevity)
     result = collab(
         "train", "relay", "--model", str(tiny_model_dir), "--teacher", "reference",
+        "--reward-func", "my_rewards:brevity",
         "--data", "arith_train", "--limit", "4", "--steps", "1", "--prompts-per-step", "2",
         "--num-generations", "2", "--max-tokens", "12", "--eval-data", "arith",
-        "--eval-limit", "2", "--out", "run", cwd=tmp_path,
+        "--eval-limit", "2", "--report-to", "tensorboard", "--out", "run", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     config = (tmp_path / "run" / "config.yaml").read_text()
     assert "method: relay" in config and "teacher: reference" in config
+    # A batch log (no terminal here) keeps a line per step, and TensorBoard its events.
+    assert "step 1/1 · reward " in result.stdout and " · call ratio " in result.stdout
+    assert "evaluating the final policy" in result.stdout
+    assert list((tmp_path / "run").glob("**/events.out.tfevents.*"))
     logged = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
     assert logged[0]["step"] == 1 and "episodes/call_ratio" in logged[0]
+    assert "rewards/brevity/mean" in logged[0]  # the user's reward, beside relay's
     assert "final" in result.stdout
     assert "held-out arith" in result.stdout and (tmp_path / "run" / "eval.json").is_file()
 
@@ -42,11 +52,41 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
         (["rsim"], "needs a planner"),
         (["rsim", "--planner", "smollm2-135m", "--train", "both"], "unknown rsim.train"),
         (["rsim", "--planner", "http://localhost:1"], "cannot be reached"),
+        # values no run can use
+        (["grpo", "--lr", "inf"], "--learning-rate: learning_rate must be in (0, 1)"),
+        (["grpo", "--temperature", "inf"], "--temperature: sampling.temperature must be a finite"),
+        (["grpo", "--set", "beta=-1"], "beta must be a finite number >= 0"),
+        (["grpo", "--set", "beta=.nan"], "beta must be a finite number >= 0"),
+        (["grpo", "--set", "learning_rate=abc"], "config key 'learning_rate' must be float"),
+        (["grpo", "--prompts-per-step", "100000000"], "--prompts-per-step: prompts_per_step"),
+        (["grpo", "--num-generations", "100000"], "--num-generations: sampling.n must be"),
+        (["grpo", "--report-to", "nowhere"], "--report-to: report_to 'nowhere' is not a tracker"),
+        # what TRL refuses, before anything loads
+        (["grpo", "--set", "trl.learning_rate=1e-3"], "trl.learning_rate is collab train's"),
+        (["grpo", "--set", "trl.nonexistent=1"], "trl.nonexistent is not a TRL GRPOConfig"),
+        (
+            ["grpo", "--num-generations", "3", "--set", "trl.per_device_train_batch_size=4"],
+            "must be divisible by num_generations (3)",
+        ),
+        # options and settings the method does not read
+        (["grpo", "--teacher", "reference"], "No such option: --teacher"),
+        (["grpo", "--set", "protocol.teacher=x"], "the solo protocol has no teacher"),
+        (["relay", "--teacher", "reference", "--train", "planner"], "No such option: --train"),
+        (
+            ["relay", "--teacher", "reference", "--set", "rsim.train=planner"],
+            "rsim.train is read by collab train rsim only, not relay",
+        ),
+        (["eapo", "--expert", "reference", "--set", "reward=simple"], "reward is read by"),
+        (["relay", "--teacher", "reference", "-c", str(GRPO_CONFIG)], "config sets method grpo"),
+        # collaborators that cannot serve, found before any model loads
+        (["relay", "--teacher", "http://127.0.0.1:9/v1"], "cannot reach http://127.0.0.1:9/v1"),
+        (["eapo", "--expert", "no-such-expert"], "unknown model 'no-such-expert'"),
     ],
 )
 def test_bad_runs_are_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:
     result = collab("train", *args, "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert_one_line_error(result, fragment)
+    assert not (tmp_path / "run").exists()  # a refused run leaves no folder
 
 
 def test_rsim_trains_and_names_its_planner(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from collabrl.eval.metrics import (
     ProblemSamples,
     ks_for,
+    log2_ks,
     majority_answer,
     normalize_answer,
     pass_at_k,
@@ -98,6 +99,19 @@ def test_ks_for_lists_every_k() -> None:
 def test_ks_for_rejects_zero() -> None:
     with pytest.raises(ValueError):
         ks_for(0)
+
+
+@pytest.mark.parametrize(
+    ("n", "ks"),
+    [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]), (33, [1, 2, 4, 8, 16, 32, 33])],
+)
+def test_log2_ks_are_the_powers_of_two_and_n(n: int, ks: list[int]) -> None:
+    assert log2_ks(n) == ks
+
+
+def test_log2_ks_rejects_zero() -> None:
+    with pytest.raises(ValueError):
+        log2_ks(0)
 
 
 # --- majority_answer ---------------------------------------------------------------------------

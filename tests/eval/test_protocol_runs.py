@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from collabrl import runs
 from collabrl.config import build_config
 from collabrl.episode import Episode
+from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import run_eval
 from tests.protocols.scripted import ScriptedEngine
@@ -119,7 +122,8 @@ def test_reference_teachers_and_experts_answer_each_item_and_are_labelled(
     assert "stand_in" in result.metrics
 
 
-def test_runs_without_the_reference_stand_in_carry_no_label(smol_tokenizer, tmp_path) -> None:
+def test_a_collaborator_the_protocol_never_calls_is_refused(smol_tokenizer, tmp_path) -> None:
     config = _config("scripted", tmp_path / "solo", {"name": "solo", "teacher": "reference"})
-    result = run_eval(config, engine=ScriptedEngine(smol_tokenizer, lambda prompt: "18"))
-    assert "stand_in" not in result.metrics
+    with pytest.raises(UserError, match="protocol.teacher is set, but the solo protocol has no"):
+        run_eval(config, engine=ScriptedEngine(smol_tokenizer, lambda prompt: "18"))
+    assert not (tmp_path / "solo").exists()

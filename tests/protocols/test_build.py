@@ -21,11 +21,9 @@ def test_a_local_teacher_or_expert_loads_on_the_engines_device_and_dtype(
     tiny_model_dir: Path, tiny_engine, name: str
 ) -> None:
     model = str(tiny_model_dir)
+    collaborator = {"teacher": model} if name == "relay" else {"experts": [model]}
     config = ProtocolConfig(
-        name=name,
-        teacher=model,
-        experts=[model],
-        chat_template_kwargs={"enable_thinking": False},
+        name=name, chat_template_kwargs={"enable_thinking": False}, **collaborator
     )
     protocol = build_protocol(config, model, ENGINE, policy_engine=tiny_engine)
     pool = protocol.teacher if name == "relay" else protocol.pool

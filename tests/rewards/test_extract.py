@@ -56,8 +56,22 @@ def test_last_boxed(text: str, expected: str | None) -> None:
         (r"Answer: $\boxed{\frac{1}{2}}$", r"\frac{1}{2}"),
         ("Answer:\n\n  12\n", "12"),
         (r"Answer: \(5\)", "5"),
+        # Minerva's answer line, with or without its parts.
+        ("Final Answer: The final answer is $[2,5)$. I hope it is correct.", "[2,5)"),
+        ("The final answer is $24$. I hope it is correct.", "24"),
+        ("Final Answer: The final answer is 3.5. I hope it is correct.", "3.5"),
+        ("The final answer is $x^2$.", "x^2"),
+        ("the final answer is: 7", "7"),
+        ("The final answer is 16. I hope it is correct. Note: more text", "16"),
+        # A line opening with inline math: what is inside, whatever follows it.
+        ("Answer: $5$, as shown.", "5"),
+        ("Answer: $$x^2$$", "x^2"),
+        (r"Answer: $\$36$ in all", r"\$36"),
+        ("Answer: **$5$**.", "5"),
+        ("Answer: .5", ".5"),
         ("Answer:", None),
         ("Answer: $$", None),
+        ("The final answer is", None),
         ("no marker at all 42", None),
     ],
 )

@@ -7,7 +7,7 @@ from multiprocessing import get_context
 import pytest
 
 from collabrl.rewards import verify as verify_mod
-from collabrl.rewards.verify import is_equivalent, normalize
+from collabrl.rewards.verify import clean, is_equivalent, normalize
 
 # (pred, gold, expected). Several need sympy (not the fast path): `needs_sympy` below checks.
 CASES: list[tuple[str | None, str, bool]] = [
@@ -137,6 +137,13 @@ def test_normalize() -> None:
     assert normalize(r"5\text{ cm}") == "5"  # a unit after a quantity goes
     assert normalize(r"\text{Evelyn}") == "Evelyn"  # a word answer stays
     assert normalize(r"\$1,\!000") == "1,000"  # `\$` is currency, not `\` + delimiter
+
+
+def test_clean_keeps_a_matrix_row_break() -> None:
+    """`\\\\ 3` is a row break then 3, not `\\` + the `\\ ` spacing macro."""
+    matrix = r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"
+    assert clean(matrix) == matrix
+    assert clean(r"x \\\, y") == r"x \\ y"  # a thin space after a row break still goes
 
 
 @pytest.mark.parametrize(

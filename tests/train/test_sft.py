@@ -149,7 +149,7 @@ def test_another_experiment_in_the_folder_is_refused(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"data": None}, "data must be"),
+        ({"data": None}, "collab train sft needs data"),
         ({"learning_rate": 0.0}, "learning_rate must be"),
         ({"epochs": float("nan")}, "epochs must be"),
         ({"batch_size": 0}, "batch_size must be"),

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
@@ -34,7 +35,8 @@ MINI_BATCHED = {
 
 
 def _resolved(path: Path, tmp_path: Path) -> tuple[GRPOTrainConfig, Any]:
-    config = load_config("train-grpo", path, {}, [])
+    method = yaml.safe_load(path.read_text())["method"]  # the command the config is for
+    config = load_config(f"train-{method}", path, {}, [])
     config.check()
     return config, grpo_args(config, tmp_path)
 
