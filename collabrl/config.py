@@ -91,6 +91,21 @@ class SamplingConfig(DecodingConfig):
 
 
 @dataclass
+class DataColumns:
+    """Where a user's data file keeps each part of a problem: the fields every command
+    that reads problems has (a config inherits them)."""
+
+    problem_field: str = option("problem", "Problem column in user-supplied data.")
+    answer_field: str = option("answer", "Answer column in user-supplied data.")
+    id_field: str = option("id", "Id column in user-supplied data (default: row number).")
+    split: str | None = option(
+        None,
+        "The split of a saved DatasetDict folder; required when it holds several (a "
+        "training run must not pick the test split by itself).",
+    )
+
+
+@dataclass
 class EngineConfig:
     """Which engine generates text, and its resources."""
 

@@ -26,7 +26,7 @@ def sft(
     model: str = opt.MODEL,
     data: str = opt.config_option("data", "--data"),
     out: str = opt.config_option("out", "--out"),
-    lora: bool = opt.config_option("lora", "--lora"),
+    lora: bool = opt.config_option("lora.enabled", "--lora"),
     epochs: float = opt.config_option("epochs", "--epochs"),
     learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
     seed: int = opt.config_option("seed", "--seed"),
@@ -97,6 +97,7 @@ EVAL_LIMIT = opt.config_option("eval_limit", "--eval-limit")
 REPORT_TO = opt.config_option("report_to", "--report-to")
 REWARD_FUNC = opt.config_option("reward_funcs", "--reward-func")
 REWARD_MODE = opt.config_option("reward_mode", "--reward-mode")
+LORA = opt.config_option("lora.enabled", "--lora")
 OUT = opt.config_option("out", "--out")
 RESUME = opt.config_option("resume", "--resume")
 
@@ -122,6 +123,7 @@ def grpo(
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
     reward_mode: str = REWARD_MODE,
+    lora: bool = LORA,
     out: str = OUT,
     resume: bool = RESUME,
     config: Path = opt.CONFIG,
@@ -154,6 +156,7 @@ def relay(
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
     reward_mode: str = REWARD_MODE,
+    lora: bool = LORA,
     out: str = OUT,
     resume: bool = RESUME,
     config: Path = opt.CONFIG,
@@ -185,6 +188,7 @@ def eapo(
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
     reward_mode: str = REWARD_MODE,
+    lora: bool = LORA,
     out: str = OUT,
     resume: bool = RESUME,
     config: Path = opt.CONFIG,
@@ -217,6 +221,7 @@ def rsim(
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
     reward_mode: str = REWARD_MODE,
+    lora: bool = LORA,
     out: str = OUT,
     resume: bool = RESUME,
     config: Path = opt.CONFIG,
@@ -225,6 +230,36 @@ def rsim(
     accelerate_config: Path = ACCELERATE_CONFIG,
 ) -> None:
     _train(ctx, config, set_, dry_run, accelerate_config)
+
+
+@app.command("rollouts")
+def rollouts(
+    run: Path = typer.Argument(..., help="A training run folder (it holds rollouts.jsonl)."),
+    step: int = typer.Option(None, "--step", help="The step to show (default: the last)."),
+    every: bool = typer.Option(False, "--all", help="Every step the run kept."),
+) -> None:
+    """Print the episodes a grpo/relay/eapo/rsim run kept of its steps (`save_rollouts`)
+    as transcripts, each segment coloured by its author (policy, teacher, expert,
+    planner's guidance, tool)."""
+    from collabrl.cli.transcript import print_episode
+    from collabrl.episode import Episode
+    from collabrl.errors import UserError
+    from collabrl.runs import read_records
+    from collabrl.train.run import ROLLOUTS
+
+    if not (run / ROLLOUTS).is_file():
+        raise UserError(f"no {ROLLOUTS} in {run}", "pass a grpo, relay, eapo or rsim run folder")
+    records = read_records(run / ROLLOUTS)
+    steps = sorted({r["step"] for r in records})
+    if not steps:
+        raise UserError(f"{run / ROLLOUTS} holds no episode yet", "wait for the first step")
+    shown = steps if every else [steps[-1] if step is None else step]
+    if shown[0] not in steps:
+        raise UserError(f"step {shown[0]} was not kept", f"kept steps: {steps[0]}–{steps[-1]}")
+    for record in (r for r in records if r["step"] in shown):
+        scored = f"correct {record.get('correct')} · gold {record.get('gold')}"
+        console.print(f"[bold]step {record['step']}[/bold] · {scored}", highlight=False)
+        print_episode(console, Episode.from_dict(record["episode"]))
 
 
 def _train(

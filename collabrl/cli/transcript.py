@@ -36,7 +36,7 @@ def legend() -> Text:
     return text
 
 
-def print_episode(console: Console, episode: Episode, seconds: float) -> None:
+def print_episode(console: Console, episode: Episode, seconds: float | None = None) -> None:
     console.print(legend())
     console.rule(f"{episode.meta.get('protocol', '')} · {episode.problem_id}")
     console.print(transcript(episode), highlight=False)
@@ -53,8 +53,9 @@ def print_episode(console: Console, episode: Episode, seconds: float) -> None:
         ),
         ("turns", str(episode.turns)),
         ("end", str(episode.end)),
-        ("time", f"{seconds:.2f} s"),
     ]
+    if seconds is not None:
+        rows.append(("time", f"{seconds:.2f} s"))
     if episode.tool_calls:
         rows.append(("tool calls", f"{len(episode.tool_calls)} ({episode.tool_errors} failed)"))
     if "strategies" in episode.meta:

@@ -11,11 +11,14 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from collabrl.errors import UserError
+
+if TYPE_CHECKING:
+    from collabrl.config import DataColumns
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,17 @@ class Fields:
     answer: str = "answer"
     id: str = "id"
     solution: str = "solution"  # optional: a missing column means no solution
+    split: str | None = None  # of a saved DatasetDict: required when it has several
+
+    @classmethod
+    def of(cls, columns: DataColumns) -> Fields:
+        """The fields a config's `DataColumns` name."""
+        return cls(
+            problem=columns.problem_field,
+            answer=columns.answer_field,
+            id=columns.id_field,
+            split=columns.split,
+        )
 
 
 @dataclass
@@ -101,7 +115,7 @@ def load_benchmark(
             f"unknown benchmark '{name_or_path}'",
             "run `collab benchmarks` for names, or pass a .jsonl/.parquet file or dataset folder",
         )
-    items = _to_items(_read_rows(path), fields, str(path))
+    items = _to_items(_read_rows(path, fields.split), fields, str(path))
     return Benchmark(path.stem, items[:limit], extract_fallback=("last_number",))
 
 
@@ -113,9 +127,9 @@ class Row:
     data: Any
 
 
-def _read_rows(path: Path) -> list[Row]:
+def _read_rows(path: Path, split: str | None = None) -> list[Row]:
     if path.is_dir():
-        return _numbered(path, _read_dataset_folder(path))
+        return _numbered(path, _read_dataset_folder(path, split))
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path)
@@ -164,7 +178,7 @@ def _load_json(path: Path, text: str, line: int | None = None) -> Any:
         raise UserError(f"{where} is not valid JSON ({err.msg})", "fix the file") from err
 
 
-def _read_dataset_folder(path: Path) -> list[dict[str, Any]]:
+def _read_dataset_folder(path: Path, split: str | None) -> list[dict[str, Any]]:
     import datasets
 
     try:
@@ -174,9 +188,21 @@ def _read_dataset_folder(path: Path) -> list[dict[str, Any]]:
             f"{path} is not a saved Hugging Face dataset", "save one with `Dataset.save_to_disk`"
         ) from err
     if isinstance(data, datasets.DatasetDict):
-        split = "test" if "test" in data else next(iter(data))
-        data = data[split]
+        data = data[_split_of(path, list(data), split)]
     return data.to_list()
+
+
+def _split_of(path: Path, splits: list[str], split: str | None) -> str:
+    """The split to read: the one named, or the only one; never a guess between several
+    (a training run that took `test` by itself would train on the test set)."""
+    if split is None and len(splits) == 1:
+        return splits[0]
+    if split is None or split not in splits:
+        problem = f"{path} holds the splits {', '.join(splits)}"
+        if split is not None:
+            problem = f"{path} has no split '{split}': it holds {', '.join(splits)}"
+        raise UserError(problem, "name one: --set split=NAME")
+    return split
 
 
 def _to_items(rows: list[Row], fields: Fields, where: str) -> list[Item]:

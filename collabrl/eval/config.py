@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.protocols.config import ProtocolConfig
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(DataColumns):
     """One evaluation run: a model sampled on a benchmark, scored and summarized."""
 
     benchmark: str = option(
@@ -28,9 +28,6 @@ class EvalConfig:
     out: str | None = option(
         None, "Run folder (default: a new folder under runs/); an existing one is resumed."
     )
-    problem_field: str = option("problem", "Problem column in user-supplied data.")
-    answer_field: str = option("answer", "Answer column in user-supplied data.")
-    id_field: str = option("id", "Id column in user-supplied data (default: row number).")
     judge: str | None = option(
         None, "Base URL of an OpenAI-compatible LLM judge for answers the rules reject."
     )

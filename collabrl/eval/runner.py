@@ -76,7 +76,7 @@ def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
         resolve_model(config.model)  # a mistyped --model, without loading it
     bench = load_benchmark(
         config.benchmark,
-        Fields(config.problem_field, config.answer_field, config.id_field),
+        Fields.of(config),
         config.limit,
     )
     template = policy_template(config, bench)

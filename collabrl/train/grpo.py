@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.data.benchmarks import load_benchmark
+from collabrl.data.benchmarks import Fields, load_benchmark
 from collabrl.engines.endpoints import check_collaborator
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
@@ -47,7 +47,7 @@ def train_grpo(
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     for ref in collaborators_of(rollout_protocol(config)):
         check_collaborator(ref, config.engine.api_key)  # down or wrong: before any work
-    bench = load_benchmark(config.data, limit=config.limit)
+    bench = load_benchmark(config.data, Fields.of(config), config.limit)
     out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from collabrl.config import DecodingConfig, EngineConfig, option
+from collabrl.config import DataColumns, DecodingConfig, EngineConfig, option
 from collabrl.data.prompts import get_prompt
+from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.compat import checkpointing_args
+from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim import RSIMConfig
 from collabrl.train.run import CHECKPOINTS, check_report_to, check_trl_keys, trackers, trl_args
 from collabrl.train.schedules import ScheduleConfig
@@ -29,7 +31,7 @@ METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 @dataclass
-class GRPOTrainConfig:
+class GRPOTrainConfig(DataColumns):
     """A GRPO run: the policy, its data, the protocol it rolls out with, the reward."""
 
     method: str = option(
@@ -88,6 +90,24 @@ class GRPOTrainConfig:
     seed: int = option(0, "Seed of the data order, the rollouts and the initialisation.")
     resume: bool = option(False, "Continue from the last checkpoint in the run folder.")
     save_steps: int = option(10, "Save a checkpoint every N steps (what --resume starts from).")
+    save_total_limit: int | None = option(
+        2, "Checkpoints kept, older ones deleted (TRL save_total_limit); none keeps them all."
+    )
+    final_dtype: str = option(
+        "auto",
+        "Weights dtype of final/: auto (as trained: float32 master weights), bfloat16, "
+        "float16, float32.",
+    )
+    lora: LoraSettings = option(
+        LoraSettings(),
+        "A LoRA adapter instead of all weights (--lora): the rollouts generate through it; "
+        "final/ holds it merged unless lora.merge is false.",
+    )
+    save_rollouts: int = option(
+        4,
+        "Episodes of every step kept in rollouts.jsonl with their authored segments "
+        "(`collab train rollouts RUN` prints them as transcripts); 0: none.",
+    )
     report_to: str = option(
         "none",
         "Experiment tracking, as TRL's report_to: none, tensorboard, wandb, trackio, or "
@@ -133,6 +153,12 @@ class GRPOTrainConfig:
         require("learning_rate", self.learning_rate, 0 < self.learning_rate < 1, "in (0, 1)")
         require("beta", self.beta, 0 <= self.beta < math.inf, "a finite number >= 0")
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
+        limit = self.save_total_limit
+        require("save_total_limit", limit, limit is None or limit >= 1, "at least 1 or none")
+        check_dtype(self.final_dtype, "final_dtype")
+        self.lora.check()
+        keep = self.save_rollouts
+        require("save_rollouts", keep, 0 <= keep <= MAX_ROLLOUT, f"in [0, {MAX_ROLLOUT}]")
         penalty = self.consult_penalty
         require("consult_penalty", penalty, 0 <= penalty < math.inf, "a finite number >= 0")
         check_report_to(self.report_to)
@@ -245,7 +271,10 @@ def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
 
 # Resources and bookkeeping: a resumed run may change them.
 RESUMABLE_KEYS = frozenset(
-    {"out", "resume", "report_to", "engine", "steps", "save_steps", "eval_data", "eval_limit"}
+    {
+        *("out", "resume", "report_to", "engine", "steps", "save_steps", "save_rollouts"),
+        *("eval_data", "eval_limit"),
+    }
 )
 
 
@@ -300,6 +329,7 @@ MIRRORED_TRL_KEYS = {
     "learning_rate": "learning_rate",
     "beta": "beta",
     "seed": "seed",
+    "save_total_limit": "save_total_limit",
 }
 
 

@@ -32,8 +32,10 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabrl import runs
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.openai_http import OpenAIEngine
@@ -109,6 +111,25 @@ class RolloutBatch:
     output: dict[str, list[Any]]
 
 
+class RolloutLog:
+    """`rollouts.jsonl`: the first `keep` episodes of every step's rollout on the main
+    process, each with its step, its extras (correct, call ratio, …) and every authored
+    segment, so a run can be read back as transcripts (`collab train rollouts RUN`)."""
+
+    def __init__(self, path: Path, keep: int) -> None:
+        self.path, self.keep = path, keep
+
+    def write(self, step: int, episodes: list[Episode], extras: dict[str, list[Any]]) -> None:
+        with runs.RecordWriter(self.path) as writer:
+            for i, episode in enumerate(episodes[: self.keep]):
+                shown = {key: extras[key][i] for key in LOGGED_EXTRAS if key in extras}
+                writer.write({"step": step, **shown, "episode": episode.to_dict()})
+
+
+# The extras a saved rollout keeps beside its episode.
+LOGGED_EXTRAS = ("correct", "gold", "f1", "call_ratio", "calls", "tool_calls", "end")
+
+
 class ProtocolRollout:
     """TRL's `rollout_func` over a protocol whose policy engine holds the live model.
 
@@ -123,8 +144,10 @@ class ProtocolRollout:
         items: list[Item],
         params: SamplingParams,
         num_generations: int,
+        log: RolloutLog | None = None,
     ) -> None:
         self.protocol = protocol
+        self.log = log
         self.engine = engine
         self.items = {item.id: item for item in items}
         self.params = dataclasses.replace(params, logprobs=True)
@@ -166,6 +189,8 @@ class ProtocolRollout:
         if share is not None:  # logged as episodes/identical_groups
             out["identical_groups"] = [share] * len(episodes)
         self.last = RolloutBatch(episodes, out)
+        if self.log is not None and trainer.accelerator.process_index == 0:
+            self.log.write(trainer.state.global_step + 1, episodes, out)
         return out
 
     def _run_live(

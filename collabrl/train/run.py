@@ -27,11 +27,14 @@ from collabrl.errors import UserError
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
 
+    from collabrl.train.lora import LoraSettings
+
 T = TypeVar("T")
 
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
 METRICS = "metrics.jsonl"
+ROLLOUTS = "rollouts.jsonl"  # a sample of every step's episodes (GRPO-based methods)
 CURVES = "train_curves.png"
 # TRL arguments the run folder owns: elsewhere, --resume would not find the checkpoints.
 OWNED_TRL_KEYS = frozenset({"output_dir"})
@@ -105,7 +108,9 @@ def start_run(
             "raise --steps to train further, or evaluate OUT/final with collab eval",
         )
     runs.prepare_folder(config, out, resumable, (out / METRICS,))
-    keep_metrics_until(out / METRICS, checkpoint_step(checkpoint) if checkpoint else 0)
+    for log in (out / METRICS, out / ROLLOUTS):
+        if log.exists():
+            keep_metrics_until(log, checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint
 
 
@@ -193,26 +198,50 @@ def step_line(logs: dict[str, Any], step: int, max_steps: int, per_step: float) 
     return " · ".join(parts)
 
 
-def save_final(trainer: Trainer, final: Path, merge_lora: bool = False) -> None:
+def save_final(
+    trainer: Trainer, final: Path, lora: LoraSettings | None = None, dtype: str = "auto"
+) -> None:
     """Save the model and tokenizer as one Hugging Face folder that every engine loads
-    (vLLM included); a LoRA adapter is merged into the base weights first (the adapter
-    itself stays in the last checkpoint). Every process calls it: the trainer gathers
-    sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main process. Written
-    aside and renamed into place, so a kill while saving leaves no half model in `final`."""
+    (vLLM included); a LoRA adapter is merged into the base weights first unless
+    `lora.merge` is off (then final/ is the adapter folder). Every process calls it: the
+    trainer gathers sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main
+    process. `dtype` other than auto rewrites the weights in it (the trainer holds
+    float32 master weights). Written aside and renamed into place, so a kill while
+    saving leaves no half model in `final`."""
     tmp = final.with_name(final.name + ".tmp")
     main = trainer.is_world_process_zero()
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.config.use_cache = True  # training turns the cache off; generation wants it
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
-    if not merge_lora:
+    if lora is None or not lora.enabled or not lora.merge:
         trainer.save_model(str(tmp))  # with the tokenizer (the trainer's processing_class)
     elif main:
         model.merge_and_unload().save_pretrained(tmp)
         trainer.processing_class.save_pretrained(tmp)
+    adapter_only = lora is not None and lora.enabled and not lora.merge
+    if main and dtype != "auto" and not adapter_only:
+        cast_saved(tmp, dtype)
     if main:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
+
+
+def cast_saved(folder: Path, dtype: str) -> None:
+    """Rewrite the weights saved in `folder` in `dtype` (read whole, then written anew)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    cast = folder.with_name(folder.name + ".cast")
+    shutil.rmtree(cast, ignore_errors=True)
+    model.save_pretrained(cast)
+    del model
+    for weights in [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]:
+        weights.unlink()
+    for path in cast.iterdir():
+        os.replace(path, folder / path.name)
+    cast.rmdir()
 
 
 def plot_curves(

@@ -24,13 +24,15 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from collabrl import runs
 from collabrl.config import option
+from collabrl.devices import check_dtype
 from collabrl.errors import MissingInput, UserError, require
 from collabrl.models import load_model, load_tokenizer, resolve_model
 from collabrl.train.compat import checkpointing_args
+from collabrl.train.lora import RENAMED_LORA_KEYS, LoraSettings
 from collabrl.train.run import (
     CHECKPOINTS,
     CURVES,
@@ -83,17 +85,10 @@ class SFTTrainConfig:
     resume: bool = option(
         False, "Continue from the last checkpoint in OUT/checkpoints (after a kill, or longer)."
     )
-    lora: bool = option(
-        False,
-        "Train a LoRA adapter instead of all weights (the authors fine-tune all); final/ holds "
-        "it merged into the base weights.",
-    )
-    # The paper and the authors' code use no LoRA: these are peft's usual choices.
-    lora_r: int = option(16, "LoRA rank.")
-    lora_alpha: float = option(32.0, "LoRA scaling alpha (the update is scaled by alpha/r).")
-    lora_dropout: float = option(0.05, "Dropout on the LoRA branch.")
-    lora_target_modules: list[str] = option(
-        ["all-linear"], "Modules LoRA adapts: names (q_proj, v_proj, ...) or all-linear."
+    lora: LoraSettings = option(
+        LoraSettings(merge=True),
+        "A LoRA adapter instead of all weights (the authors fine-tune all); final/ holds it "
+        "merged into the base weights unless lora.merge is false.",
     )
     learning_rate: float = option(2e-5, "Peak learning rate (the authors' main.bash: 2e-5).")
     epochs: float = option(1.0, "Passes over the rows (the authors' train.py: 1).")
@@ -122,6 +117,11 @@ class SFTTrainConfig:
         "false} for Qwen3's non-thinking mode: the warm-up must render prompts as the RL "
         "run and collab eval do (engine.chat_template_kwargs there).",
     )
+    final_dtype: str = option(
+        "auto",
+        "Weights dtype of final/: auto (as trained: float32 master weights), bfloat16, "
+        "float16, float32.",
+    )
     report_to: str = option(
         "none",
         "Experiment tracking, as TRL's report_to: none, tensorboard, wandb, trackio, or "
@@ -132,6 +132,8 @@ class SFTTrainConfig:
         "Any other TRL SFTConfig argument, applied last (e.g. --set trl.max_steps=100, "
         "trl.lr_scheduler_type=constant).",
     )
+
+    RENAMED: ClassVar[dict[str, str]] = RENAMED_LORA_KEYS
 
     def check(self) -> None:
         """Refuse values no run can use, before any data or model is loaded."""
@@ -159,15 +161,8 @@ class SFTTrainConfig:
         require("save_steps", self.save_steps, self.save_steps >= 1, "at least 1")
         limit = self.save_total_limit
         require("save_total_limit", limit, limit is None or limit >= 1, "at least 1 or none")
-        require("lora_r", self.lora_r, self.lora_r >= 1, "at least 1")
-        require("lora_alpha", self.lora_alpha, self.lora_alpha > 0, "> 0")
-        require("lora_dropout", self.lora_dropout, 0 <= self.lora_dropout < 1, "in [0, 1)")
-        require(
-            "lora_target_modules",
-            self.lora_target_modules,
-            bool(self.lora_target_modules),
-            "at least one module name",
-        )
+        self.lora.check()
+        check_dtype(self.final_dtype, "final_dtype")
         from trl import SFTConfig
 
         check_trl_keys(self.trl, SFTConfig)
@@ -209,7 +204,7 @@ def train_sft(
         trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
         trainer.add_callback(recorder(writer, progress, report))
         output = trainer.train(resume_from_checkpoint=last)
-    save_final(trainer, out / FINAL, config.lora)
+    save_final(trainer, out / FINAL, config.lora, config.final_dtype)
     history = runs.read_records(out / METRICS)
     names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"
     plot_curves(history, out / CURVES, ("loss",), f"SFT · {names}")
@@ -329,24 +324,10 @@ def _trainer(
         args=sft_args(config, out / CHECKPOINTS),
         train_dataset=rows,
         processing_class=tokenizer,
-        peft_config=_lora_config(config) if config.lora else None,
+        peft_config=config.lora.peft_config(),
     )
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     return trainer
-
-
-def _lora_config(config: SFTTrainConfig) -> Any:
-    from peft import LoraConfig
-
-    targets = config.lora_target_modules
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        # peft reads "all-linear" only as a string, not inside a list.
-        target_modules="all-linear" if targets == ["all-linear"] else targets,
-        task_type="CAUSAL_LM",
-    )
 
 
 @contextlib.contextmanager

@@ -15,7 +15,15 @@ from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.protocols.build import build_protocol
-from collabrl.train.run import CURVES, FINAL, METRICS, plot_curves, recorder, save_final
+from collabrl.train.run import (
+    CURVES,
+    FINAL,
+    METRICS,
+    ROLLOUTS,
+    plot_curves,
+    recorder,
+    save_final,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -24,7 +32,7 @@ if TYPE_CHECKING:
     from collabrl.engines.hf import TransformersEngine
     from collabrl.protocols.base import CollabProtocol
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.rollout import ProtocolRollout
+    from collabrl.train.rollout import ProtocolRollout, RolloutLog
 
 # The curves drawn from metrics.jsonl, when a run logged them.
 CURVE_KEYS = (
@@ -91,7 +99,7 @@ def run_grpo(
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         protocol.close()
-    save_final(trainer, out / FINAL)
+    save_final(trainer, out / FINAL, config.lora, config.final_dtype)
     history = runs.read_records(out / METRICS)
     title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
     plot_curves(history, out / CURVES, CURVE_KEYS, title)
@@ -115,6 +123,7 @@ def build_trainer(
     from collabrl.train.grpo_config import grpo_args
     from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.rewards import reward_functions
+    from collabrl.train.rollout import RolloutLog
     from collabrl.train.schedules import ScheduleCallback
 
     # TRL's arguments set up the distributed state, which makes "cuda" (engine.device auto)
@@ -126,7 +135,8 @@ def build_trainer(
     # accelerate moves the model, and TRL's bf16 setting casts in mixed precision.
     model = load_model(ref, dtype="float32", device="cpu")
     tokenizer = load_tokenizer(ref)
-    rollout = training_rollout(config, bench, model, tokenizer, checkpoint)
+    log = RolloutLog(out / ROLLOUTS, config.save_rollouts) if config.save_rollouts else None
+    rollout = training_rollout(config, bench, model, tokenizer, checkpoint, log)
     protocol = rollout.protocol
     # eapo's schedule puts accept_prob and turn_budget into the logs the recorder writes.
     schedule = [ScheduleCallback(config.schedule, protocol)] if config.method == "eapo" else []
@@ -144,6 +154,7 @@ def build_trainer(
             processing_class=tokenizer,
             rollout_func=rollout,
             callbacks=schedule,
+            peft_config=config.lora.peft_config(),
             **extra,
         )
     except BaseException:
@@ -159,10 +170,11 @@ def training_rollout(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     checkpoint: str | None = None,
+    log: RolloutLog | None = None,
 ) -> ProtocolRollout:
     """The rollout of a run over `model` (the live model TRL trains): the policy engine,
-    the method's protocol with its collaborators, and the sampling parameters. The
-    caller closes `rollout.protocol`."""
+    the method's protocol with its collaborators, and the sampling parameters; `log`
+    keeps a sample of every step's episodes. The caller closes `rollout.protocol`."""
     from collabrl.train.grpo_config import rollout_protocol, training_prompt
     from collabrl.train.rollout import ProtocolRollout
 
@@ -182,7 +194,7 @@ def training_rollout(
         policy_engine=engine,
     )
     params = SamplingParams.of(config.sampling, seed=config.seed)
-    return ProtocolRollout(protocol, engine, bench.items, params, config.sampling.n)
+    return ProtocolRollout(protocol, engine, bench.items, params, config.sampling.n, log)
 
 
 def policy_engine(

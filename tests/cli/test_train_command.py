@@ -37,6 +37,13 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
     ]
     assert logged[0]["step"] == 1 and "episodes/call_ratio" in logged[0]
     assert "rewards/brevity/mean" in logged[0]  # the user's reward, beside relay's
+    kept = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").open()]
+    assert [r["step"] for r in kept] == [1] * 4 and "segments" in kept[0]["episode"]
+    shown = collab("train", "rollouts", "run", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("step 1 · correct") == 4 and "authors:" in shown.stdout
+    missing = collab("train", "rollouts", "run", "--step", "7", cwd=tmp_path)
+    assert_one_line_error(missing, "step 7 was not kept")
     assert "final" in result.stdout
     assert "held-out arith" in result.stdout and (tmp_path / "run" / "eval.json").is_file()
 

@@ -209,7 +209,11 @@ def test_saved_hf_dataset_folder(tmp_path: Path) -> None:
     assert bench.items == _expected_items(ROWS)
 
 
-def test_saved_dataset_dict_uses_its_test_split(tmp_path: Path) -> None:
+def test_a_saved_dataset_dict_is_read_at_the_split_named_never_a_guessed_one(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
     import datasets
 
     folder = tmp_path / "dsd"
@@ -219,7 +223,22 @@ def test_saved_dataset_dict_uses_its_test_split(tmp_path: Path) -> None:
             "test": datasets.Dataset.from_list(ROWS[1:]),
         }
     ).save_to_disk(str(folder))
-    assert load_benchmark(str(folder), CUSTOM).items == _expected_items(ROWS[1:])
+    test = load_benchmark(str(folder), dataclasses.replace(CUSTOM, split="test"))
+    assert test.items == _expected_items(ROWS[1:])
+    train = load_benchmark(str(folder), dataclasses.replace(CUSTOM, split="train"))
+    assert train.items == _expected_items(ROWS[:1])
+    with pytest.raises(UserError, match="holds the splits train, test; name one"):
+        load_benchmark(str(folder), CUSTOM)
+    with pytest.raises(UserError, match="has no split 'dev'"):
+        load_benchmark(str(folder), dataclasses.replace(CUSTOM, split="dev"))
+
+
+def test_a_dataset_dict_of_one_split_needs_no_name(tmp_path: Path) -> None:
+    import datasets
+
+    folder = tmp_path / "one"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(folder))
+    assert load_benchmark(str(folder), CUSTOM).items == _expected_items(ROWS)
 
 
 def test_folder_that_is_not_a_dataset_is_a_user_error(tmp_path: Path) -> None:

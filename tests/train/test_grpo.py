@@ -14,6 +14,7 @@ from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.lora import LoraSettings
 from collabrl.train.run import CURVES, METRICS
 
 
@@ -260,3 +261,53 @@ def test_the_flat_sampling_keys_of_0_1_are_read_as_the_sampling_section(capsys) 
         0.5,
     )
     assert "'num_generations' is now 'sampling.n'" in capsys.readouterr().err
+
+
+def test_lora_trains_an_adapter_through_the_rollout_and_final_is_what_lora_merge_says(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from collabrl.models import resolve_model
+
+    merged = train_grpo(_config(tiny_model_dir, tmp_path / "merged", lora=LoraSettings(True, r=4)))
+    checkpoint = next((merged.out_dir / "checkpoints").glob("checkpoint-*"))
+    assert (checkpoint / "adapter_config.json").is_file()  # only the adapter trained
+    assert resolve_model(str(merged.out_dir / "final")).kind == "hf"
+    adapter = train_grpo(
+        _config(
+            tiny_model_dir,
+            tmp_path / "adapter",
+            lora=LoraSettings(True, r=4, merge=False),
+            final_dtype="bfloat16",  # not applied to an adapter alone
+        )
+    )
+    final = adapter.out_dir / "final"
+    assert resolve_model(str(final)).kind == "lora"
+    weights = load_file(str(final / "adapter_model.safetensors"))
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+
+
+def test_final_is_saved_in_the_dtype_asked_for(tiny_model_dir: Path, tmp_path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    result = train_grpo(_config(tiny_model_dir, tmp_path, final_dtype="bfloat16"))
+    weights = load_file(str(result.out_dir / "final" / "model.safetensors"))
+    assert {tensor.dtype for tensor in weights.values()} == {torch.bfloat16}
+
+
+def test_training_data_in_its_own_column_layout(tiny_model_dir: Path, tmp_path) -> None:
+    rows = [
+        {"question": f"What is {i} + 1?", "final": str(i + 1), "key": f"q{i}"} for i in range(4)
+    ]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    columns = {"problem_field": "question", "answer_field": "final", "id_field": "key"}
+    config = _config(tiny_model_dir, tmp_path / "run", data=str(data), steps=1, **columns)
+    result = train_grpo(config)
+    kept = [json.loads(line) for line in (result.out_dir / "rollouts.jsonl").open()]
+    assert kept[0]["episode"]["problem_id"] == "q0" and kept[0]["gold"] == "1"
+    with pytest.raises(UserError, match="has no 'problem' column"):
+        train_grpo(_config(tiny_model_dir, tmp_path / "other", data=str(data)))

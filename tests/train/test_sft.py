@@ -14,6 +14,7 @@ from collabrl.engines.base import SamplingParams
 from collabrl.engines.hf import TransformersEngine
 from collabrl.errors import UserError
 from collabrl.models import resolve_model
+from collabrl.train.lora import LoraSettings
 from collabrl.train.run import CHECKPOINTS, CURVES, FINAL, METRICS
 from collabrl.train.sft import SFTTrainConfig, load_rows, train_sft
 from tests.cli.test_cli import assert_one_line_error, collab
@@ -97,7 +98,7 @@ def test_lora_trains_an_adapter_and_final_holds_it_merged(
     from transformers import AutoModelForCausalLM
 
     result = train_sft(
-        _config(tiny_model_dir, rows_file, tmp_path, "save_steps=2", lora=True, lora_r=4)
+        _config(tiny_model_dir, rows_file, tmp_path, "save_steps=2", lora=LoraSettings(True, r=4))
     )
 
     adapter = next((tmp_path / CHECKPOINTS).glob("checkpoint-*"))
@@ -146,6 +147,14 @@ def test_another_experiment_in_the_folder_is_refused(
         train_sft(_config(tiny_model_dir, rows_file, tmp_path, learning_rate=1e-4))
 
 
+def test_the_flat_lora_keys_of_0_1_are_read_into_the_lora_section(capsys) -> None:
+    from collabrl.config import build_config
+
+    config = build_config(SFTTrainConfig, [{"lora": True, "lora_r": 4, "lora_dropout": 0.1}])
+    assert (config.lora.enabled, config.lora.r, config.lora.dropout) == (True, 4, 0.1)
+    assert "'lora_r' is now 'lora.r'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -155,8 +164,9 @@ def test_another_experiment_in_the_folder_is_refused(
         ({"batch_size": 0}, "batch_size must be"),
         ({"warmup_ratio": 1.0}, "warmup_ratio must be"),
         ({"save_strategy": "never"}, "save_strategy must be"),
-        ({"lora_dropout": 1.0}, "lora_dropout must be"),
-        ({"lora_target_modules": []}, "lora_target_modules must be"),
+        ({"lora": LoraSettings(dropout=1.0)}, "lora.dropout must be"),
+        ({"lora": LoraSettings(target_modules=[])}, "lora.target_modules must be"),
+        ({"final_dtype": "float8"}, "final_dtype must be"),
         ({"trl": {"max_stepz": 2}}, "trl.max_stepz is not a TRL SFTConfig argument"),
         ({"trl": {"output_dir": "x"}}, "trl.output_dir is set by collab train"),
     ],
