@@ -18,6 +18,8 @@ shorter rows are left-padded (masked), and one decode step appends one column fo
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -156,6 +158,20 @@ class GrowingLayer(DynamicLayer):
             setattr(self, name, grown)
 
 
+def cache_argument(model: PreTrainedModel, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """The forward keyword that takes a KV cache: `cache` where the model has it
+    (transformers 5.24 renamed it and warns on every step of the old name),
+    `past_key_values` before. A peft model passes either through to its base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_keyword(type(base)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def spare_room(width: int) -> int:
     """Columns to allocate for a cache `width` wide: half as many again, at least 64 more."""
     return width + max(width // 2, GROW_MIN)
@@ -256,7 +272,7 @@ class Batch:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=self.cache,
+            **cache_argument(model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -317,11 +333,11 @@ class Decoder:
         out = self.model(
             input_ids=ids,
             position_ids=torch.arange(shared, len(prompt), device=ids.device)[None, :],
-            past_key_values=cache,
+            **cache_argument(self.model, cache),
             use_cache=True,
             logits_to_keep=1,
         )
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        kv = [(layer.keys, layer.values) for layer in cache.layers]  # filled in place
         self._keep(prompt, kv)
         return kv, out.logits[:, -1, :]
 
