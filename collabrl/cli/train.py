@@ -94,6 +94,7 @@ LEARNING_RATE = opt.config_option("learning_rate", "--learning-rate", "--lr")
 SEED = opt.config_option("seed", "--seed")
 EVAL_DATA = opt.config_option("eval_data", "--eval-data")
 EVAL_LIMIT = opt.config_option("eval_limit", "--eval-limit")
+EVAL_STEPS = opt.config_option("eval_steps", "--eval-steps")
 REPORT_TO = opt.config_option("report_to", "--report-to")
 REWARD_FUNC = opt.config_option("reward_funcs", "--reward-func")
 REWARD_MODE = opt.config_option("reward_mode", "--reward-mode")
@@ -119,6 +120,7 @@ def grpo(
     seed: int = SEED,
     eval_data: str = EVAL_DATA,
     eval_limit: int = EVAL_LIMIT,
+    eval_steps: int = EVAL_STEPS,
     device: str = opt.DEVICE,
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
@@ -152,6 +154,7 @@ def relay(
     seed: int = SEED,
     eval_data: str = EVAL_DATA,
     eval_limit: int = EVAL_LIMIT,
+    eval_steps: int = EVAL_STEPS,
     device: str = opt.DEVICE,
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,
@@ -184,6 +187,7 @@ def eapo(
     seed: int = SEED,
     eval_data: str = EVAL_DATA,
     eval_limit: int = EVAL_LIMIT,
+    eval_steps: int = EVAL_STEPS,
     device: str = opt.DEVICE,
     report_to: str = REPORT_TO,
     reward_func: list[str] = REWARD_FUNC,

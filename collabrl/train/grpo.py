@@ -13,7 +13,6 @@ the config is `train/grpo_config.py`, the trainer `train/trainer.py`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import (
     RESUMABLE_KEYS,
     GRPOTrainConfig,
+    held_out_config,
     rollout_protocol,
     training_prompt,
 )
@@ -87,31 +87,13 @@ def evaluate_run(
     """Greedy held-out metrics of the starting and the trained policy, each in its own
     `collab eval` folder (resumable), with the run's protocol; eapo's channel locked, as
     the paper evaluates it. `progress` moves over each evaluation's samples."""
-    from collabrl.config import SamplingConfig
-    from collabrl.eval.config import EvalConfig
     from collabrl.eval.runner import run_eval
 
-    protocol = rollout_protocol(config)
-    if config.method == "eapo":
-        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
-    if config.method == "rsim":  # the planner greedy, as §5 evaluates it
-        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
     results = {}
     for name, model in (("start", config.model), ("final", str(out / FINAL))):
-        if config.method == "rsim":  # with the planner that ran beside this reasoner
-            protocol.planner = (
-                config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
-            )
-        eval_config = EvalConfig(
-            benchmark=config.eval_data,
-            model=model,
-            prompt=prompt,
-            limit=config.eval_limit,
-            out=str(out / f"eval-{name}"),
-            protocol=dataclasses.replace(protocol),
-            sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
-            engine=config.engine,
-        )
+        # rsim: with the planner that ran beside this reasoner
+        planner = config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
+        eval_config = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
         if report is not None:
             report(f"held-out {config.eval_data}: evaluating the {name} policy")
         results[name] = run_eval(eval_config, progress=progress).metrics

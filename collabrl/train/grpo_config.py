@@ -13,9 +13,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from collabrl.config import DataColumns, DecodingConfig, EngineConfig, option
+from collabrl.config import DataColumns, DecodingConfig, EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import get_prompt
 from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
@@ -26,6 +26,9 @@ from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim import RSIMConfig
 from collabrl.train.run import CHECKPOINTS, check_report_to, check_trl_keys, trackers, trl_args
 from collabrl.train.schedules import ScheduleConfig
+
+if TYPE_CHECKING:
+    from collabrl.eval.config import EvalConfig
 
 METHODS = ("grpo", "relay", "eapo", "rsim")
 
@@ -77,6 +80,11 @@ class GRPOTrainConfig(DataColumns):
         "with the expert channel locked); unset: no evaluation.",
     )
     eval_limit: int | None = option(None, "Evaluate only the first N held-out problems.")
+    eval_steps: int | None = option(
+        None,
+        "Also score the live policy on eval_data every N steps (eval-step-N/ folders, "
+        "eval/pass@1 in metrics.jsonl and the curves); unset: only before and after.",
+    )
     steps: int = option(20, "Optimizer steps (TRL max_steps).")
     prompts_per_step: int = option(4, "Problems per step; each gets sampling.n samples.")
     sampling: DecodingConfig = option(
@@ -166,6 +174,7 @@ class GRPOTrainConfig(DataColumns):
         check_method_fields(self)
         limit = self.eval_limit
         require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
+        self.check_eval_steps()
         self.schedule.check()
         self.rsim.check()
         self.engine.check()
@@ -199,6 +208,20 @@ class GRPOTrainConfig(DataColumns):
                 )
         check_colocated_tensor_parallel(self.trl)
         grpo_args(self, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
+
+    def check_eval_steps(self) -> None:
+        """Evaluation during training needs a held-out set, and a method whose policy
+        alone is evaluated (rSIM scores its planner's start and end, not between)."""
+        if self.eval_steps is None:
+            return
+        require("eval_steps", self.eval_steps, self.eval_steps >= 1, "at least 1")
+        if self.eval_data is None:
+            raise UserError("eval_steps needs a held-out set", "pass --eval-data NAME")
+        if self.method == "rsim":
+            raise UserError(
+                "eval_steps is not offered for rsim (the planner trains beside the policy)",
+                "drop --eval-steps; --eval-data scores the start and the end",
+            )
 
     def check_rewards(self) -> None:
         """Every reward function named loads, and `replace` has one to replace with."""
@@ -273,7 +296,7 @@ def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
 RESUMABLE_KEYS = frozenset(
     {
         *("out", "resume", "report_to", "engine", "steps", "save_steps", "save_rollouts"),
-        *("eval_data", "eval_limit"),
+        *("eval_data", "eval_limit", "eval_steps"),
     }
 )
 
@@ -369,3 +392,34 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         **checkpointing_args(config.trl, default=False),
     }
     return trl_args(GRPOConfig, settings)
+
+
+def held_out_config(
+    config: GRPOTrainConfig,
+    out: Path,
+    model: str,
+    prompt: str | None,
+    planner: str | None = None,
+) -> EvalConfig:
+    """The `collab eval` run of the held-out set for `model`: greedy, with the run's
+    protocol (eapo's expert channel locked, rSIM's `planner` greedy, as the papers
+    evaluate) and the prompt the policy trained with (none for a protocol that brings
+    its own)."""
+    from collabrl.eval.config import EvalConfig
+
+    protocol = rollout_protocol(config)
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
+    if config.method == "rsim":
+        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
+        protocol.planner = planner
+    return EvalConfig(
+        benchmark=config.eval_data,
+        model=model,
+        prompt=prompt,
+        limit=config.eval_limit,
+        out=str(out),
+        protocol=protocol,
+        sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
+        engine=config.engine,
+    )

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 CURVE_KEYS = (
     "reward",
     "episodes/accuracy",
+    "eval/pass@1",
     "completions/mean_length",
     "episodes/call_ratio",
     # Groups whose rewards (TRL's) or samples (ours) are all equal: advantage 0, no signal.
@@ -95,6 +96,14 @@ def run_grpo(
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     try:
         with runs.RecordWriter(out / METRICS) as writer:
+            if config.eval_steps:
+                from collabrl.train.grpo_config import training_prompt
+                from collabrl.train.held_out import held_out_callback
+
+                prompt = training_prompt(config, bench.prompt)
+                rollout = trainer.rollout_func
+                callback = held_out_callback(config, trainer, rollout, prompt, writer, report)
+                trainer.add_callback(callback)
             trainer.add_callback(recorder(writer, progress, report))
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:

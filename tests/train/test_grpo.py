@@ -311,3 +311,29 @@ def test_training_data_in_its_own_column_layout(tiny_model_dir: Path, tmp_path) 
     assert kept[0]["episode"]["problem_id"] == "q0" and kept[0]["gold"] == "1"
     with pytest.raises(UserError, match="has no 'problem' column"):
         train_grpo(_config(tiny_model_dir, tmp_path / "other", data=str(data)))
+
+
+def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_path) -> None:
+    config = _config(
+        tiny_model_dir, tmp_path, steps=2, eval_data="arith", eval_limit=2, eval_steps=1
+    )
+    lines: list[str] = []
+    result = train_grpo(config, report=lines.append)
+    logged = [row for row in result.history if "eval/pass@1" in row]
+    assert [row["step"] for row in logged] == [1, 2]
+    assert (tmp_path / "eval-step-1" / "metrics.json").is_file()
+    assert any(line.startswith("held-out arith at step 2: pass@1 ") for line in lines)
+    assert set(result.evaluation) == {"start", "final"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"eval_steps": 1}, "eval_steps needs a held-out set"),
+        ({"eval_steps": 0, "eval_data": "arith"}, "eval_steps must be at least 1"),
+        ({"eval_steps": 1, "eval_data": "arith", "method": "rsim"}, "not offered for rsim"),
+    ],
+)
+def test_eval_steps_it_cannot_serve_are_refused(changes, problem, tmp_path) -> None:
+    with pytest.raises(UserError, match=problem):
+        _config(Path("m"), tmp_path, **changes).check()
