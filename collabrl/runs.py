@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -84,30 +87,102 @@ def prepare_folder(
 ) -> None:
     """Create `out_dir` and save `config` in it, or refuse to mix two experiments there.
 
-    Only finished work (records in a `bound_by` file) binds a folder to its experiment: a run
-    that failed before doing any (say, a mistyped --model) must not block the corrected
-    one. Keys in `resumable` (resources, bookkeeping) may change between runs.
+    A folder whose config.yaml is another command's (an eval run given to train, a train
+    run given to evolve) is refused before anything is written: saving over it would
+    lose that run's config. Only finished work (records in a `bound_by` file) binds a
+    folder to its experiment: a run that failed before doing any (say, a mistyped
+    --model) must not block the corrected one. Keys in `resumable` (resources,
+    bookkeeping) may change between runs.
     """
     saved = out_dir / CONFIG
     try:
-        if saved.exists() and any(read_records(path) for path in bound_by):
-            previous = to_dict(build_config(type(config), [read_yaml(saved)]))
-            current = to_dict(config)
-            changed = [k for k in current if k not in resumable and current[k] != previous.get(k)]
-            if changed:
-                key = changed[0]
-                raise UserError(
-                    f"{out_dir} holds a run with a different {key} "
-                    f"({previous.get(key)!r} there, {current[key]!r} now)",
-                    "use a new --out folder, or repeat the original options to resume it",
-                )
+        if saved.exists():
+            previous = to_dict(_saved_config(type(config), out_dir))
+            if any(read_records(path) for path in bound_by):
+                _check_same_experiment(to_dict(config), previous, out_dir, resumable)
         out_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, saved)  # proves the folder is writable, too
+        # Atomic (temp file + rename): a run killed here leaves the old config, not half of it.
+        tmp = saved.with_suffix(".yaml.tmp")
+        save_config(config, tmp)  # proves the folder is writable, too
+        os.replace(tmp, saved)
     except OSError as err:
         raise UserError(
             f"cannot write the run folder {out_dir}: {err.strerror or err}",
             "pass --out a folder path you can write (not a file, nor a path under a file)",
         ) from err
+
+
+def _saved_config(cls: type, out_dir: Path) -> Any:
+    """The config saved in `out_dir`, read as a `cls`: every command's config class has
+    its own keys, so another command's config.yaml does not read as this one's (old
+    folders, which record nothing else, stay readable)."""
+    try:
+        return build_config(cls, [read_yaml(out_dir / CONFIG)])
+    except UserError as err:
+        reason = err.problem.splitlines()[0]  # a YAML error spans lines
+        raise UserError(
+            f"{out_dir} holds another command's run: its {CONFIG} is not this command's "
+            f"({cls.__name__}: {reason})",
+            "use a new --out folder for this command",
+        ) from err
+
+
+def _check_same_experiment(
+    current: dict[str, Any], previous: dict[str, Any], out_dir: Path, resumable: frozenset[str]
+) -> None:
+    changed = [k for k in current if k not in resumable and current[k] != previous.get(k)]
+    if changed:
+        key = changed[0]
+        raise UserError(
+            f"{out_dir} holds a run with a different {key} "
+            f"({previous.get(key)!r} there, {current[key]!r} now)",
+            "use a new --out folder, or repeat the original options to resume it",
+        )
+
+
+@contextmanager
+def run_folder(
+    config: Any, out_dir: Path, resumable: frozenset[str], bound_by: tuple[Path, ...]
+) -> Iterator[None]:
+    """`prepare_folder`, and the folders it made removed again when the block fails
+    before any work is recorded in `bound_by`: a refused run leaves no run folder."""
+    made = _missing_folders(out_dir)
+    try:
+        prepare_folder(config, out_dir, resumable, bound_by)
+        yield
+    except BaseException:
+        if made and not _holds_work(bound_by):
+            _remove_made(made)
+        raise
+
+
+def _holds_work(bound_by: tuple[Path, ...]) -> bool:
+    """Whether a run recorded finished work; an unreadable record counts as work, so a
+    folder holding one is never removed."""
+    try:
+        return any(read_records(path) for path in bound_by)
+    except UserError:
+        return True
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the run folder this run made, then the parents it made while they are
+    empty (another run may have started in one meanwhile)."""
+    shutil.rmtree(made[0], ignore_errors=True)
+    for parent in made[1:]:
+        try:
+            parent.rmdir()
+        except OSError:
+            return
 
 
 def out_folder(out: str | None, kind: str, data: str, model: str) -> Path:

@@ -36,7 +36,7 @@ from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row,
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import MakeRow
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import MAX_SAMPLES, DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine
 from collabrl.episode import EndReason, Episode
@@ -60,7 +60,7 @@ _CONSULT = ConsultConfig()
 
 
 @dataclass
-class ConsultWarmupConfig:
+class ConsultWarmupConfig(DataColumns):
     """A warm-up set for EAPO's consult format: expert calls and the policy's own answers."""
 
     model: str = option(
@@ -100,7 +100,9 @@ class ConsultWarmupConfig:
         self.engine.check()
         fraction = self.call_fraction
         require("call_fraction", fraction, 0.0 <= fraction <= 1.0, "in [0, 1]")
-        require("num_experts", self.num_experts, self.num_experts >= 1, "at least 1")
+        # The prompt lists every expert id: this keeps it a few kilobytes.
+        ok = 1 <= self.num_experts <= MAX_SAMPLES
+        require("num_experts", self.num_experts, ok, f"between 1 and {MAX_SAMPLES}")
         require("query_budget", self.query_budget, self.query_budget >= 1, "at least 1")
         get_prompt(self.prompt)
 
@@ -158,14 +160,14 @@ def build_consult_warmup(
     engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set in its folder; see the module docstring."""
-    bench, folder = open_build(config, "warmup-consult", RESUMABLE_KEYS, engine)
-    units = units_of(bench.items, 1)
-    template = get_prompt(config.prompt)
-    new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
-    rows = folder.export()
-    stats = consult_stats(config, rows, folder.rejected(), len(units))
-    folder.write_stats(stats)
-    _plot(folder, rows, stats)
+    with open_build(config, "warmup-consult", RESUMABLE_KEYS, engine) as (bench, folder):
+        units = units_of(bench.items, 1)
+        template = get_prompt(config.prompt)
+        new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
+        rows = folder.export()
+        stats = consult_stats(config, rows, folder.rejected(), len(units))
+        folder.write_stats(stats)
+        _plot(folder, rows, stats)
     return BuildResult(folder.path, stats, new)
 
 

@@ -22,7 +22,11 @@ fixed chunks, their calls grouped by sample index (sample s is asked with seed
 `seed + s`), so a kill loses at most the chunk in flight. A group partly done is
 asked again whole and only its missing samples are kept, so a resumed run samples
 what an uninterrupted one does. A call that fails is not written: the problem stays
-out (it has fewer than k samples) until a re-run retries it.
+out (it has fewer than k samples) until a re-run retries it. A run in which every call
+failed is refused as a whole (one error; a folder it made is removed).
+
+A problem row over `MAX_PROBLEM_CHARS` characters (builders/policy.py) is skipped: never
+sent to the teacher nor kept, counted as `oversized` in stats.json and noted by the CLI.
 """
 
 from __future__ import annotations
@@ -37,12 +41,19 @@ from collabrl import runs
 from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
 from collabrl.builders.plots import Panel
-from collabrl.builders.policy import check_model
-from collabrl.config import EngineConfig, PoolConfig, SamplingConfig, option
-from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
+from collabrl.builders.policy import oversized
+from collabrl.config import (
+    MAX_SAMPLES,
+    DataColumns,
+    EngineConfig,
+    PoolConfig,
+    SamplingConfig,
+    option,
+)
+from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
-from collabrl.engines import is_url
 from collabrl.engines.base import SamplingParams
+from collabrl.engines.endpoints import check_collaborator
 from collabrl.engines.reference import REFERENCE, STAND_IN_NOTE, Reference
 from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
@@ -54,12 +65,10 @@ if TYPE_CHECKING:
 
 PASS_RATES = "pass_rates.jsonl"
 DROPPED = "dropped.jsonl"
-# Seconds the teacher URL's `GET /models` may take before the run is refused.
-PROBE_TIMEOUT = 5.0
 
 
 @dataclass
-class FilterConfig:
+class FilterConfig(DataColumns):
     """RelayLLM's teacher filtering, and decontamination against the evaluation sets."""
 
     teacher: str | None = option(
@@ -107,9 +116,10 @@ class FilterConfig:
         self.sampling.check()
         self.engine.check()
         require("sampling.n", self.sampling.n, self.sampling.n == 1, "1 (set k instead)")
-        require("k", self.k, self.k >= 1, "at least 1")
+        require("k", self.k, 1 <= self.k <= MAX_SAMPLES, f"between 1 and {MAX_SAMPLES}")
         require("threshold", self.threshold, 0 <= self.threshold <= 1, "in [0, 1]")
-        require("timeout", self.timeout, self.timeout > 0, "> 0 seconds")
+        ok = 0 < self.timeout < float("inf")  # NaN fails both
+        require("timeout", self.timeout, ok, "a finite number of seconds > 0")
         require("limit", self.limit, self.limit is None or self.limit >= 1, "at least 1")
         if self.prompt is not None:
             get_prompt(self.prompt)
@@ -125,59 +135,54 @@ def build_filter(
     """Filter (or resume filtering) in the output folder; see the module docstring."""
     config.check()
     if config.teacher is not None:
-        check_teacher(config.teacher, config.engine)
-    bench = load_benchmark(config.data, limit=config.limit)
+        check_collaborator(config.teacher, config.engine.api_key)
+    bench = load_benchmark(config.data, Fields.of(config), config.limit)
     out = runs.out_folder(config.out, "filter", config.data, config.teacher or "decontaminated")
     folder = BuildFolder(out)
     samples_path = out / runs.SAMPLES
-    runs.prepare_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path))
-    items, cleaned = bench.items, None
-    if config.decontaminate:
-        cleaned = decontaminate(bench.items, evaluation_sets())
-        write_lines(out / DROPPED, dropped_rows(cleaned))
-        items = cleaned.kept
-    new, failures = 0, []
-    if config.teacher is None:
-        write_lines(folder.rows_path, [data_row(item) for item in items])
-        rates: list[dict[str, Any]] = []
-    else:
-        new, failures = sample_teacher(config, bench, items, samples_path, progress)
-        rates = pass_rates(items, runs.read_records(samples_path), config)
-        write_lines(out / PASS_RATES, rates)
-        by_id = {item.id: item for item in items}
-        kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
-        write_lines(folder.rows_path, kept)
-    rows = folder.export()
-    stats = filter_stats(config, len(bench.items), len(rows), rates, failures, cleaned)
-    folder.write_stats(stats)
-    plot(folder, config, rates, cleaned, stats)
+    with runs.run_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path)):
+        items = [item for item in bench.items if not oversized(item)]
+        skipped, cleaned = len(bench.items) - len(items), None
+        if config.decontaminate:
+            cleaned = decontaminate(items, evaluation_sets())
+            write_lines(out / DROPPED, dropped_rows(cleaned))
+            items = cleaned.kept
+        new, failures, rates = keep_rows(config, bench, items, folder, progress)
+        rows = folder.export()
+        stats = filter_stats(config, len(bench.items), len(rows), rates, failures, cleaned)
+        stats["oversized"] = skipped
+        folder.write_stats(stats)
+        plot(folder, config, rates, cleaned, stats)
     return BuildResult(out, stats, new)
 
 
-def check_teacher(teacher: str, engine: EngineConfig) -> None:
-    """A mistyped model or an unreachable URL is one error before any work is done."""
-    if teacher == REFERENCE:
-        return
-    if not is_url(teacher):
-        check_model(teacher)
-        return
-    import openai
-
-    from collabrl.engines.openai_http import map_error, normalize_base_url, resolve_api_key
-
-    base = normalize_base_url(teacher)
-    client = openai.OpenAI(
-        base_url=base,
-        api_key=resolve_api_key(engine.api_key),
-        timeout=PROBE_TIMEOUT,
-        max_retries=0,
-    )
-    try:
-        client.models.list()
-    except openai.OpenAIError as err:
-        raise map_error(err, base, "") from err
-    finally:
-        client.close()
+def keep_rows(
+    config: FilterConfig,
+    bench: Benchmark,
+    items: list[Item],
+    folder: BuildFolder,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Write the rows kept, every item without a teacher; the samples written now, the
+    failed calls and the pass rates."""
+    if config.teacher is None:
+        write_lines(folder.rows_path, [data_row(item) for item in items])
+        return 0, [], []
+    samples_path = folder.path / runs.SAMPLES
+    new, failures = sample_teacher(config, bench, items, samples_path, progress)
+    if failures and not new:
+        # A teacher that answered no call (down, or answering garbage) is an error, not a run.
+        raise UserError(
+            f"every teacher call failed ({len(failures)}), the first with: "
+            f"{failures[0]['reason'].splitlines()[0]}",
+            "fix the teacher, then re-run the same command (samples already written are kept)",
+        )
+    rates = pass_rates(items, runs.read_records(samples_path), config)
+    write_lines(folder.path / PASS_RATES, rates)
+    by_id = {item.id: item for item in items}
+    kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
+    write_lines(folder.rows_path, kept)
+    return new, failures, rates
 
 
 def sample_teacher(

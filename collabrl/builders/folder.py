@@ -19,6 +19,8 @@ bookkeeping columns beside them, which the trainer drops (`remove_unused_columns
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,11 +44,13 @@ class BuildFolder:
     path: Path
 
     @classmethod
-    def open(cls, config: Any, out: Path, resumable: frozenset[str]) -> BuildFolder:
-        """Create the folder, or check that it holds the same experiment as `config`."""
+    @contextmanager
+    def open(cls, config: Any, out: Path, resumable: frozenset[str]) -> Iterator[BuildFolder]:
+        """Create the folder, or check that it holds the same experiment as `config`, for
+        the block; one it made is removed if the block fails before any unit is done."""
         folder = cls(out)
-        runs.prepare_folder(config, out, resumable, (folder.rows_path, folder.rejected_path))
-        return folder
+        with runs.run_folder(config, out, resumable, (folder.rows_path, folder.rejected_path)):
+            yield folder
 
     @property
     def rows_path(self) -> Path:
@@ -65,6 +69,14 @@ class BuildFolder:
     def done(self) -> set[Key]:
         """The units already done, as rows or as rejections."""
         return {(r["item_id"], r["sample"]) for r in [*self.rows(), *self.rejected()]}
+
+    def reject(self, keys: list[Key], reason: str) -> set[Key]:
+        """Record units as rejected for `reason` without sampling them; their keys."""
+        if keys:
+            with runs.RecordWriter(self.rejected_path) as rejects:
+                for item_id, sample in keys:
+                    rejects.write({"item_id": item_id, "sample": sample, "reason": reason})
+        return set(keys)
 
     def export(self) -> list[dict[str, Any]]:
         """Write rows.jsonl as a `datasets` folder too (replacing the previous export:

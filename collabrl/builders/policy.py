@@ -11,10 +11,10 @@ from collabrl import runs
 from collabrl.builders.folder import BuildFolder
 from collabrl.builders.sampling import MakeRow, write_rows
 from collabrl.config import EngineConfig, SamplingConfig
-from collabrl.data.benchmarks import Benchmark, load_benchmark
+from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import PromptTemplate
-from collabrl.engines import is_url
 from collabrl.engines.base import Engine, SamplingParams
+from collabrl.engines.endpoints import check_collaborator
 from collabrl.eval.runner import chunk_size
 from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
@@ -22,16 +22,25 @@ from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.sampling import Unit, sample_chunks
 from collabrl.protocols.solo import SoloProtocol
 
+# A problem row (problem, answer and solution) longer than this is skipped, not sampled:
+# ~25K tokens, past the context the models here are trained at, and a 50 MB row would
+# only exhaust memory in tokenization and attention. Builders record it as a rejection.
+MAX_PROBLEM_CHARS = 100_000
+OVERSIZED = f"problem over {MAX_PROBLEM_CHARS} characters"
 
-def check_model(model: str) -> None:
-    """A mistyped model reference is an error before any folder is written."""
-    if not is_url(model):
-        resolve_model(model)
+
+def oversized(item: Item) -> bool:
+    return len(item.problem) + len(item.answer) + len(item.solution or "") > MAX_PROBLEM_CHARS
 
 
 class PolicyConfig(Protocol):
-    """What a warm-up builder's config says about its data and its policy."""
+    """What a warm-up builder's config says about its data and its policy (its data's
+    columns too: a `DataColumns`)."""
 
+    problem_field: str
+    answer_field: str
+    id_field: str
+    split: str | None
     model: str
     data: str
     limit: int | None
@@ -43,16 +52,22 @@ class PolicyConfig(Protocol):
     def check(self) -> None: ...
 
 
+@contextmanager
 def open_build(
     config: PolicyConfig, kind: str, resumable: frozenset[str], engine: Engine | None
-) -> tuple[Benchmark, BuildFolder]:
-    """Check the config, load the data and open the folder, before any model loads."""
+) -> Iterator[tuple[Benchmark, BuildFolder]]:
+    """Check the config, the policy (a model that resolves, a URL that answers) and its
+    tokenizer, load the data, then open the folder for the block, before any model
+    loads; a build that fails before its first row or rejection leaves no folder."""
     config.check()
     if engine is None:
-        check_model(config.model)
-    bench = load_benchmark(config.data, limit=config.limit)
+        check_collaborator(config.model, config.engine.api_key)
+    if config.tokenizer is not None:
+        resolve_model(config.tokenizer)
+    bench = load_benchmark(config.data, Fields.of(config), config.limit)
     out = runs.out_folder(config.out, kind, config.data, config.model)
-    return bench, BuildFolder.open(config, out, resumable)
+    with BuildFolder.open(config, out, resumable) as folder:
+        yield bench, folder
 
 
 def sample_into(
@@ -71,6 +86,11 @@ def sample_into(
     sampled unit into a row or a rejection.
     """
     done = folder.done()
+    # Never sampled, not even with its chunk (a partly done chunk is sampled again whole).
+    done |= folder.reject(
+        [u.key for u in units if u.key not in done and oversized(u.item)], OVERSIZED
+    )
+    units = [u for u in units if not oversized(u.item)]
     todo = sum(u.key not in done for u in units)
     if not todo or (rows_wanted is not None and len(folder.rows()) >= rows_wanted):
         return 0

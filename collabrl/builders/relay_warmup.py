@@ -27,11 +27,12 @@ from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row,
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import MakeRow
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import MAX_SAMPLES, DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import get_prompt
+from collabrl.engines import is_url
 from collabrl.engines.base import Engine
 from collabrl.episode import Episode
-from collabrl.errors import require
+from collabrl.errors import UserError, require
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, format_relay_call
 from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.solo import SoloProtocol
@@ -44,7 +45,7 @@ MAX_TRIES = 32
 
 
 @dataclass
-class RelayWarmupConfig:
+class RelayWarmupConfig(DataColumns):
     """RelayLLM's warm-up set: the policy's own responses with call commands inserted."""
 
     model: str = option(
@@ -74,15 +75,21 @@ class RelayWarmupConfig:
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
         self.engine.check()
-        require(
-            "responses_per_problem",
-            self.responses_per_problem,
-            self.responses_per_problem >= 1,
-            "at least 1",
-        )
-        require("insertions", self.insertions, self.insertions >= 1, "at least 1")
+        per_problem = self.responses_per_problem
+        ok = 1 <= per_problem <= MAX_SAMPLES
+        require("responses_per_problem", per_problem, ok, f"between 1 and {MAX_SAMPLES}")
+        # Each command goes before its own response token: more cannot fit any response.
+        ok = 1 <= self.insertions <= self.sampling.max_tokens
+        must = f"between 1 and sampling.max_tokens ({self.sampling.max_tokens})"
+        require("insertions", self.insertions, ok, must)
         require("max_exponent", self.max_exponent, 0 <= self.max_exponent <= 6, "in 0..6")
         get_prompt(self.prompt)
+        if is_url(self.model) and self.tokenizer is None:
+            # Insertion points are token indices, and a server's text has no ids of ours.
+            raise UserError(
+                f"the relay warm-up of a policy at a URL ({self.model}) needs its tokenizer",
+                "pass --tokenizer with a local reference of the same model",
+            )
 
 
 # Resources and bookkeeping: changing them keeps the rows' meaning.
@@ -204,14 +211,14 @@ def build_relay_warmup(
     engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set in its folder; see the module docstring."""
-    bench, folder = open_build(config, "warmup-relay", RESUMABLE_KEYS, engine)
-    units = units_of(bench.items, config.responses_per_problem)
-    template = get_prompt(config.prompt)
-    new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
-    rows = folder.export()
-    stats = relay_stats(config, rows, folder.rejected(), len(units))
-    folder.write_stats(stats)
-    _plot(folder, rows, stats)
+    with open_build(config, "warmup-relay", RESUMABLE_KEYS, engine) as (bench, folder):
+        units = units_of(bench.items, config.responses_per_problem)
+        template = get_prompt(config.prompt)
+        new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
+        rows = folder.export()
+        stats = relay_stats(config, rows, folder.rejected(), len(units))
+        folder.write_stats(stats)
+        _plot(folder, rows, stats)
     return BuildResult(folder.path, stats, new)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import MAX_SAMPLES, DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, Engine
 from collabrl.episode import EndReason, Episode
@@ -101,8 +101,12 @@ FEW_SHOT_PROMPT = FewShotTemplate(
 )
 
 
+# The paper's set has 1,000 rows; a thousand times that is no warm-up any more.
+MAX_ROWS = 1_000_000
+
+
 @dataclass
-class RsimWarmupConfig:
+class RsimWarmupConfig(DataColumns):
     """rSIM's warm-up set: the reasoner's own step-formatted, incorrect solutions."""
 
     model: str = option("smollm2-135m", "The reasoner to sample: model reference or URL.")
@@ -128,10 +132,11 @@ class RsimWarmupConfig:
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
         self.engine.check()
-        require("rows", self.rows, self.rows >= 1, "at least 1")
+        require("rows", self.rows, 1 <= self.rows <= MAX_ROWS, f"between 1 and {MAX_ROWS}")
         require("min_steps", self.min_steps, self.min_steps >= 1, "at least 1")
         per_problem = self.samples_per_problem
-        require("samples_per_problem", per_problem, per_problem >= 1, "at least 1")
+        ok = 1 <= per_problem <= MAX_SAMPLES
+        require("samples_per_problem", per_problem, ok, f"between 1 and {MAX_SAMPLES}")
 
 
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "rows"})
@@ -160,18 +165,25 @@ def build_rsim_warmup(
     engine: Engine | None = None,
 ) -> BuildResult:
     """Build (or resume) the warm-up set; see the module docstring."""
-    bench, folder = open_build(config, "warmup-rsim", RESUMABLE_KEYS, engine)
-    items = list(bench.items)
-    random.Random(config.sampling.seed).shuffle(items)  # MATH is ordered by subject
-    units = units_of(items, config.samples_per_problem)
-    make_row = _row_maker(config)
-    new = sample_into(
-        folder, config, FEW_SHOT_PROMPT, units, lambda _: make_row, progress, engine, config.rows
-    )
-    rows = folder.export()
-    stats = rsim_stats(config, rows, folder.rejected(), len(units))
-    folder.write_stats(stats)
-    _plot(folder, rows, stats)
+    with open_build(config, "warmup-rsim", RESUMABLE_KEYS, engine) as (bench, folder):
+        items = list(bench.items)
+        random.Random(config.sampling.seed).shuffle(items)  # MATH is ordered by subject
+        units = units_of(items, config.samples_per_problem)
+        make_row = _row_maker(config)
+        new = sample_into(
+            folder,
+            config,
+            FEW_SHOT_PROMPT,
+            units,
+            lambda _: make_row,
+            progress,
+            engine,
+            config.rows,
+        )
+        rows = folder.export()
+        stats = rsim_stats(config, rows, folder.rejected(), len(units))
+        folder.write_stats(stats)
+        _plot(folder, rows, stats)
     return BuildResult(folder.path, stats, new)
 
 

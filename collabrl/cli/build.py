@@ -64,6 +64,7 @@ def relay(
             ("median position", round(s["relative_position"]["median"], 3)),
             ("points redrawn", sum(s["redrawn_points"].values())),
         ],
+        s["rejected"],
     )
 
 
@@ -104,6 +105,7 @@ def rsim(
             *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
             ("median steps", s["steps"]["median"]),
         ],
+        s["rejected"],
     )
     if not s["complete"]:
         console.print(
@@ -151,14 +153,21 @@ def consult(
             *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
             ("answers correct", s["answers_correct"]),
         ],
+        s["rejected"],
     )
 
 
-def _print(out_dir: Path, new_samples: int, rows: list[tuple[str, object]]) -> None:
+def _print(
+    out_dir: Path, new_samples: int, rows: list[tuple[str, object]], rejected: dict[str, int]
+) -> None:
     table = Table("", "value")
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
+    from collabrl.builders.policy import OVERSIZED  # loaded by the build already
+
+    if rejected.get(OVERSIZED):
+        console.print(f"note: {rejected[OVERSIZED]} units skipped (rejected.jsonl): {OVERSIZED}")
     console.print(
         f"{new_samples} new samples · folder: {out_dir} (rows.jsonl, dataset/, stats.png)"
     )

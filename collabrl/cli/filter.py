@@ -58,6 +58,11 @@ def _print_summary(stats: dict, out_dir: Path, new_samples: int) -> None:
     console.print(table)
     if "stand_in" in stats:
         console.print(f"[yellow]{stats['stand_in']}[/]")
+    if stats["oversized"]:
+        from collabrl.builders.policy import MAX_PROBLEM_CHARS
+
+        skipped = stats["oversized"]
+        console.print(f"note: {skipped} problems skipped, each over {MAX_PROBLEM_CHARS} characters")
     failed = stats.get("failed_samples", 0)
     if failed:
         console.print(f"[red]{failed} samples failed; re-run the same command to retry them[/]")

@@ -72,7 +72,7 @@ def _serve_tools(cfg, dry_run: bool) -> None:
     """The tools over MCP: stdio for a client that launches us, HTTP for anyone else."""
     from collabrl.errors import UserError
     from collabrl.serve.config import TRANSPORTS
-    from collabrl.serve.server import resolve_api_key
+    from collabrl.serve.server import check_address, resolve_api_key
     from collabrl.tools.mcp_server import serve_tools
     from collabrl.tools.toolset import build_tools, check_tool_names
 
@@ -83,6 +83,8 @@ def _serve_tools(cfg, dry_run: bool) -> None:
     if dry_run:
         console.print(f"MCP server: tools {', '.join(cfg.tools)} over {where}")
         return
+    if cfg.transport == "http":
+        check_address(cfg.host, cfg.port)
     # Over stdio, stdout is the protocol's channel: every word for people goes to stderr.
     say = Console(stderr=True)
     tools = build_tools(cfg.tools, cfg.python, cfg.retrieval)

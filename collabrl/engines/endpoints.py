@@ -82,7 +82,12 @@ def check_reachable(ref: str, api_key: str | None) -> None:
     where a run would otherwise start and fail every call."""
     import openai
 
-    from collabrl.engines.openai_http import map_error, normalize_base_url, resolve_api_key
+    from collabrl.engines.openai_http import (
+        bad_response,
+        map_error,
+        normalize_base_url,
+        resolve_api_key,
+    )
 
     base = normalize_base_url(ref)
     client = openai.OpenAI(
@@ -92,6 +97,8 @@ def check_reachable(ref: str, api_key: str | None) -> None:
         client.models.list()
     except openai.OpenAIError as err:
         raise map_error(err, base, "") from err
+    except (ValueError, AttributeError) as err:  # bytes that are not an API's JSON
+        raise bad_response(base, err) from err
     finally:
         client.close()
 

@@ -16,7 +16,9 @@ is bound to the loop it first ran on, so reusing it across `asyncio.run` calls (
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
@@ -63,15 +65,33 @@ def normalize_base_url(base_url: str) -> str:
     that already has a path (`.../v1`, `.../v1beta/openai`) is left as given.
     """
     url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(
-            f"base URL '{base_url}' is not an http(s) URL",
-            "pass something like http://localhost:8000/v1",
-        )
+    bad = UserError(
+        f"base URL {base_url!r} is not a valid http(s) URL",
+        "pass something like http://localhost:8000/v1",
+    )
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is no number in 0..65535
+    except ValueError as err:  # e.g. an unclosed IPv6 bracket
+        raise bad from err
+    if parts.scheme not in ("http", "https") or not _valid_host(parts.hostname or ""):
+        raise bad
     if parts.path in ("", "/"):
         url += "/v1"
     return url
+
+
+def _valid_host(host: str) -> bool:
+    """Whether the HTTP client takes `host`: it refuses (with its own error class, at
+    construction) blanks, control characters and a dotted quad that is no IPv4 address."""
+    if not host or not host.isprintable() or any(c.isspace() for c in host):
+        return False
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,13 +299,28 @@ def parse_response(response: Any, kind: str, params: SamplingParams) -> list[Com
     """All choices of one response, in `index` order, with the prompt's token count."""
     usage = getattr(response, "usage", None)
     prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
-    choices = sorted(response.choices, key=lambda c: getattr(c, "index", 0) or 0)
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list):  # e.g. an HTML page, which the client returns as text
+        raise ValueError(f"no list of choices in a {type(response).__name__}")
+    choices = sorted(choices, key=lambda c: getattr(c, "index", 0) or 0)
     completions = [parse_choice(c, kind, params, prompt_tokens) for c in choices]
     # Usage sums over all choices, so it is one completion's count only when there is one.
     reported = getattr(usage, "completion_tokens", None) if usage is not None else None
     if len(completions) == 1 and isinstance(reported, int):
         completions[0].reported_tokens = reported
     return completions
+
+
+# No tokenizer's piece is longer than this (the longest are runs of spaces or dashes): a
+# longer answer comes from a server that ignored max_tokens, and would only fill memory.
+MAX_CHARS_PER_TOKEN = 256
+
+
+def check_lengths(completions: list[Completion], max_tokens: int) -> None:
+    """Raise ValueError for a completion longer than `max_tokens` tokens can be."""
+    for completion in completions:
+        if len(completion.text) > max_tokens * MAX_CHARS_PER_TOKEN:
+            raise ValueError(f"{len(completion.text)} characters for at most {max_tokens} tokens")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,6 +335,17 @@ def _server_message(exc: openai.APIStatusError) -> str:
     text = str(message) if message else exc.message
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def bad_response(base_url: str, err: Exception) -> UserError:
+    """A server's answer that is not an OpenAI-compatible response, as one line."""
+    reason = " ".join(str(err).split())
+    reason = reason if len(reason) <= 200 else reason[:197] + "..."
+    return UserError(
+        f"{base_url} answered with something that is not an OpenAI-compatible response "
+        f"({type(err).__name__}: {reason})",
+        "check that the URL is the API root of an OpenAI-compatible server (collab serve, vLLM)",
+    )
 
 
 def map_error(exc: Exception, base_url: str, model: str) -> UserError:
@@ -439,11 +485,19 @@ class OpenAIEngine:
     async def _send(self, kind: str, kwargs: dict, params: SamplingParams) -> list[Completion]:
         assert self._semaphore is not None
         async with self._semaphore:
-            if kind == "chat":
-                response = await self._client.chat.completions.create(**kwargs)
-            else:
-                response = await self._client.completions.create(**kwargs)
-        return parse_response(response, kind, params)
+            try:
+                if kind == "chat":
+                    response = await self._client.chat.completions.create(**kwargs)
+                else:
+                    response = await self._client.completions.create(**kwargs)
+            except ValueError as err:  # the body is not UTF-8, or not JSON
+                raise bad_response(self.base_url, err) from err
+        try:
+            completions = parse_response(response, kind, params)
+            check_lengths(completions, kwargs["max_tokens"])
+        except (ValueError, TypeError) as err:  # JSON, but not a completion of this request
+            raise bad_response(self.base_url, err) from err
+        return completions
 
     async def _ensure_model(self) -> str:
         """The model to request, asking `GET /models` once when none was given."""
@@ -453,7 +507,11 @@ class OpenAIEngine:
             self._model_lock = asyncio.Lock()
         async with self._model_lock:  # concurrent first calls must not all ask
             if not self.model:
-                page = await self._client.models.list()
+                try:
+                    page = await self._client.models.list()
+                # Not UTF-8 or not JSON; a text body the client fails to page (AttributeError).
+                except (ValueError, AttributeError) as err:
+                    raise bad_response(self.base_url, err) from err
                 if not page.data:
                     raise UserError(
                         f"{self.base_url} serves no models", "pass the model name explicitly"

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
+from collabrl.engines.reference import REFERENCE
 from collabrl.errors import UserError, require
 from collabrl.protocols.config import ProtocolConfig
 
 SELECT_RULES = ("score", "vote")
+# Every round's candidates stay in memory (the state the digests read); papers run a few.
+MAX_ROUNDS = 100
 
 
 @dataclass
-class EvolveConfig:
+class EvolveConfig(DataColumns):
     """K models × R rounds of proposals over a shared, growing state of verified candidates."""
 
     benchmark: str = option("arith", "Registered benchmark name or a .jsonl/.parquet/folder path.")
@@ -59,7 +62,8 @@ class EvolveConfig:
         """Refuse values no run can use, before the benchmark or any model is loaded."""
         if not self.models:
             raise UserError("evolve needs at least one model", "pass --model A --model B")
-        require("rounds", self.rounds, self.rounds >= 1, "at least 1")
+        ok = 1 <= self.rounds <= MAX_ROUNDS
+        require("rounds", self.rounds, ok, f"between 1 and {MAX_ROUNDS}")
         require("select", self.select, self.select in SELECT_RULES, " or ".join(SELECT_RULES))
         require("digest_size", self.digest_size, self.digest_size >= 1, "at least 1")
         require("trim_chars", self.trim_chars, self.trim_chars >= 20, "at least 20")
@@ -67,7 +71,7 @@ class EvolveConfig:
         self.sampling.check()
         self.engine.check()
         self.protocol.check()
-        if self.protocol.uses_reference():
+        if self.protocol.uses_reference() or REFERENCE in [*self.models, *self.verifiers]:
             raise UserError(
                 "the reference stand-in reads gold answers, which evolve never shows a model",
                 "use real collaborators",

@@ -15,14 +15,16 @@ review or selection reads them. A folder with finished rounds is continued with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.data.benchmarks import Benchmark, Item, load_benchmark
-from collabrl.engines import SamplingParams, create_engine, is_url
+from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
+from collabrl.engines import SamplingParams, create_engine
+from collabrl.engines.endpoints import check_collaborator
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.runner import policy_template
@@ -66,47 +68,71 @@ def run_evolve(
 ) -> EvolveResult:
     """Run (or, with `resume`, continue) an evolve run and write its folder."""
     config.check()
-    for ref in [*config.models, *config.verifiers]:
-        if not is_url(ref):
-            resolve_model(ref)  # a mistyped --model, without loading it
-    bench = load_benchmark(config.benchmark, limit=config.limit)
+    _check_references(config)
+    bench = load_benchmark(config.benchmark, Fields.of(config), config.limit)
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
     out_dir = runs.out_folder(config.out, "evolve", config.benchmark, config.models[0])
-    state = _open_folder(config, out_dir, resume)
-    done = len(state["rounds"])
-    pool = read_candidates(out_dir, done)
-    if done < config.rounds:
-        proposers = _open_proposers(config, bench, template)
-        verifiers = [Reviewer(ref, create_engine(ref, config.engine)) for ref in config.verifiers]
-        try:
-            for round_no in range(done + 1, config.rounds + 1):
-                new = _propose(config, proposers, bench.items, pool, round_no)
-                reviewers = verifiers or [p.reviewer for p in proposers]
-                questions = {item.id: item.problem for item in bench.items}
-                params = SamplingParams(config.review_max_tokens, seed=config.sampling.seed)
-                review(new, questions, reviewers, not verifiers, params, config.trim_chars)
-                pool += new
-                summary = round_summary(round_no, new, pool, bench.items, len(config.models))
-                save_round(out_dir, state, new, summary)
-                plot_curve(state["rounds"], out_dir / CURVE, f"evolve · {bench.name}")
-                if on_round:
-                    on_round(summary)
-        finally:
-            _close(proposers, verifiers)
+    with _open_folder(config, out_dir, resume) as state:
+        done = len(state["rounds"])
+        if done < config.rounds:
+            _run_rounds(config, bench, template, out_dir, state, on_round)
     return EvolveResult(out_dir, state["rounds"], max(config.rounds - done, 0))
 
 
-def _open_folder(config: EvolveConfig, out_dir: Path, resume: bool) -> dict[str, Any]:
-    """The state of `out_dir`, refusing to restart a run there unless resuming it."""
+def _check_references(config: EvolveConfig) -> None:
+    """A mistyped model, verifier or tokenizer, or a URL that does not answer, is one
+    error before the folder is written or any model loads."""
+    for ref in [*config.models, *config.verifiers]:
+        check_collaborator(ref, config.engine.api_key)
+    if config.protocol.tokenizer is not None:
+        resolve_model(config.protocol.tokenizer)
+
+
+@contextmanager
+def _open_folder(config: EvolveConfig, out_dir: Path, resume: bool) -> Iterator[dict[str, Any]]:
+    """The state of `out_dir` for the block, refusing to restart a run there unless
+    resuming it; a folder this run made is removed if the block fails before round 1."""
     finished = round_path(out_dir, 1)
     if runs.read_records(finished) and not resume:
         raise UserError(
             f"{out_dir} already holds an evolve run",
             "pass --resume to continue it, or a new --out folder",
         )
-    runs.prepare_folder(config, out_dir, RESUMABLE_KEYS, (finished,))
-    return read_state(out_dir)
+    with runs.run_folder(config, out_dir, RESUMABLE_KEYS, (finished,)):
+        yield read_state(out_dir)
+
+
+def _run_rounds(
+    config: EvolveConfig,
+    bench: Benchmark,
+    template: Any,
+    out_dir: Path,
+    state: dict[str, Any],
+    on_round: RoundFn | None,
+) -> None:
+    """The rounds after the state's last finished one, each saved as it ends."""
+    done = len(state["rounds"])
+    pool = read_candidates(out_dir, done)
+    proposers = _open_proposers(config, bench, template)
+    verifiers: list[Reviewer] = []
+    try:
+        for ref in config.verifiers:  # one at a time: a failure closes those opened
+            verifiers.append(Reviewer(ref, create_engine(ref, config.engine)))
+        for round_no in range(done + 1, config.rounds + 1):
+            new = _propose(config, proposers, bench.items, pool, round_no)
+            reviewers = verifiers or [p.reviewer for p in proposers]
+            questions = {item.id: item.problem for item in bench.items}
+            params = SamplingParams(config.review_max_tokens, seed=config.sampling.seed)
+            review(new, questions, reviewers, not verifiers, params, config.trim_chars)
+            pool += new
+            summary = round_summary(round_no, new, pool, bench.items, len(config.models))
+            save_round(out_dir, state, new, summary)
+            plot_curve(state["rounds"], out_dir / CURVE, f"evolve · {bench.name}")
+            if on_round:
+                on_round(summary)
+    finally:
+        _close(proposers, verifiers)
 
 
 def _open_proposers(config: EvolveConfig, bench: Benchmark, template: Any) -> list[Proposer]:

@@ -18,8 +18,10 @@ from typing import Any
 
 from collabrl import runs
 from collabrl.episode import Author, Episode
+from collabrl.errors import UserError
 
 STATE = "state.json"
+BAD_STATE_FIX = "use a new --out folder"
 
 # Verdicts a review can reach; `unknown` is a review whose verdict line was unreadable.
 CORRECT, INCORRECT, UNKNOWN = "correct", "incorrect", "unknown"
@@ -79,7 +81,15 @@ def round_path(out_dir: Path, round_no: int) -> Path:
 def read_state(out_dir: Path) -> dict[str, Any]:
     """The run's index: `{"rounds": [...]}` with one entry per finished round."""
     path = out_dir / STATE
-    return json.loads(path.read_text()) if path.exists() else {"rounds": []}
+    if not path.exists():
+        return {"rounds": []}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # not JSON, or not UTF-8: edited by hand, or not ours
+        raise UserError(f"{path} is not an evolve state ({err})", BAD_STATE_FIX) from err
+    if not isinstance(state, dict) or not isinstance(state.get("rounds"), list):
+        raise UserError(f"{path} is not an evolve state (no list of rounds)", BAD_STATE_FIX)
+    return state
 
 
 def read_candidates(out_dir: Path, rounds: int) -> list[Candidate]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from collabrl.config import EngineConfig, option
-from collabrl.errors import UserError
+from collabrl.errors import UserError, require
 from collabrl.tools.python import PythonToolConfig
 from collabrl.tools.retrieval import RetrievalConfig
 from collabrl.tools.toolset import LOCAL_TOOLS
@@ -15,6 +15,8 @@ from collabrl.tools.toolset import LOCAL_TOOLS
 ROLES = ("expert", "teacher", "policy", "judge", "planner", "tools")
 TRANSPORTS = ("http", "stdio")
 SERVE_ENGINES = ("auto", "vllm", "transformers")
+# Every request of a batch waits this long for the next one: past a minute, clients time out.
+MAX_BATCH_WAIT_MS = 60_000
 
 
 @dataclass
@@ -73,13 +75,18 @@ class ServeConfig:
     }
 
     def check(self) -> None:
-        """Refuse an engine, device or dtype no server runs, before the model is loaded."""
+        """Refuse an engine, device, dtype, port or batch wait no server runs, before the
+        model is loaded."""
         if self.engine.kind not in SERVE_ENGINES:
             raise UserError(
                 f"collab serve cannot serve with engine '{self.engine.kind}'",
                 f"use one of {', '.join(SERVE_ENGINES)}",
             )
         self.engine.check()
+        require("port", self.port, 1 <= self.port <= 65535, "a TCP port, 1-65535")
+        wait = self.batch_wait_ms
+        ok = 0 <= wait <= MAX_BATCH_WAIT_MS  # NaN fails both
+        require("batch_wait_ms", wait, ok, f"between 0 and {MAX_BATCH_WAIT_MS} ms")
 
     @property
     def name(self) -> str:

@@ -25,15 +25,31 @@ def resolve_api_key(config: ServeConfig) -> str | None:
 def choose_engine(config: ServeConfig) -> str:
     """vllm or transformers (the embedded server): `engine.kind` resolved by the rule every
     command follows (`engines.resolve_kind`: auto is vLLM where it can run here)."""
-    from collabrl.engines import resolve_kind
+    from collabrl.engines import is_url, resolve_kind
+    from collabrl.models import resolve_model
 
-    kind = resolve_kind(config.model, config.engine)
-    if kind == "openai":
+    if is_url(config.model):
         raise UserError(
             f"collab serve serves a local model, not the endpoint {config.model}",
             "pass --model a model name, folder or file",
         )
-    return kind
+    resolve_model(config.model)  # a mistyped model or one without weights, before any load
+    return resolve_kind(config.model, config.engine)
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse a host this machine cannot listen on, or a port in use, before the model
+    loads (uvicorn would find out only after, and log it on a line of its own)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as err:
+        raise UserError(
+            f"cannot listen on {host}:{port}: {err.strerror or err}",
+            "pick a free --port, and a --host of this machine (127.0.0.1, 0.0.0.0, ::)",
+        ) from err
 
 
 def base_url(host: str, port: int) -> str:
@@ -50,8 +66,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     from collabrl.serve.app import ModelLimits, create_app
     from collabrl.serve.batcher import DynamicBatcher
 
-    if not 1 <= config.port <= 65535:
-        raise UserError(f"port {config.port} is out of range", "use 1-65535")
+    check_address(config.host, config.port)
     settings = config.engine
     engine = TransformersEngine.from_ref(
         config.model,

@@ -69,7 +69,8 @@ def test_a_call_completion_parses_back_to_the_problem(problem: str) -> None:
     [
         ({"call_fraction": 1.5}, "call_fraction must be in [0, 1]"),
         ({"call_fraction": -0.1}, "call_fraction must be in [0, 1]"),
-        ({"num_experts": 0}, "num_experts must be at least 1"),
+        ({"num_experts": 0}, "num_experts must be between 1 and 1024"),
+        ({"num_experts": 10**9}, "num_experts must be between 1 and 1024"),
         ({"query_budget": 0}, "query_budget must be at least 1"),
         ({"prompt": "no-such-prompt"}, "no-such-prompt"),
     ],

@@ -13,7 +13,8 @@ import pytest
 
 from collabrl.builders.decontaminate import NGRAM, words
 from collabrl.builders.filter import FilterConfig, build_filter
-from collabrl.config import SamplingConfig
+from collabrl.builders.policy import MAX_PROBLEM_CHARS
+from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.engines.base import Completion, SamplingParams
 from collabrl.errors import UserError
@@ -32,15 +33,17 @@ class ScriptedTeacher:
 
     name = "scripted-teacher"
 
-    def __init__(self, fail_samples: frozenset[int] = frozenset()) -> None:
-        self.fail_samples = fail_samples
+    def __init__(self) -> None:
+        self.fail_samples: frozenset[int] = frozenset()
+        self.fail_problems: frozenset[str] = frozenset()
         self.calls = 0
 
     def generate(self, prompts: list, params: SamplingParams) -> list[list[Completion]]:
         self.calls += 1
         # The pool batches calls that differ only in their seed: each prompt has its own.
         samples = [params.prompt_seed(i) - SEED for i in range(len(prompts))]
-        if self.fail_samples & set(samples):
+        problems = {messages[-1]["content"] for messages in prompts}
+        if self.fail_samples & set(samples) or self.fail_problems & problems:
             raise ValueError("teacher down")  # not transient: no retry
         out = []
         for messages, sample in zip(prompts, samples, strict=True):
@@ -155,25 +158,40 @@ def test_failed_calls_are_counted_not_written_and_retried_by_a_rerun(
     data: Path, tmp_path: Path, teacher: ScriptedTeacher
 ) -> None:
     out = tmp_path / "run"
-    teacher.fail_samples = frozenset({1})  # fails the one batch that holds it
+    one_per_chunk = EngineConfig(batch_size=1, continuous_batching=False)
+    teacher.fail_problems = frozenset({"What is two?"})  # fails the chunk that holds it
 
-    result = build_filter(config(data, out))
+    result = build_filter(config(data, out, engine=one_per_chunk))
 
-    assert result.stats["failed_samples"] == 4 * K
-    assert result.stats["failure_reasons"] == {"ValueError: teacher down": 4 * K}
-    assert result.stats["incomplete"] == 4 and result.stats["kept"] == 0
-    assert read_records(out / "samples.jsonl") == []
+    assert result.stats["failed_samples"] == K and result.new_samples == 3 * K
+    assert result.stats["failure_reasons"] == {"ValueError: teacher down": K}
+    assert result.stats["incomplete"] == 1 and rates(out)["p1"] == (0.0, False)
+    assert "p1" not in {r["item_id"] for r in read_records(out / "samples.jsonl")}
 
-    teacher.fail_samples = frozenset()
-    result = build_filter(config(data, out))
+    teacher.fail_problems = frozenset()
+    result = build_filter(config(data, out, engine=one_per_chunk))
 
-    assert result.stats["failed_samples"] == 0 and result.new_samples == 4 * K
+    assert result.stats["failed_samples"] == 0 and result.new_samples == K
     assert rates(out) == {
         "p0": (1.0, True),
         "p1": (0.5, True),
         "p2": (0.25, False),
         "p3": (0.0, False),
     }
+
+
+def test_a_run_whose_every_call_fails_is_one_error_and_leaves_no_folder(
+    data: Path, tmp_path: Path, teacher: ScriptedTeacher
+) -> None:
+    out = tmp_path / "run"
+    teacher.fail_samples = frozenset({1})  # fails the one batch that holds every call
+
+    with pytest.raises(UserError, match="every teacher call failed .16., the first with: Val"):
+        build_filter(config(data, out))
+
+    assert not out.exists()
+    teacher.fail_samples = frozenset()
+    assert build_filter(config(data, out)).new_samples == 4 * K
 
 
 def test_a_killed_run_resumes_to_the_same_result(
@@ -314,3 +332,17 @@ def test_the_real_smollm2_teacher_on_arith(tmp_path: Path) -> None:
     passes = read_records(out / "pass_rates.jsonl")
     assert len(passes) == 20 and all(r["k"] == 2 for r in passes)
     assert result.stats["kept"] == sum(r["pass_rate"] >= 0.5 for r in passes)
+
+
+def test_a_problem_over_the_size_bound_is_neither_asked_nor_kept(
+    data: Path, tmp_path: Path, teacher: ScriptedTeacher
+) -> None:
+    huge = {"id": "huge", "problem": "1 + " * (MAX_PROBLEM_CHARS // 4) + "1", "answer": "1"}
+    with data.open("a") as lines:
+        lines.write(json.dumps(huge) + "\n")
+
+    result = build_filter(config(data, tmp_path / "run"))  # the teacher knows no such problem
+
+    assert result.stats["oversized"] == 1 and result.stats["failed_samples"] == 0
+    assert (result.stats["problems"], result.new_samples) == (5, 4 * K)
+    assert "huge" not in rates(tmp_path / "run")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from collabrl.builders.folder import ROWS, STATS
+from collabrl.builders.policy import MAX_PROBLEM_CHARS, OVERSIZED
 from collabrl.builders.rsim_warmup import (
     EXAMPLES,
     FEW_SHOT_PROMPT,
@@ -136,3 +137,21 @@ def test_the_embedded_model_builds_rows_on_arith(tmp_path) -> None:
     result = build_rsim_warmup(config)
     assert result.stats["sampled"] > 0
     assert (tmp_path / "stats.png").is_file()
+
+
+def test_a_problem_over_the_size_bound_is_rejected_unsampled(smol_tokenizer, tmp_path) -> None:
+    data = tmp_path / "data.jsonl"
+    rows = [
+        {"id": "huge", "problem": "1 + " * (MAX_PROBLEM_CHARS // 4) + "1", "answer": "1"},
+        {"id": "small", "problem": "What is 2 + 2?", "answer": "5"},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    engine = ScriptedEngine(smol_tokenizer, lambda prompt: WRONG)
+    config = _config(tmp_path / "w", data=str(data), limit=None, rows=5)
+
+    first = build_rsim_warmup(config, engine=engine)
+    again = build_rsim_warmup(config, engine=engine)  # resumed: nothing left to sample
+
+    assert len(engine.prompts) == 1  # the small problem's
+    assert first.stats["rejected"] == {OVERSIZED: 1} and first.stats["rows"] == 1
+    assert again.new_samples == 0 and again.stats["rejected"] == {OVERSIZED: 1}

@@ -56,6 +56,22 @@ def test_decontaminate_alone_writes_the_clean_rows(tmp_path: Path) -> None:
     assert [r["benchmark"] for r in read_records(out / "dropped.jsonl")] == ["arith"]
 
 
+def test_data_in_its_own_columns_and_a_named_split(tmp_path: Path) -> None:
+    import datasets
+
+    rows = [{"q": "A train goes 60 miles per hour for 3 hours.", "a": "180", "key": "k1"}]
+    folder = tmp_path / "dsd"
+    splits = {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows)}
+    datasets.DatasetDict(splits).save_to_disk(str(folder))
+    columns = ["--set", "problem_field=q", "--set", "answer_field=a", "--set", "id_field=key"]
+    args = ["filter", "--decontaminate", "--data", str(folder), *columns]
+    unnamed = runner.invoke(app, [*args, "--out", str(tmp_path / "r1")], env=ENV)
+    assert "holds the splits train, test" in str(unnamed.exception)
+    named = runner.invoke(app, [*args, "--set", "split=train", "--out", str(tmp_path / "r2")])
+    assert named.exit_code == 0, named.output
+    assert [r["id"] for r in read_records(tmp_path / "r2" / "rows.jsonl")] == ["k1"]
+
+
 def test_an_unreachable_teacher_is_one_line_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["--data", "arith", "--limit", "2", "--k", "1", "--out", str(out)]

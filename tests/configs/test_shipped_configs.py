@@ -16,7 +16,9 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def _command(path: Path) -> str:
     if path.parent.name == "eval":
         return "eval"
-    return "train-sft" if path.name.startswith("sft-") else "train-grpo"
+    if path.name.startswith("sft-"):
+        return "train-sft"
+    return f"train-{yaml.safe_load(path.read_text())['method']}"  # the command it is for
 
 
 @pytest.mark.parametrize(

@@ -54,3 +54,30 @@ def test_the_reference_stand_in_and_local_models_are_checked_without_a_request(
     check_collaborator(str(tiny_model_dir), None)
     with pytest.raises(UserError, match="unknown model"):
         check_collaborator("no-such-model", None)
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 and bytes that are neither UTF-8 nor JSON."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = b"\xff\xfe\x00garbage<html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_server_answering_garbage_bytes_is_one_error() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        with pytest.raises(UserError, match="not an OpenAI-compatible response"):
+            check_reachable(url, None)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -151,4 +151,6 @@ def test_refusals_come_before_any_model_loads(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match="gold answers"):
         run_evolve(reference)
+    with pytest.raises(UserError, match="gold answers"):
+        run_evolve(EvolveConfig(models=["smollm2-135m", "reference"], out=str(tmp_path / "x")))
     assert not (tmp_path / "x").exists()

@@ -1,0 +1,101 @@
+"""Run folders (`collabrl.runs`): another command's folder is refused before anything is
+written, old folders stay readable, and a run refused before its first record leaves no
+folder it made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from collabrl import runs
+from collabrl.config import option, save_config
+from collabrl.errors import UserError
+
+RESUMABLE = frozenset({"out"})
+
+
+@dataclass
+class BuildConfig:
+    data: str = option("arith", "Data.")
+    rows: int = option(10, "Rows.")
+    out: str | None = option(None, "Folder.")
+
+
+@dataclass
+class TrainConfig:
+    model: str = option("m", "Model.")
+    steps: int = option(100, "Steps.")
+
+
+def records(folder: Path) -> tuple[Path, ...]:
+    return (folder / "rows.jsonl",)
+
+
+def test_another_commands_folder_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    save_config(TrainConfig(), tmp_path / runs.CONFIG)  # a training run, not bound yet
+    before = (tmp_path / runs.CONFIG).read_text()
+
+    with pytest.raises(UserError, match="holds another command's run") as refused:
+        runs.prepare_folder(BuildConfig(), tmp_path, RESUMABLE, records(tmp_path))
+
+    assert "BuildConfig: unknown config key 'model'" in str(refused.value)
+    assert (tmp_path / runs.CONFIG).read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [runs.CONFIG]
+
+
+def test_a_config_that_is_not_yaml_is_one_line_and_kept(tmp_path: Path) -> None:
+    (tmp_path / runs.CONFIG).write_text("key: [unclosed\n  - x\n")
+
+    with pytest.raises(UserError, match="holds another command's run") as refused:
+        runs.prepare_folder(BuildConfig(), tmp_path, RESUMABLE, records(tmp_path))
+
+    assert "\n" not in str(refused.value)
+    assert (tmp_path / runs.CONFIG).read_text() == "key: [unclosed\n  - x\n"
+
+
+def test_an_old_folder_of_the_same_command_is_resumed_and_checked(tmp_path: Path) -> None:
+    # Folders record nothing but their config.yaml: the same command's still binds.
+    save_config(BuildConfig(rows=10), tmp_path / runs.CONFIG)
+    (tmp_path / "rows.jsonl").write_text('{"id": 1}\n')
+
+    runs.prepare_folder(BuildConfig(rows=10, out="x"), tmp_path, RESUMABLE, records(tmp_path))
+    with pytest.raises(UserError, match="different rows"):
+        runs.prepare_folder(BuildConfig(rows=20), tmp_path, RESUMABLE, records(tmp_path))
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_a_run_that_fails_before_any_record_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "build-1"
+
+    with pytest.raises(UserError), runs.run_folder(BuildConfig(), out, RESUMABLE, records(out)):
+        assert (out / runs.CONFIG).is_file()
+        raise UserError("the server answered garbage")
+
+    assert list(tmp_path.iterdir()) == []  # runs/ too: this run made it
+
+
+def test_a_failed_run_keeps_its_records_and_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    with (
+        pytest.raises(KeyboardInterrupt),
+        runs.run_folder(BuildConfig(), made, RESUMABLE, records(made)),
+    ):
+        (made / "rows.jsonl").write_text('{"id": 1}\n')
+        raise KeyboardInterrupt
+    assert (made / "rows.jsonl").is_file()
+
+    given = tmp_path / "given"
+    given.mkdir()
+    with pytest.raises(UserError), runs.run_folder(BuildConfig(), given, RESUMABLE, records(given)):
+        raise UserError("refused")
+    assert given.is_dir()
+
+
+def test_a_parent_another_run_writes_in_is_kept(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "a"
+    with pytest.raises(UserError), runs.run_folder(BuildConfig(), out, RESUMABLE, records(out)):
+        (tmp_path / "runs" / "b").mkdir()  # another run, started meanwhile
+        raise UserError("refused")
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["b"]
