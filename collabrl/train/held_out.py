@@ -55,19 +55,7 @@ def held_out_callback(
 
 def evaluate_live(trainer: GRPOTrainer, rollout: ProtocolRollout, eval_config: Any) -> dict:
     """`collab eval` of the model being trained, through the rollout's own engine."""
-    import torch
-    from trl.models.utils import unwrap_model_for_generation
-
     from collabrl.eval.runner import run_eval
 
-    with (
-        unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-        ) as model,
-        torch.no_grad(),
-    ):
-        rollout.engine.model = model
-        rollout.engine.reset()  # the weights changed since the engine last ran
-        return run_eval(eval_config, engine=rollout.engine).metrics
+    with rollout.live_engine(trainer) as engine:
+        return run_eval(eval_config, engine=engine).metrics

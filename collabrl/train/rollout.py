@@ -27,10 +27,12 @@ server, whose weights TRL syncs before each rollout.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,6 +199,14 @@ class ProtocolRollout:
         self, trainer: GRPOTrainer, tasks: list[Task], params: SamplingParams
     ) -> list[Episode]:
         """The protocol on the model being trained, in this process."""
+        with self.live_engine(trainer):
+            return self.protocol.run(tasks, params)
+
+    @contextlib.contextmanager
+    def live_engine(self, trainer: GRPOTrainer) -> Iterator[TransformersEngine]:
+        """The policy engine over the model being trained, unwrapped as TRL unwraps it for
+        generation (outside that, with gradient checkpointing on, the model runs without
+        its KV cache and writes garbage)."""
         import torch
         from trl.models.utils import unwrap_model_for_generation
 
@@ -209,8 +219,8 @@ class ProtocolRollout:
             torch.no_grad(),
         ):
             self.engine.model = model
-            self.engine.reset()  # the weights changed since the last step
-            return self.protocol.run(tasks, params)
+            self.engine.reset()  # the weights changed since the engine last ran
+            yield self.engine
 
     def vllm_engine(self, trainer: GRPOTrainer) -> Engine:
         """The policy engine over TRL's vLLM (`--set trl.use_vllm=true`), built once:

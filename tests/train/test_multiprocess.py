@@ -31,7 +31,9 @@ def test_relay_trains_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [h["step"] for h in logged if "reward" in h] == [1, 2]  # one writer, not two
-    assert done.stdout.count("held-out arith") == 1  # one process evaluates and reports
+    # One process evaluates and reports: one announcement, one table, one line a step.
+    assert done.stdout.count("evaluating the start policy") == 1
+    assert done.stdout.count("step 2/2 · ") == 1
     assert json.loads((tmp_path / "run" / "eval.json").read_text()).keys() == {"start", "final"}
 
 
