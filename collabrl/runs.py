@@ -53,6 +53,15 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def samples_by_item(out_dir: Path, n: int) -> dict[str, list[dict[str, Any]]]:
+    """The samples.jsonl of a run folder by problem id: each problem's first `n` samples,
+    in sample order (what its metrics are computed over)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for record in read_records(out_dir / SAMPLES):
+        grouped.setdefault(record["item_id"], []).append(record)
+    return {item: sorted(found, key=lambda r: r["sample"])[:n] for item, found in grouped.items()}
+
+
 class RecordWriter:
     """Appends JSON records to a file, each flushed to the OS before returning."""
 

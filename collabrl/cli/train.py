@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -83,157 +86,86 @@ ACCELERATE_CONFIG = typer.Option(
 )
 
 
-# The options every GRPO-based method takes; each command adds its method's own.
-MODEL = opt.MODEL
-DATA = opt.config_option("data", "--data")
-LIMIT = opt.config_option("limit", "--limit")
-STEPS = opt.config_option("steps", "--steps")
-PROMPTS_PER_STEP = opt.config_option("prompts_per_step", "--prompts-per-step")
-GROUP = opt.config_option("sampling.n", "--num-generations", "--n")
-LEARNING_RATE = opt.config_option("learning_rate", "--learning-rate", "--lr")
-SEED = opt.config_option("seed", "--seed")
-EVAL_DATA = opt.config_option("eval_data", "--eval-data")
-EVAL_LIMIT = opt.config_option("eval_limit", "--eval-limit")
-EVAL_STEPS = opt.config_option("eval_steps", "--eval-steps")
-REPORT_TO = opt.config_option("report_to", "--report-to")
-REWARD_FUNC = opt.config_option("reward_funcs", "--reward-func")
-REWARD_MODE = opt.config_option("reward_mode", "--reward-mode")
-LORA = opt.config_option("lora.enabled", "--lora")
-OUT = opt.config_option("out", "--out")
-RESUME = opt.config_option("resume", "--resume")
+def _options(**options: tuple[Any, Any]) -> list[inspect.Parameter]:
+    """Command parameters from `name=(type, typer.Option)` pairs."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(name, keyword, default=default, annotation=kind)
+        for name, (kind, default) in options.items()
+    ]
 
 
-@app.command("grpo", cls=opt.config_command("train-grpo"), help=GRPO_HELP["grpo"])
-def grpo(
-    ctx: typer.Context,
-    model: str = MODEL,
-    data: str = DATA,
-    limit: int = LIMIT,
-    protocol: str = opt.PROTOCOL,
-    steps: int = STEPS,
-    prompts_per_step: int = PROMPTS_PER_STEP,
-    num_generations: int = GROUP,
-    max_tokens: int = opt.MAX_TOKENS,
-    temperature: float = opt.TEMPERATURE,
-    top_p: float = opt.TOP_P,
-    learning_rate: float = LEARNING_RATE,
-    seed: int = SEED,
-    eval_data: str = EVAL_DATA,
-    eval_limit: int = EVAL_LIMIT,
-    eval_steps: int = EVAL_STEPS,
-    device: str = opt.DEVICE,
-    report_to: str = REPORT_TO,
-    reward_func: list[str] = REWARD_FUNC,
-    reward_mode: str = REWARD_MODE,
-    lora: bool = LORA,
-    out: str = OUT,
-    resume: bool = RESUME,
-    config: Path = opt.CONFIG,
-    set_: list[str] = opt.SET,
-    dry_run: bool = DRY_RUN,
-    accelerate_config: Path = ACCELERATE_CONFIG,
-) -> None:
-    _train(ctx, config, set_, dry_run, accelerate_config)
+# The options every GRPO-based method takes, around its own (METHOD_OPTIONS).
+DATA_OPTIONS = _options(
+    model=(str, opt.MODEL),
+    data=(str, opt.config_option("data", "--data")),
+    limit=(int, opt.config_option("limit", "--limit")),
+)
+EVAL_STEPS = (int, opt.config_option("eval_steps", "--eval-steps"))
+METHOD_OPTIONS = {
+    "grpo": _options(protocol=(str, opt.PROTOCOL), eval_steps=EVAL_STEPS),
+    "relay": _options(
+        teacher=(str, opt.TEACHER),
+        reward=(str, opt.config_option("reward", "--reward")),
+        eval_steps=EVAL_STEPS,
+    ),
+    "eapo": _options(expert=(list[str], opt.EXPERT), eval_steps=EVAL_STEPS),
+    "rsim": _options(
+        planner=(str, opt.PLANNER), train=(str, opt.config_option("rsim.train", "--train"))
+    ),
+}
+RUN_OPTIONS = _options(
+    steps=(int, opt.config_option("steps", "--steps")),
+    prompts_per_step=(int, opt.config_option("prompts_per_step", "--prompts-per-step")),
+    num_generations=(int, opt.config_option("sampling.n", "--num-generations", "--n")),
+    max_tokens=(int, opt.MAX_TOKENS),
+    temperature=(float, opt.TEMPERATURE),
+    top_p=(float, opt.TOP_P),
+    learning_rate=(float, opt.config_option("learning_rate", "--learning-rate", "--lr")),
+    seed=(int, opt.config_option("seed", "--seed")),
+    eval_data=(str, opt.config_option("eval_data", "--eval-data")),
+    eval_limit=(int, opt.config_option("eval_limit", "--eval-limit")),
+    device=(str, opt.DEVICE),
+    report_to=(str, opt.config_option("report_to", "--report-to")),
+    reward_func=(list[str], opt.config_option("reward_funcs", "--reward-func")),
+    reward_mode=(str, opt.config_option("reward_mode", "--reward-mode")),
+    lora=(bool, opt.config_option("lora.enabled", "--lora")),
+    out=(str, opt.config_option("out", "--out")),
+    resume=(bool, opt.config_option("resume", "--resume")),
+    config=(Path, opt.CONFIG),
+    set_=(list[str], opt.SET),
+    dry_run=(bool, DRY_RUN),
+    accelerate_config=(Path, ACCELERATE_CONFIG),
+)
 
 
-@app.command("relay", cls=opt.config_command("train-relay"), help=GRPO_HELP["relay"])
-def relay(
-    ctx: typer.Context,
-    model: str = MODEL,
-    data: str = DATA,
-    limit: int = LIMIT,
-    teacher: str = opt.TEACHER,
-    reward: str = opt.config_option("reward", "--reward"),
-    steps: int = STEPS,
-    prompts_per_step: int = PROMPTS_PER_STEP,
-    num_generations: int = GROUP,
-    max_tokens: int = opt.MAX_TOKENS,
-    temperature: float = opt.TEMPERATURE,
-    top_p: float = opt.TOP_P,
-    learning_rate: float = LEARNING_RATE,
-    seed: int = SEED,
-    eval_data: str = EVAL_DATA,
-    eval_limit: int = EVAL_LIMIT,
-    eval_steps: int = EVAL_STEPS,
-    device: str = opt.DEVICE,
-    report_to: str = REPORT_TO,
-    reward_func: list[str] = REWARD_FUNC,
-    reward_mode: str = REWARD_MODE,
-    lora: bool = LORA,
-    out: str = OUT,
-    resume: bool = RESUME,
-    config: Path = opt.CONFIG,
-    set_: list[str] = opt.SET,
-    dry_run: bool = DRY_RUN,
-    accelerate_config: Path = ACCELERATE_CONFIG,
-) -> None:
-    _train(ctx, config, set_, dry_run, accelerate_config)
+def _method_command(method: str) -> Callable[..., None]:
+    """`collab train METHOD` with the shared options and the method's own: their values
+    reach the config through ctx (cli/options.py), so one body serves every method."""
+
+    def command(
+        ctx: typer.Context,
+        *,
+        config: Path | None,
+        set_: list[str] | None,
+        dry_run: bool,
+        accelerate_config: Path | None,
+        **_config_options: Any,
+    ) -> None:
+        _train(ctx, config, set_, dry_run, accelerate_config)
+
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ctx = inspect.Parameter("ctx", positional, annotation=typer.Context)
+    params = [ctx, *DATA_OPTIONS, *METHOD_OPTIONS[method], *RUN_OPTIONS]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {param.name: param.annotation for param in params}
+    return command
 
 
-@app.command("eapo", cls=opt.config_command("train-eapo"), help=GRPO_HELP["eapo"])
-def eapo(
-    ctx: typer.Context,
-    model: str = MODEL,
-    data: str = DATA,
-    limit: int = LIMIT,
-    expert: list[str] = opt.EXPERT,
-    steps: int = STEPS,
-    prompts_per_step: int = PROMPTS_PER_STEP,
-    num_generations: int = GROUP,
-    max_tokens: int = opt.MAX_TOKENS,
-    temperature: float = opt.TEMPERATURE,
-    top_p: float = opt.TOP_P,
-    learning_rate: float = LEARNING_RATE,
-    seed: int = SEED,
-    eval_data: str = EVAL_DATA,
-    eval_limit: int = EVAL_LIMIT,
-    eval_steps: int = EVAL_STEPS,
-    device: str = opt.DEVICE,
-    report_to: str = REPORT_TO,
-    reward_func: list[str] = REWARD_FUNC,
-    reward_mode: str = REWARD_MODE,
-    lora: bool = LORA,
-    out: str = OUT,
-    resume: bool = RESUME,
-    config: Path = opt.CONFIG,
-    set_: list[str] = opt.SET,
-    dry_run: bool = DRY_RUN,
-    accelerate_config: Path = ACCELERATE_CONFIG,
-) -> None:
-    _train(ctx, config, set_, dry_run, accelerate_config)
-
-
-@app.command("rsim", cls=opt.config_command("train-rsim"), help=GRPO_HELP["rsim"])
-def rsim(
-    ctx: typer.Context,
-    model: str = MODEL,
-    data: str = DATA,
-    limit: int = LIMIT,
-    planner: str = opt.PLANNER,
-    train: str = opt.config_option("rsim.train", "--train"),
-    steps: int = STEPS,
-    prompts_per_step: int = PROMPTS_PER_STEP,
-    num_generations: int = GROUP,
-    max_tokens: int = opt.MAX_TOKENS,
-    temperature: float = opt.TEMPERATURE,
-    top_p: float = opt.TOP_P,
-    learning_rate: float = LEARNING_RATE,
-    seed: int = SEED,
-    eval_data: str = EVAL_DATA,
-    eval_limit: int = EVAL_LIMIT,
-    device: str = opt.DEVICE,
-    report_to: str = REPORT_TO,
-    reward_func: list[str] = REWARD_FUNC,
-    reward_mode: str = REWARD_MODE,
-    lora: bool = LORA,
-    out: str = OUT,
-    resume: bool = RESUME,
-    config: Path = opt.CONFIG,
-    set_: list[str] = opt.SET,
-    dry_run: bool = DRY_RUN,
-    accelerate_config: Path = ACCELERATE_CONFIG,
-) -> None:
-    _train(ctx, config, set_, dry_run, accelerate_config)
+for _method, _help in GRPO_HELP.items():
+    app.command(_method, cls=opt.config_command(f"train-{_method}"), help=_help)(
+        _method_command(_method)
+    )
 
 
 @app.command("rollouts")

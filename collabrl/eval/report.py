@@ -132,13 +132,9 @@ def pass_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
     n by sample index), averaged over those problems, as `summarize` computes pass@k.
     """
     n = run["n"]
-    by_item: dict[str, list[dict[str, Any]]] = {}
-    for record in runs.read_records(Path(run["run"]) / runs.SAMPLES):
-        by_item.setdefault(record["item_id"], []).append(record)
+    by_item = runs.samples_by_item(Path(run["run"]), n)
     counts = [
-        sum(bool(r["correct"]) for r in sorted(samples, key=lambda r: r["sample"])[:n])
-        for samples in by_item.values()
-        if len(samples) >= n
+        sum(bool(r["correct"]) for r in found) for found in by_item.values() if len(found) == n
     ]
     if not counts:
         raise UserError(

@@ -237,12 +237,10 @@ def _judge(config: EvalConfig, out_dir: Path) -> None:
 
 def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     """Metrics over the benchmark's items from the samples on disk."""
-    by_item: dict[str, list[dict[str, Any]]] = {}
-    for r in runs.read_records(out_dir / runs.SAMPLES):
-        by_item.setdefault(r["item_id"], []).append(r)
+    by_item = runs.samples_by_item(out_dir, n)
     problems, kept = [], []
     for item in bench.items:
-        samples = sorted(by_item.get(item.id, []), key=lambda r: r["sample"])[:n]
+        samples = by_item.get(item.id, [])
         if not samples:
             continue
         kept.extend(samples)

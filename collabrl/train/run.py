@@ -214,13 +214,14 @@ def save_final(
     model.config.use_cache = True  # training turns the cache off; generation wants it
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
-    if lora is None or not lora.enabled or not lora.merge:
+    adapter = lora is not None and lora.enabled  # what the trainer trained
+    if adapter and lora.merge:
+        if main:
+            model.merge_and_unload().save_pretrained(tmp)
+            trainer.processing_class.save_pretrained(tmp)
+    else:
         trainer.save_model(str(tmp))  # with the tokenizer (the trainer's processing_class)
-    elif main:
-        model.merge_and_unload().save_pretrained(tmp)
-        trainer.processing_class.save_pretrained(tmp)
-    adapter_only = lora is not None and lora.enabled and not lora.merge
-    if main and dtype != "auto" and not adapter_only:
+    if main and dtype != "auto" and not (adapter and not lora.merge):  # an adapter stays
         cast_saved(tmp, dtype)
     if main:
         shutil.rmtree(final, ignore_errors=True)
