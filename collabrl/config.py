@@ -45,9 +45,7 @@ class DecodingConfig:
     """How completions are sampled, the seed aside: a training run's `sampling` section,
     whose seed is the run's own (`seed`, as in TRL)."""
 
-    n: int = option(
-        1, "Samples per problem (the n of pass@k, avg@n, maj@n; in GRPO training, the group G)."
-    )
+    n: int = option(1, "Samples per problem (the n of pass@k, avg@n, maj@n).")
     max_tokens: int = option(
         1024, "Maximum new tokens per completion (in training, per episode, every author's)."
     )
@@ -293,7 +291,10 @@ def save_config(config: Any, path: Path) -> None:
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """Dotted key -> help string, for docs and `collab config` listings."""
+    """Dotted key -> help string, for docs and `collab config` listings.
+
+    A config class may say what a shared section's field means to it, `FIELD_HELP =
+    {"sampling.n": "..."}` (GRPO's n is the group; evolve's, the branches)."""
     out: dict[str, str] = {}
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
@@ -301,7 +302,7 @@ def field_help(cls: type) -> dict[str, str]:
             out.update({f"{f.name}.{k}": v for k, v in field_help(hints[f.name]).items()})
         else:
             out[f.name] = f.metadata.get("help", "")
-    return out
+    return out | getattr(cls, "FIELD_HELP", {})
 
 
 class SetValue(str):
@@ -472,17 +473,20 @@ def describe_config(config: Any) -> str:
 
     What `collab config show` prints; the text is itself a valid `--config` file.
     """
-    return "\n".join(_describe_lines(config, indent="")) + "\n"
+    return "\n".join(_describe_lines(config, field_help(type(config)))) + "\n"
 
 
-def _describe_lines(config: Any, indent: str) -> list[str]:
+def _describe_lines(config: Any, helps: dict[str, str], prefix: str = "") -> list[str]:
     lines: list[str] = []
+    indent = "  " * prefix.count(".")
     for f in fields(config):
         value = getattr(config, f.name)
-        lines.append(f"{indent}# {f.metadata.get('help', '')}")
+        key = prefix + f.name
+        # A section's own line has its field's help; its fields, the dotted keys' helps.
+        lines.append(f"{indent}# {helps.get(key, f.metadata.get('help', ''))}")
         if is_dataclass(value):
             lines.append(f"{indent}{f.name}:")
-            lines.extend(_describe_lines(value, indent + "  "))
+            lines.extend(_describe_lines(value, helps, f"{key}."))
         else:
             lines.append(f"{indent}{f.name}: {_inline_yaml(value)}")
     return lines

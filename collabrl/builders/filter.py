@@ -25,7 +25,7 @@ what an uninterrupted one does. A call that fails is not written: the problem st
 out (it has fewer than k samples) until a re-run retries it. A run in which every call
 failed is refused as a whole (one error; a folder it made is removed).
 
-A problem row over `MAX_PROBLEM_CHARS` characters (builders/policy.py) is skipped: never
+A problem row over `MAX_PROBLEM_CHARS` characters (data/benchmarks.py) is skipped: never
 sent to the teacher nor kept, counted as `oversized` in stats.json and noted by the CLI.
 """
 
@@ -41,7 +41,6 @@ from collabrl import runs
 from collabrl.builders.decontaminate import Decontamination, decontaminate, evaluation_sets
 from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
 from collabrl.builders.plots import Panel
-from collabrl.builders.policy import oversized
 from collabrl.config import (
     MAX_SAMPLES,
     DataColumns,
@@ -136,12 +135,12 @@ def build_filter(
     config.check()
     if config.teacher is not None:
         check_collaborator(config.teacher, config.engine.api_key)
-    bench = load_benchmark(config.data, Fields.of(config), config.limit)
+    bench = load_benchmark(config.data, Fields.of(config), config.limit, keep_oversized=True)
     out = runs.out_folder(config.out, "filter", config.data, config.teacher or "decontaminated")
     folder = BuildFolder(out)
     samples_path = out / runs.SAMPLES
     with runs.run_folder(config, out, RESUMABLE_KEYS, (samples_path, folder.rows_path)):
-        items = [item for item in bench.items if not oversized(item)]
+        items = [item for item in bench.items if not item.oversized]
         skipped, cleaned = len(bench.items) - len(items), None
         if config.decontaminate:
             cleaned = decontaminate(items, evaluation_sets())

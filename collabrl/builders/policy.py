@@ -11,7 +11,7 @@ from collabrl import runs
 from collabrl.builders.folder import BuildFolder
 from collabrl.builders.sampling import MakeRow, write_rows
 from collabrl.config import EngineConfig, SamplingConfig
-from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
+from collabrl.data.benchmarks import MAX_PROBLEM_CHARS, Benchmark, Fields, load_benchmark
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.endpoints import check_collaborator
@@ -22,15 +22,9 @@ from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.sampling import Unit, sample_chunks
 from collabrl.protocols.solo import SoloProtocol
 
-# A problem row (problem, answer and solution) longer than this is skipped, not sampled:
-# ~25K tokens, past the context the models here are trained at, and a 50 MB row would
-# only exhaust memory in tokenization and attention. Builders record it as a rejection.
-MAX_PROBLEM_CHARS = 100_000
+# A problem row over MAX_PROBLEM_CHARS is skipped, not sampled, and recorded as this
+# rejection: one such row must not end a build over a large data set.
 OVERSIZED = f"problem over {MAX_PROBLEM_CHARS} characters"
-
-
-def oversized(item: Item) -> bool:
-    return len(item.problem) + len(item.answer) + len(item.solution or "") > MAX_PROBLEM_CHARS
 
 
 class PolicyConfig(Protocol):
@@ -64,7 +58,7 @@ def open_build(
         check_collaborator(config.model, config.engine.api_key)
     if config.tokenizer is not None:
         resolve_model(config.tokenizer)
-    bench = load_benchmark(config.data, Fields.of(config), config.limit)
+    bench = load_benchmark(config.data, Fields.of(config), config.limit, keep_oversized=True)
     out = runs.out_folder(config.out, kind, config.data, config.model)
     with BuildFolder.open(config, out, resumable) as folder:
         yield bench, folder
@@ -88,9 +82,9 @@ def sample_into(
     done = folder.done()
     # Never sampled, not even with its chunk (a partly done chunk is sampled again whole).
     done |= folder.reject(
-        [u.key for u in units if u.key not in done and oversized(u.item)], OVERSIZED
+        [u.key for u in units if u.key not in done and u.item.oversized], OVERSIZED
     )
-    units = [u for u in units if not oversized(u.item)]
+    units = [u for u in units if not u.item.oversized]
     todo = sum(u.key not in done for u in units)
     if not todo or (rows_wanted is not None and len(folder.rows()) >= rows_wanted):
         return 0

@@ -59,7 +59,7 @@ def _print_summary(stats: dict, out_dir: Path, new_samples: int) -> None:
     if "stand_in" in stats:
         console.print(f"[yellow]{stats['stand_in']}[/]")
     if stats["oversized"]:
-        from collabrl.builders.policy import MAX_PROBLEM_CHARS
+        from collabrl.data.benchmarks import MAX_PROBLEM_CHARS
 
         skipped = stats["oversized"]
         console.print(f"note: {skipped} problems skipped, each over {MAX_PROBLEM_CHARS} characters")

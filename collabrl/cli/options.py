@@ -10,6 +10,7 @@ protocols (torch, openai), which no other `collab` call should wait for.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,23 @@ _KEY_MARK = "config-key:"
 def config_option(key: str, *decls: str) -> Any:
     """An option that sets config key `key` (dotted); None when not given."""
     return typer.Option(None, *decls, help=_KEY_MARK + key, show_default=False)
+
+
+def renamed_option(key: str, old: str) -> Any:
+    """A flag's old name, hidden from --help, still setting `key`; the command calls
+    `note_renamed` with its value (read until the release `RENAMED_UNTIL` names)."""
+    return typer.Option(None, old, help=_KEY_MARK + key, show_default=False, hidden=True)
+
+
+def note_renamed(old: str, new: str, value: Any) -> None:
+    """The note an old flag name prints when it was given."""
+    from collabrl.config import RENAMED_UNTIL
+
+    if value is not None:
+        print(
+            f"note: {old} is now {new}; the old name is read until collabrl {RENAMED_UNTIL}",
+            file=sys.stderr,
+        )
 
 
 def config_argument(key: str, required: bool = False) -> Any:

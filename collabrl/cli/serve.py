@@ -24,8 +24,8 @@ def serve(
     tensor_parallel_size: int = opt.config_option(
         "engine.tensor_parallel_size", "--tensor-parallel-size"
     ),
-    # --max-batch-size: the flag's name in 0.1, kept for one release.
-    batch_size: int = opt.config_option("engine.batch_size", "--batch-size", "--max-batch-size"),
+    batch_size: int = opt.BATCH_SIZE,
+    max_batch_size: int = opt.renamed_option("engine.batch_size", "--max-batch-size"),  # 0.1
     device: str = opt.DEVICE,
     transport: str = opt.config_option("transport", "--transport"),
     tool: list[str] = opt.config_option("tools", "--tool"),
@@ -39,6 +39,7 @@ def serve(
     from collabrl.serve.config import ROLES
     from collabrl.serve.server import choose_engine, resolve_api_key, serve_embedded
 
+    opt.note_renamed("--max-batch-size", "--batch-size", max_batch_size)
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)

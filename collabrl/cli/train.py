@@ -279,3 +279,9 @@ def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
         if key in start:
             table.add_row(key, f"{start[key]:.4f}", f"{final[key]:.4f}")
     console.print(table)
+    paired = evaluation["paired"]
+    console.print(
+        f"of {int(start['problems'])} problems: {paired['gained']} newly solved, "
+        f"{paired['lost']} lost (sign test p = {paired['p_value']:.3g}: the chance of a "
+        "split this uneven if training changed nothing)"
+    )

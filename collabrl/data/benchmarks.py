@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from collabrl.config import DataColumns
 
 
+# A problem row (problem, answer and solution together) longer than this is refused at
+# load, or skipped by the builders (they record it as a rejection): ~25K tokens, past the
+# context the models here are trained at, and a 50 MB row would only exhaust memory in
+# tokenization and attention.
+MAX_PROBLEM_CHARS = 100_000
+
+
 @dataclass(frozen=True)
 class Item:
     id: str
@@ -28,6 +35,15 @@ class Item:
     answer: str
     # A worked solution, where the data has one: what the `reference` stand-in writes.
     solution: str | None = None
+
+    @property
+    def chars(self) -> int:
+        """Characters of the row's text (what MAX_PROBLEM_CHARS bounds)."""
+        return len(self.problem) + len(self.answer) + len(self.solution or "")
+
+    @property
+    def oversized(self) -> bool:
+        return self.chars > MAX_PROBLEM_CHARS
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,14 @@ class BenchmarkSpec:
     prompt: str = "relay"
     extract_fallback: tuple[str, ...] = ()
     split: str = "test"  # "train" marks a training set; the rest are evaluation benchmarks
+    # Rows kept from the file: column -> the values kept (a subset of a file, by family).
+    where: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def keeps(self, row: Row) -> bool:
+        return all(
+            isinstance(row.data, dict) and row.data.get(column) in values
+            for column, values in self.where
+        )
 
 
 @dataclass(frozen=True)
@@ -90,24 +114,33 @@ def registry() -> dict[str, BenchmarkSpec]:
             prompt=entry.get("prompt", "relay"),
             extract_fallback=tuple(entry.get("extract_fallback", ())),
             split=entry.get("split", "test"),
+            where=tuple(
+                (column, tuple(values)) for column, values in entry.get("where", {}).items()
+            ),
         )
         for name, entry in raw.items()
     }
 
 
 def load_benchmark(
-    name_or_path: str, fields: Fields = Fields(), limit: int | None = None
+    name_or_path: str,
+    fields: Fields = Fields(),
+    limit: int | None = None,
+    keep_oversized: bool = False,
 ) -> Benchmark:
     """A registered benchmark by name, or user data from a path.
 
     Every row is checked, not only the first `limit`: a bad row is an error that names
     its place (`file:line`), never a crash at generation time or a silently wrong score.
+    A row over MAX_PROBLEM_CHARS is such an error, unless `keep_oversized` (the builders
+    skip those rows themselves and count them).
     """
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be >= 1, got {limit}", "drop --limit to use every item")
     spec = registry().get(name_or_path)
     if spec is not None:
-        items = _to_items(_read_jsonl(data_dir() / spec.file), Fields(), spec.file)
+        rows = [row for row in _read_jsonl(data_dir() / spec.file) if spec.keeps(row)]
+        items = _to_items(rows, Fields(), spec.file, True)
         return Benchmark(spec.name, items[:limit], spec.prompt, spec.extract_fallback)
     path = Path(name_or_path).expanduser()
     if not path.exists():
@@ -115,7 +148,7 @@ def load_benchmark(
             f"unknown benchmark '{name_or_path}'",
             "run `collab benchmarks` for names, or pass a .jsonl/.parquet file or dataset folder",
         )
-    items = _to_items(_read_rows(path, fields.split), fields, str(path))
+    items = _to_items(_read_rows(path, fields.split), fields, str(path), keep_oversized)
     return Benchmark(path.stem, items[:limit], extract_fallback=("last_number",))
 
 
@@ -205,7 +238,7 @@ def _split_of(path: Path, splits: list[str], split: str | None) -> str:
     return split
 
 
-def _to_items(rows: list[Row], fields: Fields, where: str) -> list[Item]:
+def _to_items(rows: list[Row], fields: Fields, where: str, keep_oversized: bool) -> list[Item]:
     """One Item per row; ids must be unique, since samples are matched to items by id."""
     if not rows:
         raise UserError(f"{where} has no rows", "check the file")
@@ -219,6 +252,12 @@ def _to_items(rows: list[Row], fields: Fields, where: str) -> list[Item]:
                 "give every row its own id (two rows with one id would share their samples)",
             )
         first_seen[item.id] = row.where
+        if item.oversized and not keep_oversized:
+            raise UserError(
+                f"{row.where}: the problem row is {item.chars:,} characters, over the "
+                f"{MAX_PROBLEM_CHARS:,} a row may have",
+                "shorten or drop the row (collab build-warmup and filter skip such rows)",
+            )
         items.append(item)
     return items
 
@@ -230,7 +269,7 @@ def _to_item(row: Row, fields: Fields, index: int) -> Item:
         if column not in row.data:
             raise UserError(
                 f"{row.where} has no '{column}' column (columns: {', '.join(map(str, row.data))})",
-                "name the columns: collab eval FILE --set problem_field=COLUMN "
+                "name the columns: --set problem_field=COLUMN "
                 "--set answer_field=COLUMN [--set id_field=COLUMN]",
             )
     # Without an id column the 0-based row index is the id.

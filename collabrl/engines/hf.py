@@ -33,6 +33,7 @@ from collabrl.engines.base import (
     encode_prompt,
 )
 from collabrl.engines.continuous import Decoder, PrefixStore, Row, supports_row_caches
+from collabrl.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -156,10 +157,11 @@ class TransformersEngine:
         params.check_seeds(len(prompts))
         params.check_budgets(len(prompts))
         encoded = [self.encode(p) for p in prompts]
+        self._check_context(encoded)
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(params.n)]
         row_prompts = [ids for _, ids in rows]
         # From here on a row is a prompt: each row with its own seed and budget.
-        budgets = tuple(params.prompt_budget(i) for i, _ in rows) if params.budgets else ()
+        budgets = self._row_budgets(params, rows)
         params = dataclasses.replace(
             params, seeds=_row_seeds(params, len(prompts)), budgets=budgets
         )
@@ -171,6 +173,28 @@ class TransformersEngine:
         for (prompt_index, _), completion in zip(rows, results, strict=True):
             grouped[prompt_index].append(completion)
         return grouped
+
+    def _check_context(self, encoded: list[list[int]]) -> None:
+        """Refuse a prompt that leaves the model no room to answer, as vLLM does (a
+        position past the context is an index error in some models, nonsense in others)."""
+        context = self.context_length
+        longest = max(map(len, encoded), default=0)
+        if context is not None and longest >= context:
+            raise UserError(
+                f"a prompt of {longest} tokens does not fit the model's context "
+                f"of {context} tokens",
+                "shorten the problem or the prompt template",
+            )
+
+    def _row_budgets(
+        self, params: SamplingParams, rows: list[tuple[int, list[int]]]
+    ) -> tuple[int, ...]:
+        """Each row's most new tokens: its prompt's budget, cut to what the context leaves
+        (the completion then ends as `length`, as vLLM ends it); () when all are
+        `max_tokens`."""
+        context = self.context_length or _UNSET_LENGTH
+        budgets = tuple(min(params.prompt_budget(i), context - len(ids)) for i, ids in rows)
+        return budgets if any(b != params.max_tokens for b in budgets) else ()
 
     def _generate_continuous(self, prompts: list[list[int]], params: SamplingParams):
         rows = [

@@ -40,6 +40,7 @@ __all__ = [
     "majority_answer",
     "normalize_answer",
     "pass_at_k",
+    "sign_test",
     "summarize",
 ]
 
@@ -66,6 +67,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         miss *= 1.0 - k / i
     return 1.0 - miss
+
+
+def sign_test(gained: int, lost: int) -> float:
+    """Two-sided exact sign test (McNemar's exact test) of one set of problems scored twice:
+    the chance, if the change did nothing, of a split between problems newly solved and
+    problems lost at least this uneven. Problems scored alike both times say nothing."""
+    changed = gained + lost
+    if changed == 0:
+        return 1.0
+    tail = sum(math.comb(changed, i) for i in range(min(gained, lost) + 1)) / 2**changed
+    return min(1.0, 2 * tail)
 
 
 def ks_for(n: int) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.engines.reference import REFERENCE
@@ -57,6 +58,10 @@ class EvolveConfig(DataColumns):
         "How proposals are sampled; n is the branches: candidates per model, problem and round.",
     )
     engine: EngineConfig = option(EngineConfig(), "Which engine runs each model and verifier.")
+
+    FIELD_HELP: ClassVar[dict[str, str]] = {
+        "sampling.n": "Branches: candidates each model proposes per problem and round."
+    }
 
     def check(self) -> None:
         """Refuse values no run can use, before the benchmark or any model is loaded."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from collabrl.config import EngineConfig, SamplingConfig, option
+from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.data.benchmarks import Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
@@ -19,8 +19,9 @@ from collabrl.protocols.config import ProtocolConfig
 
 
 @dataclass
-class InferConfig:
-    """One problem, from the command line or a benchmark item, through one protocol."""
+class InferConfig(DataColumns):
+    """One problem, from the command line or a benchmark item, through one protocol (the
+    item's columns named as in `collab eval`)."""
 
     model: str = option("smollm2-135m", "The policy (reasoner): model reference or base URL.")
     question: str | None = option(None, "The problem text (or use benchmark and item).")
@@ -74,7 +75,7 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
                 "pass --bench NAME [--item ID] instead of a QUESTION",
             )
         return Task("cli", config.question), (), None
-    bench = load_benchmark(config.benchmark, Fields())
+    bench = load_benchmark(config.benchmark, Fields.of(config))
     item = _pick(bench.items, config.item or "0")
     task = Task(item.id, item.problem, reference=Reference(item.answer, item.solution))
     return task, bench.extract_fallback, bench.prompt

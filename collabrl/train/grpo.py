@@ -20,6 +20,7 @@ from typing import Any
 from collabrl import runs
 from collabrl.data.benchmarks import Fields, load_benchmark
 from collabrl.engines.endpoints import check_collaborator
+from collabrl.eval.metrics import sign_test
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import (
@@ -30,7 +31,7 @@ from collabrl.train.grpo_config import (
     training_prompt,
 )
 from collabrl.train.rsim import PLANNER_DIR
-from collabrl.train.run import FINAL, start_run
+from collabrl.train.run import FINAL, quiet_trl_notices, start_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 
@@ -44,13 +45,16 @@ def train_grpo(
     called with optimizer steps (and the held-out evaluations' samples), `report` with a
     line per step and per evaluation."""
     config.check()
+    quiet_trl_notices()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     for ref in collaborators_of(rollout_protocol(config)):
         check_collaborator(ref, config.engine.api_key)  # down or wrong: before any work
     bench = load_benchmark(config.data, Fields.of(config), config.limit)
     out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
-        load_benchmark(config.eval_data, limit=config.eval_limit)  # a typo fails now, not last
+        # A typo or a wrong column fails now, not after training.
+        held_out = held_out_config(config, Path("checks-only"), config.model, None)
+        load_benchmark(config.eval_data, Fields.of(held_out), config.eval_limit)
     # "0: the whole run" horizons become numbers in config.yaml: a resume keeps them.
     config = pin_horizons(config, out)
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
@@ -97,4 +101,15 @@ def evaluate_run(
         if report is not None:
             report(f"held-out {config.eval_data}: evaluating the {name} policy")
         results[name] = run_eval(eval_config, progress=progress).metrics
+    results["paired"] = paired_change(out / "eval-start", out / "eval-final")
     return results
+
+
+def paired_change(start: Path, final: Path) -> dict[str, float]:
+    """The same held-out problems before and after (greedy: one sample each): how many the
+    training newly solved and lost, and the sign test's p-value of that split (a gain of
+    a few problems out of hundreds is often noise; this says how often)."""
+    before, after = runs.samples_by_item(start, 1), runs.samples_by_item(final, 1)
+    gained = sum(after[i][0]["correct"] and not before[i][0]["correct"] for i in before)
+    lost = sum(before[i][0]["correct"] and not after[i][0]["correct"] for i in before)
+    return {"gained": gained, "lost": lost, "p_value": sign_test(gained, lost)}

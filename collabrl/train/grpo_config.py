@@ -79,6 +79,11 @@ class GRPOTrainConfig(DataColumns):
         "Held-out benchmark scored greedily before and after training (e.g. arith; eapo "
         "with the expert channel locked); unset: no evaluation.",
     )
+    eval_split: str | None = option(
+        None,
+        "The held-out set's split when eval_data is a saved DatasetDict with several (its "
+        "columns are named as the training data's: problem_field, answer_field, id_field).",
+    )
     eval_limit: int | None = option(None, "Evaluate only the first N held-out problems.")
     eval_steps: int | None = option(
         None,
@@ -133,6 +138,10 @@ class GRPOTrainConfig(DataColumns):
         {}, "Any other GRPOConfig argument, passed last (e.g. {loss_type: dapo})."
     )
 
+    FIELD_HELP: ClassVar[dict[str, str]] = {
+        "sampling.n": "G, the group: samples per problem that GRPO normalises over "
+        "(TRL num_generations)."
+    }
     # Flat sampling keys of 0.1, read for one release (config.py, RENAMED).
     RENAMED: ClassVar[dict[str, str]] = {
         "num_generations": "sampling.n",
@@ -296,7 +305,7 @@ def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
 RESUMABLE_KEYS = frozenset(
     {
         *("out", "resume", "report_to", "engine", "steps", "save_steps", "save_rollouts"),
-        *("eval_data", "eval_limit", "eval_steps"),
+        *("eval_data", "eval_split", "eval_limit", "eval_steps"),
     }
 )
 
@@ -415,6 +424,10 @@ def held_out_config(
         protocol.planner = planner
     return EvalConfig(
         benchmark=config.eval_data,
+        problem_field=config.problem_field,
+        answer_field=config.answer_field,
+        id_field=config.id_field,
+        split=config.eval_split,
         model=model,
         prompt=prompt,
         limit=config.eval_limit,

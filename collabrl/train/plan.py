@@ -231,8 +231,25 @@ def _run_section(plan: TrainPlan, config: GRPOTrainConfig, launch: Launch) -> No
     plan.add(section, "steps", config.steps)
     plan.add(section, "processes", f"{launch.processes} ({launch.source})")
     plan.add(section, "ZeRO stage", launch.zero_stage or "none")
-    if not _data_known(config.data):
-        plan.warnings.append(f"data '{config.data}' is not on this machine")
+    _data_rows(plan, config)
+
+
+def _data_rows(plan: TrainPlan, config: GRPOTrainConfig) -> None:
+    """The training and held-out sets, opened as the run opens them (a missing column or
+    a bad row is refused here too); one not on this machine is a warning."""
+    from collabrl.data.benchmarks import Fields, load_benchmark
+    from collabrl.train.grpo_config import held_out_config
+
+    sets = [("problems", config.data, Fields.of(config), config.limit)]
+    if config.eval_data is not None:
+        held_out = held_out_config(config, Path("checks-only"), config.model, None)
+        sets.append(("held-out", config.eval_data, Fields.of(held_out), config.eval_limit))
+    for label, data, fields, limit in sets:
+        if _data_known(data):
+            count = len(load_benchmark(data, fields, limit).items)
+            plan.add("run", label, count if data == config.data else f"{count} ({data})")
+        else:
+            plan.warnings.append(f"{label} '{data}' is not on this machine")
 
 
 def _data_known(data: str) -> bool:

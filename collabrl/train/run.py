@@ -17,6 +17,7 @@ import importlib.util
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -92,6 +93,16 @@ def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:
                 f"trl.{key} is not a TRL {args_class.__name__} argument",
                 f"see TRL's {args_class.__name__} reference",
             )
+
+
+def quiet_trl_notices() -> None:
+    """Stop two warnings that every run printed and no setting of ours can avoid: TRL
+    calling `rollout_func` experimental (the TRL versions it works with are bounded in
+    pyproject.toml and tested), and TRL reading transformers' deprecated
+    `is_gradient_checkpointing` at each step. Filtered by message for this process only:
+    every other warning still shows."""
+    warnings.filterwarnings("ignore", message=".*'rollout_func'", category=UserWarning)
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
 
 
 def start_run(

@@ -42,6 +42,7 @@ from collabrl.train.run import (
     check_trl_keys,
     checkpoint_step,
     plot_curves,
+    quiet_trl_notices,
     recorder,
     save_final,
     start_run,
@@ -187,6 +188,7 @@ def train_sft(
     import transformers
 
     config.check()
+    quiet_trl_notices()
     ref = resolve_model(config.model)
     rows = with_template_options(load_rows(config.data or ""), config.chat_template_kwargs)
     out = runs.out_folder(config.out, "sft", config.data or "", config.model)

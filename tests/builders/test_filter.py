@@ -13,9 +13,8 @@ import pytest
 
 from collabrl.builders.decontaminate import NGRAM, words
 from collabrl.builders.filter import FilterConfig, build_filter
-from collabrl.builders.policy import MAX_PROBLEM_CHARS
 from collabrl.config import EngineConfig, SamplingConfig
-from collabrl.data.benchmarks import load_benchmark
+from collabrl.data.benchmarks import MAX_PROBLEM_CHARS, load_benchmark
 from collabrl.engines.base import Completion, SamplingParams
 from collabrl.errors import UserError
 from collabrl.runs import read_records

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collabrl.builders.folder import ROWS, STATS
-from collabrl.builders.policy import MAX_PROBLEM_CHARS, OVERSIZED
+from collabrl.builders.policy import OVERSIZED
 from collabrl.builders.rsim_warmup import (
     EXAMPLES,
     FEW_SHOT_PROMPT,
@@ -19,6 +19,7 @@ from collabrl.builders.rsim_warmup import (
     steps_of,
 )
 from collabrl.config import SamplingConfig
+from collabrl.data.benchmarks import MAX_PROBLEM_CHARS
 from collabrl.engines.base import Prompt
 from collabrl.protocols.strategy import STEP_PROMPT
 from collabrl.runs import DATASET

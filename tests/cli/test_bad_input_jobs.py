@@ -475,3 +475,28 @@ def test_an_oversized_problem_is_skipped_with_a_note(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in (out / "rows.jsonl").read_text().splitlines()] == [
         "small"
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "{huge}", "--model", "smollm2-135m", "--limit", "1"],
+        ["infer", "solo", "--bench", "{huge}", "--model", "smollm2-135m"],
+        ["evolve", "{huge}", "--model", "smollm2-135m", "--protocol", "solo"],
+        ["train", "grpo", "--data", "{huge}", "--steps", "1"],
+        ["train", "grpo", "--data", "arith_train", "--eval-data", "{huge}", "--steps", "1"],
+    ],
+    ids=lambda args: " ".join(args[:2]) + (" --eval-data" if "--eval-data" in args else ""),
+)
+def test_an_oversized_problem_is_refused_where_no_row_may_be_skipped(
+    args: list[str], cwd: Path, tmp_path: Path
+) -> None:
+    """Eval, infer, evolve and train score or learn every row: one over the bound is
+    refused before any model loads, naming its line."""
+    huge = tmp_path / "huge.jsonl"
+    rows = [
+        {"id": "small", "problem": "What is 2 + 3?", "answer": "5"},
+        {"id": "huge", "problem": "What is " + "1 + " * 50_000 + "1?", "answer": "50001"},
+    ]
+    huge.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refused(args, f"{huge}:2: the problem row is 200,015 characters", cwd, {"huge": str(huge)})

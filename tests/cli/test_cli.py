@@ -366,6 +366,18 @@ def test_serve_vllm_without_vllm_keeps_the_install_hint_intact(tmp_path: Path) -
     assert_one_line_error(result, "vLLM is not installed", "collabrl[vllm]")
 
 
+def test_serve_reads_the_old_batch_size_flag_with_a_note(tmp_path: Path) -> None:
+    args = ("serve", "expert", "--engine", "transformers", "--dry-run")
+    old = collab(*args, "--max-batch-size", "3", cwd=tmp_path)
+    assert old.returncode == 0 and "batches of up to 3" in old.stdout
+    assert old.stderr.strip() == (
+        "note: --max-batch-size is now --batch-size; the old name is read until collabrl 0.3"
+    )
+    new = collab(*args, "--batch-size", "3", cwd=tmp_path)
+    assert "batches of up to 3" in new.stdout and not new.stderr
+    assert "--max-batch-size" not in collab("serve", "--help", cwd=tmp_path).stdout
+
+
 def test_serve_unknown_role(tmp_path: Path) -> None:
     assert_one_line_error(collab("serve", "oracle", cwd=tmp_path), "unknown role 'oracle'")
 

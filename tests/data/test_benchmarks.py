@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from collabrl.data.benchmarks import Fields, Item, data_dir, load_benchmark, registry
+from collabrl.data.benchmarks import (
+    MAX_PROBLEM_CHARS,
+    Fields,
+    Item,
+    data_dir,
+    load_benchmark,
+    registry,
+)
 from collabrl.data.prompts import PROMPTS
 from collabrl.errors import UserError
 
@@ -21,12 +28,14 @@ EXPECTED_COUNTS = {
     "olympiadbench": 675,
     "arith": 420,
     "arith_train": 3225,
+    "arith4": 170,
+    "arith4_train": 1225,
     "gsm8k_train": 7473,
     "math_train": 7498,
     "dapo_math_17k": 17917,
 }
 
-TRAINING_SETS = {"arith_train", "gsm8k_train", "math_train", "dapo_math_17k"}
+TRAINING_SETS = {"arith_train", "arith4_train", "gsm8k_train", "math_train", "dapo_math_17k"}
 
 ROWS = [
     {"qid": "q-a", "question": "What is {x} if x = 2?", "solution": "2", "extra": 1},
@@ -80,6 +89,16 @@ def test_every_shipped_data_file_loads(file: str) -> None:
     items = load_benchmark(str(path)).items
     assert len(items) == len(rows)
     assert [item.id for item in items] == [json.loads(row)["id"] for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("subset", "whole"), [("arith4", "arith"), ("arith4_train", "arith_train")]
+)
+def test_a_where_entry_keeps_its_families_in_file_order(subset: str, whole: str) -> None:
+    families = ("add1", "add2", "sub2", "mul21")
+    kept = [i for i in load_benchmark(whole).items if i.id.split("-")[2] in families]
+    assert load_benchmark(subset).items == kept
+    assert [i.id.split("-")[2] for i in kept[:8]] == [*families, *families]  # --limit 8: 2 each
 
 
 def test_gsm8k_falls_back_to_the_last_number() -> None:
@@ -368,3 +387,13 @@ def test_bad_row_in_parquet_names_its_row(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
     with pytest.raises(UserError, match=rf"{path} row 2: 'problem' is null"):
         load_benchmark(str(path))
+
+
+def test_an_oversized_row_is_refused_at_load_unless_a_builder_keeps_it(tmp_path: Path) -> None:
+    huge = "1 + " * (MAX_PROBLEM_CHARS // 4) + "1"
+    rows = [{"problem": "What is 1 + 1?", "answer": "2"}, {"problem": huge, "answer": "x"}]
+    path = _write_jsonl(tmp_path / "rows.jsonl", rows)
+    with pytest.raises(UserError, match=rf"{path}:2: the problem row is 100,00\d characters"):
+        load_benchmark(str(path), limit=1)  # found even beyond --limit
+    kept = load_benchmark(str(path), keep_oversized=True).items
+    assert [item.oversized for item in kept] == [False, True]

@@ -486,3 +486,26 @@ def test_context_length_ignores_the_tokenizers_unknown_sentinel(
 ) -> None:
     assert tiny_engine.tokenizer.model_max_length > 10**20  # transformers' "unknown"
     assert tiny_engine.context_length == 2048  # the model's max_position_embeddings
+
+
+def _prompt_of(engine: TransformersEngine, tokens: int) -> str:
+    """A raw-text prompt that encodes to exactly `tokens` tokens."""
+    text = " one" * tokens
+    while len(engine.encode(text)) > tokens:
+        text = text[: -len(" one")]
+    assert len(engine.encode(text)) == tokens
+    return text
+
+
+def test_a_prompt_past_the_context_is_refused_in_one_line(tiny_engine: TransformersEngine) -> None:
+    long = _prompt_of(tiny_engine, tiny_engine.context_length)
+    with pytest.raises(UserError, match="does not fit the model's context of 2048 tokens"):
+        tiny_engine.generate([SHORT, long], SamplingParams(max_tokens=4))
+
+
+def test_a_budget_past_the_context_is_cut_to_what_is_left(tiny_engine: TransformersEngine) -> None:
+    near = _prompt_of(tiny_engine, tiny_engine.context_length - 3)
+    params = SamplingParams(max_tokens=40, temperature=0.0)
+    [[cut], [whole]] = tiny_engine.generate([near, SHORT], params)
+    assert len(cut.token_ids) == 3 and cut.finish_reason == "length"
+    assert len(whole.token_ids) == 40  # the other prompt of the batch keeps its budget

@@ -14,6 +14,7 @@ from collabrl.eval.metrics import (
     majority_answer,
     normalize_answer,
     pass_at_k,
+    sign_test,
     summarize,
 )
 
@@ -242,3 +243,18 @@ def test_summarize_rejects_problem_without_samples() -> None:
 def test_summarize_rejects_misaligned_lists() -> None:
     with pytest.raises(ValueError):
         summarize([ProblemSamples("x", [True, False], [1.0], ["1", "2"])])
+
+
+@pytest.mark.parametrize(
+    ("gained", "lost", "expected"),
+    [(9, 1, 22 / 1024), (1, 9, 22 / 1024), (0, 0, 1.0), (3, 3, 1.0), (5, 0, 2 / 32)],
+)
+def test_sign_test_hand_values(gained: int, lost: int, expected: float) -> None:
+    assert sign_test(gained, lost) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("gained", "lost"), [(29, 9), (20, 20), (0, 7), (12, 30), (1, 0)])
+def test_sign_test_matches_scipys_binomial_test(gained: int, lost: int) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    expected = stats.binomtest(gained, gained + lost, 0.5).pvalue
+    assert sign_test(gained, lost) == pytest.approx(expected, rel=1e-9)

@@ -3,6 +3,7 @@ reference teacher, refusals, and resuming from a checkpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -143,8 +144,20 @@ def test_a_held_out_evaluation_scores_the_start_and_the_trained_policy(
 ) -> None:
     config = _config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=3)
     result = train_grpo(config)
-    assert set(result.evaluation) == {"start", "final"}
+    assert set(result.evaluation) == {"start", "final", "paired"}
     assert result.evaluation["final"]["problems"] == 3
+    correct = {
+        name: [
+            json.loads(line)["correct"]
+            for line in (tmp_path / f"eval-{name}" / "samples.jsonl").open()
+        ]
+        for name in ("start", "final")
+    }
+    pairs = list(zip(correct["start"], correct["final"], strict=True))
+    paired = result.evaluation["paired"]
+    assert paired["gained"] == sum(not s and f for s, f in pairs)
+    assert paired["lost"] == sum(s and not f for s, f in pairs)
+    assert 0 < paired["p_value"] <= 1
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["start"]["pass@1"] == result.evaluation["start"]["pass@1"]
     assert (tmp_path / "eval-final" / "samples.jsonl").is_file()
@@ -154,6 +167,37 @@ def test_a_mistyped_held_out_set_fails_before_training(tiny_model_dir: Path, tmp
     with pytest.raises(UserError, match="unknown benchmark"):
         train_grpo(_config(tiny_model_dir, tmp_path, eval_data="no-such-set"))
     assert not (tmp_path / METRICS).exists()
+
+
+def _two_split_folder(path: Path) -> Path:
+    """A saved DatasetDict with its own column names, a train and a test split."""
+    import datasets
+
+    def rows(split: str, count: int) -> datasets.Dataset:
+        return datasets.Dataset.from_list(
+            [
+                {"key": f"{split}-{i}", "question": f"What is {i} + 1?", "target": str(i + 1)}
+                for i in range(count)
+            ]
+        )
+
+    datasets.DatasetDict({"train": rows("train", 4), "test": rows("test", 3)}).save_to_disk(path)
+    return path
+
+
+def test_the_held_out_set_reads_the_training_columns_and_its_own_split(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    data = str(_two_split_folder(tmp_path / "data"))
+    columns = {"problem_field": "question", "answer_field": "target", "id_field": "key"}
+    out = tmp_path / "run"
+    config = _config(tiny_model_dir, out, steps=1, data=data, eval_data=data, **columns)
+    with pytest.raises(UserError, match="holds the splits"):  # before any work
+        train_grpo(dataclasses.replace(config, split="train"))
+    assert not out.exists()
+    train_grpo(dataclasses.replace(config, split="train", eval_split="test"))
+    samples = (out / "eval-final" / "samples.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["item_id"] for line in samples) == ["test-0", "test-1", "test-2"]
 
 
 # ---------------------------------------------------------------- the GRPOConfig it builds
@@ -323,7 +367,7 @@ def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_p
     assert [row["step"] for row in logged] == [1, 2]
     assert (tmp_path / "eval-step-1" / "metrics.json").is_file()
     assert any(line.startswith("held-out arith at step 2: pass@1 ") for line in lines)
-    assert set(result.evaluation) == {"start", "final"}
+    assert set(result.evaluation) == {"start", "final", "paired"}
 
 
 @pytest.mark.parametrize(

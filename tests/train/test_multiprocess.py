@@ -34,7 +34,8 @@ def test_relay_trains_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> 
     # One process evaluates and reports: one announcement, one table, one line a step.
     assert done.stdout.count("evaluating the start policy") == 1
     assert done.stdout.count("step 2/2 · ") == 1
-    assert json.loads((tmp_path / "run" / "eval.json").read_text()).keys() == {"start", "final"}
+    evaluation = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert evaluation.keys() == {"start", "final", "paired"}
 
 
 @pytest.mark.slow

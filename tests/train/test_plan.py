@@ -3,6 +3,7 @@ weight, the memory arithmetic by hand, and bad settings refused with one line.""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,19 @@ def test_an_inconsistent_setting_is_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "invalid TRL settings: generation_batch_size (4)" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_dry_run_opens_the_data_as_the_run_would(tmp_path: Path) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"q": "What is 1 + 1?", "a": "2"}\n{"q": "What is 2 + 2?", "a": "4"}\n')
+    config = _load(CONFIGS / "grpo-cpu-arith.yaml", data=str(data), eval_data="arith")
+    with pytest.raises(UserError, match="rows.jsonl:1 has no 'problem' column"):
+        plan_run(config)
+    named = dataclasses.replace(config, problem_field="q", answer_field="a", eval_limit=18)
+    rows = _rows(plan_run(named))
+    assert rows["problems"] == "2" and rows["held-out"] == "18 (arith)"
+    elsewhere = _load(CONFIGS / "grpo-cpu-arith.yaml", data="/cluster/data.jsonl")
+    assert "problems '/cluster/data.jsonl' is not on this machine" in plan_run(elsewhere).warnings
 
 
 def test_sizes_are_read_off_a_models_name() -> None:
