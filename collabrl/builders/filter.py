@@ -53,7 +53,7 @@ from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.endpoints import check_collaborator
-from collabrl.engines.reference import REFERENCE, STAND_IN_NOTE, Reference
+from collabrl.engines.reference import STAND_IN_NOTE, Reference, is_stand_in
 from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
 from collabrl.rewards.extract import extract_answer
@@ -218,7 +218,7 @@ def sample_teacher(
             if not groups:
                 continue
             calls = [
-                Call(1, template.messages(i.problem), Reference(i.answer, i.solution))
+                Call(1, template.messages(i.problem), Reference(i.answer, i.solution, i.id))
                 for i in members
             ]
             # Sample s of every problem is asked with seed + s (its own request each).
@@ -349,7 +349,7 @@ def filter_stats(
             "dropped": len(cleaned.dropped),
             "per_benchmark": cleaned.counts(),
         }
-    if config.teacher == REFERENCE:
+    if config.teacher is not None and is_stand_in(config.teacher):
         stats["stand_in"] = STAND_IN_NOTE
     return stats
 

@@ -182,11 +182,25 @@ def report(
         help="Also draw every run's pass@k against k (log2 axis) into this image "
         "(.png, .pdf or .svg), from the runs' samples.",
     ),
+    by: str = typer.Option(
+        None,
+        "--by",
+        help="Also a table per group of problems: the first capture of this regular "
+        "expression in each problem's id (arith's families: 'arith-\\w+-(\\w+)-'), with "
+        "the share right, right without a call, calling, calls, call ratio and "
+        "collaborator tokens.",
+    ),
 ) -> None:
     """Compare finished runs side by side, one row per run labelled by model, protocol
     and benchmark (and against random/perfect routers; --plot draws pass@k curves)."""
     from collabrl.errors import UserError
-    from collabrl.eval.report import load_run, plot_pass_at_k, report_rows, router_rows
+    from collabrl.eval.report import (
+        group_rows,
+        load_run,
+        plot_pass_at_k,
+        report_rows,
+        router_rows,
+    )
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{format}'", "use table, markdown or json")
@@ -196,6 +210,8 @@ def report(
     tables = [report_rows(loaded)]
     if student is not None:
         tables.append(router_rows(student, teacher, loaded))
+    if by is not None:
+        tables.append(group_rows(loaded, by))
     if plot is not None:
         plot_pass_at_k(loaded, plot)
         # On stderr: stdout stays a table, markdown or JSON that can be piped.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collabrl.config import EndpointConfig, PoolConfig
 from collabrl.engines import is_url
-from collabrl.engines.reference import REFERENCE, REFERENCE_NAME
+from collabrl.engines.reference import is_stand_in
 from collabrl.errors import UserError
 
 ASSIGNMENTS = ("round_robin", "per_expert")
@@ -56,8 +56,8 @@ def endpoint_index(expert_id: int, num_experts: int, num_endpoints: int) -> int 
 
 def endpoint_name(endpoint: EndpointConfig) -> str:
     """How records and logs name an endpoint (never with its API key)."""
-    if endpoint.ref == REFERENCE:
-        return REFERENCE_NAME
+    if is_stand_in(endpoint.ref):
+        return f"{endpoint.ref} (stand-in)"
     if is_url(endpoint.ref) and endpoint.served_model:
         return f"{endpoint.served_model}@{endpoint.ref}"
     return endpoint.ref
@@ -106,7 +106,7 @@ def check_reachable(ref: str, api_key: str | None) -> None:
 def check_collaborator(ref: str, api_key: str | None) -> None:
     """A collaborator reference that cannot serve: an unreachable URL, or a local model
     that does not resolve (the `reference` stand-in always can)."""
-    if ref == REFERENCE:
+    if is_stand_in(ref):
         return
     if is_url(ref):
         check_reachable(ref, api_key)

@@ -51,7 +51,7 @@ from collabrl.engines.endpoints import (
 )
 from collabrl.engines.loop import LoopThread
 from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
-from collabrl.engines.reference import REFERENCE, REFERENCE_NAME, Reference, reference_completion
+from collabrl.engines.reference import Reference, reference_completion, stand_in_accuracy
 from collabrl.engines.response_cache import ResponseCache, cacheable
 from collabrl.engines.retry import describe, is_transient
 
@@ -216,8 +216,9 @@ class ExpertPool:
         except ValueError as err:  # checked per call: one bad prompt must not sink a batch
             reason = f"invalid prompt: {err}"
             return CallRecord(expert_id, name, prompt, None, "unavailable", reason)
-        if endpoint.ref == REFERENCE:
-            return self._ask_reference(expert_id, prompt, reference, params)
+        accuracy = stand_in_accuracy(endpoint.ref)
+        if accuracy is not None:
+            return self._ask_reference(expert_id, name, prompt, reference, params, accuracy)
         entry = self._cached(endpoint, prompt, params)
         if entry is None:
             return None
@@ -235,18 +236,21 @@ class ExpertPool:
     def _ask_reference(
         self,
         expert_id: int,
+        name: str,
         prompt: Prompt,
         reference: Reference | None,
         params: SamplingParams,
+        accuracy: float,
     ) -> CallRecord:
         """The stand-in's answer, or "unavailable" for a call that brought no reference."""
         if reference is None:
-            return CallRecord(expert_id, REFERENCE_NAME, prompt, None, "unavailable", NO_REFERENCE)
+            return CallRecord(expert_id, name, prompt, None, "unavailable", NO_REFERENCE)
         started = time.perf_counter()
-        completion = reference_completion(reference, params.max_tokens, self._reference_tokenizer())
+        tokenizer = self._reference_tokenizer()
+        completion = reference_completion(reference, params.max_tokens, tokenizer, accuracy)
         return CallRecord(
             expert_id,
-            REFERENCE_NAME,
+            name,
             prompt,
             completion.text,
             "ok",

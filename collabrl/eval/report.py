@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,58 @@ def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             cells.append(format_value(m.get(key)))
         rows.append(cells)
     return header, rows
+
+
+# The per-group columns (`--by`): what a group's samples did, alone and with help.
+GROUP_COLUMNS = (
+    *("run", "group", "samples", "accuracy", "alone", "calling", "calls"),
+    *("call_ratio", "helper_tokens"),
+)
+
+
+def group_rows(loaded: list[dict[str, Any]], by: str) -> tuple[list[str], list[list[str]]]:
+    """One row per run and group of problems, the group being the first capture of the
+    regular expression `by` in a problem's id (arith's family: `arith-\\w+-(\\w+)-`):
+    the share of samples right, right without a call, and that called, the calls per
+    sample, the mean share of tokens a collaborator wrote and its tokens per sample."""
+    pattern = _group_pattern(by)
+    rows = []
+    for run, name in zip(loaded, run_names(loaded), strict=True):
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for item, samples in runs.samples_by_item(Path(run["run"]), run["n"]).items():
+            match = pattern.search(item)
+            groups.setdefault(match.group(1) if match else "(other)", []).extend(samples)
+        rows += [[name, group, *_group_cells(samples)] for group, samples in groups.items()]
+    return list(GROUP_COLUMNS), rows
+
+
+def _group_pattern(by: str) -> re.Pattern[str]:
+    try:
+        pattern = re.compile(by)
+    except re.error as err:
+        raise UserError(f"--by '{by}' is not a regular expression ({err})", "fix it") from err
+    if pattern.groups < 1:
+        raise UserError(f"--by '{by}' captures nothing", "put the group's part in (…)")
+    return pattern
+
+
+def _group_cells(samples: list[dict[str, Any]]) -> list[str]:
+    count = len(samples)
+    called = [s for s in samples if s.get("calls", 0) > 0]
+    ratios = [
+        s.get("helper_tokens", 0) / s["completion_tokens"]
+        for s in samples
+        if s.get("completion_tokens")
+    ]
+    return [
+        str(count),
+        format_value(sum(bool(s["correct"]) for s in samples) / count),
+        format_value(sum(bool(s["correct"]) for s in samples if s not in called) / count),
+        format_value(len(called) / count),
+        format_value(sum(s.get("calls", 0) for s in samples) / count),
+        format_value(sum(ratios) / len(ratios) if ratios else 0.0),
+        format_value(sum(s.get("helper_tokens", 0) for s in samples) / count),
+    ]
 
 
 def run_names(loaded: list[dict[str, Any]]) -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
-from collabrl.engines.reference import REFERENCE
+from collabrl.engines.reference import is_stand_in
 from collabrl.errors import UserError, require
 from collabrl.protocols.config import ProtocolConfig
 
@@ -76,7 +76,7 @@ class EvolveConfig(DataColumns):
         self.sampling.check()
         self.engine.check()
         self.protocol.check()
-        if self.protocol.uses_reference() or REFERENCE in [*self.models, *self.verifiers]:
+        if self.protocol.uses_reference() or any(map(is_stand_in, [*self.models, *self.verifiers])):
             raise UserError(
                 "the reference stand-in reads gold answers, which evolve never shows a model",
                 "use real collaborators",

@@ -14,7 +14,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from collabrl.config import EngineConfig
-from collabrl.engines.reference import REFERENCE
+from collabrl.engines.reference import is_stand_in
 from collabrl.episode import Episode
 from collabrl.errors import MissingInput
 
@@ -70,7 +70,7 @@ def check_relay(config: ProtocolConfig) -> None:
 
 
 def relay_uses_reference(config: ProtocolConfig) -> bool:
-    return config.teacher == REFERENCE and not config.relay.teacher_free
+    return bool(config.teacher) and is_stand_in(config.teacher) and not config.relay.teacher_free
 
 
 # -- consult ------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def check_consult(config: ProtocolConfig) -> None:
 def consult_uses_reference(config: ProtocolConfig) -> bool:
     if config.consult.mode != "open":
         return False
-    return not config.consult.self_collab and REFERENCE in config.experts
+    return not config.consult.self_collab and any(map(is_stand_in, config.experts))
 
 
 def consult_extras(episode: Episode) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from collabrl.config import option
 from collabrl.engines import is_url
+from collabrl.engines.reference import stand_in_accuracy
 from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.protocols.apollo import ApolloConfig
@@ -70,6 +71,9 @@ class ProtocolConfig:
         self.apollo.check()
         registry.read_options(self)
         self.check_collaborators(spec.collaborators)
+        for ref in (self.teacher, *self.experts):
+            if ref:
+                stand_in_accuracy(ref)  # `reference@2` is refused here, not at its first call
         spec.check(self)  # the protocol's own setup: e.g. relay needs a teacher
         if self.strategy.planner_kind == "rsim" and self.planner and is_url(self.planner):
             raise UserError(

@@ -77,7 +77,7 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
         return Task("cli", config.question), (), None
     bench = load_benchmark(config.benchmark, Fields.of(config))
     item = _pick(bench.items, config.item or "0")
-    task = Task(item.id, item.problem, reference=Reference(item.answer, item.solution))
+    task = Task(item.id, item.problem, reference=Reference(item.answer, item.solution, item.id))
     return task, bench.extract_fallback, bench.prompt
 
 

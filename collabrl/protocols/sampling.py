@@ -37,7 +37,7 @@ class Unit:
             self.item.id,
             self.item.problem,
             self.sample,
-            Reference(self.item.answer, self.item.solution),
+            Reference(self.item.answer, self.item.solution, self.item.id),
         )
 
 

@@ -367,10 +367,11 @@ def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
 def _where(ref: str, config: GRPOTrainConfig, plan: TrainPlan) -> str:
     from collabrl.devices import resolve_device
     from collabrl.engines import resolve_kind
-    from collabrl.engines.reference import REFERENCE
+    from collabrl.engines.reference import stand_in_accuracy
 
-    if ref == REFERENCE:
-        return "the reference stand-in (the gold answer, no model)"
+    accuracy = stand_in_accuracy(ref)
+    if accuracy is not None:
+        return f"the reference stand-in (the gold answer on {accuracy:.0%} of problems, no model)"
     if is_url(ref):
         return f"server at {ref} (not contacted)"
     if not _on_this_machine(ref):

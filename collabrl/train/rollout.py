@@ -164,7 +164,7 @@ class ProtocolRollout:
         out = []
         for i, item_id in enumerate(prompts):
             item = self.items[item_id]
-            reference = Reference(item.answer, item.solution)
+            reference = Reference(item.answer, item.solution, item.id)
             sample = (offset + i) % self.num_generations
             out.append(Task(item.id, item.problem, sample, reference))
         return out

@@ -500,3 +500,17 @@ def test_an_oversized_problem_is_refused_where_no_row_may_be_skipped(
     ]
     huge.write_text("".join(json.dumps(r) + "\n" for r in rows))
     refused(args, f"{huge}:2: the problem row is 200,015 characters", cwd, {"huge": str(huge)})
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["infer", "relay", "--bench", "arith", "--teacher", "reference@2"],
+        ["eval", "arith", "--protocol", "consult", "--expert", "reference@x", "--limit", "1"],
+        ["train", "relay", "--teacher", "reference@1.5", "--data", "arith_train", "--steps", "1"],
+        ["filter", "--teacher", "reference@-1", "--data", "arith", "--limit", "1"],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_stand_in_with_an_impossible_accuracy_is_refused(args: list[str], cwd: Path) -> None:
+    refused(args, "a stand-in's accuracy is a number from 0 to 1", cwd, {})

@@ -132,6 +132,16 @@ def test_reference_stand_in_answers_from_the_call_reference(smol_tokenizer) -> N
     assert (missing.outcome, missing.text, missing.error) == ("unavailable", None, NO_REFERENCE)
 
 
+def test_a_fallible_stand_in_is_named_as_given_and_misses_what_it_does_not_know(
+    smol_tokenizer,
+) -> None:
+    config = PoolConfig(endpoints=["reference@0"], num_experts=1)
+    with ExpertPool(config, tokenizer=smol_tokenizer) as pool:
+        [record] = pool.ask_sync([Call(1, CHAT, Reference("40", key="a"))], SamplingParams())
+    assert record.endpoint == "reference@0 (stand-in)" and record.outcome == "ok"
+    assert "\\boxed{40}" not in record.text and "\\boxed{4" in record.text
+
+
 def test_reference_stand_in_is_cut_to_max_tokens_and_never_cached(
     smol_tokenizer, tmp_path: Path
 ) -> None:

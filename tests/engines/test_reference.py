@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from collabrl.data.benchmarks import load_benchmark
-from collabrl.engines.reference import Reference, reference_completion, reference_text
+from collabrl.engines.reference import (
+    Reference,
+    knows,
+    near_miss,
+    reference_completion,
+    reference_text,
+    stand_in_accuracy,
+)
+from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
 
 GSM8K = "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nSo she earned $<<0.2*50=10>>10.\n#### 10"
@@ -53,3 +63,36 @@ def test_every_call_starts_from_the_beginning(smol_tokenizer) -> None:
     first = reference_completion(reference, 2, smol_tokenizer)
     assert reference_completion(reference, 2, smol_tokenizer) == first
     assert reference_completion(reference, 5, smol_tokenizer).text.startswith(first.text)
+
+
+# --- reference@P: the fallible stand-in -----------------------------------------------------------
+
+
+def test_a_stand_in_is_named_with_its_accuracy() -> None:
+    assert stand_in_accuracy("reference") == 1.0
+    assert stand_in_accuracy("reference@0.7") == 0.7
+    assert stand_in_accuracy("reference@0") == 0.0
+    assert stand_in_accuracy("./reference") is None and stand_in_accuracy("smollm2-135m") is None
+    for bad in ("reference@1.5", "reference@x", "reference@", "reference@nan"):
+        with pytest.raises(UserError, match="a stand-in's accuracy is a number from 0 to 1"):
+            stand_in_accuracy(bad)
+
+
+def test_a_fallible_stand_in_knows_its_share_of_problems_and_always_the_same_ones() -> None:
+    references = [Reference(str(i), key=f"item-{i}") for i in range(4000)]
+    known = [knows(r, 0.7) for r in references]
+    assert abs(sum(known) / len(known) - 0.7) < 0.03
+    assert known == [knows(r, 0.7) for r in references]  # a draw per problem, not per call
+    assert all(knows(r, 1.0) for r in references) and not any(knows(r, 0.0) for r in references)
+
+
+def test_a_problem_it_does_not_know_gets_a_near_miss_without_the_solution(smol_tokenizer) -> None:
+    reference = Reference("47", "Forty and seven.", key="arith-test-add2-0001")
+    completion = reference_completion(reference, 1000, smol_tokenizer, accuracy=0.0)
+    answer = extract_answer(completion.text, ("boxed",))
+    assert answer is not None and 1 <= int(answer) - 47 <= 9
+    assert "Forty" not in completion.text
+    assert reference_completion(reference, 1000, smol_tokenizer, accuracy=0.0) == completion
+    right = reference_completion(reference, 1000, smol_tokenizer, accuracy=1.0)
+    assert extract_answer(right.text, ("boxed",)) == "47"
+    assert near_miss(Reference("\\frac{1}{2}", key="k")).answer.startswith("\\frac{1}{2}+")

@@ -14,6 +14,7 @@ from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import pass_at_k
 from collabrl.eval.report import (
     curve_labels,
+    group_rows,
     load_run,
     pass_curve,
     plot_pass_at_k,
@@ -316,3 +317,35 @@ def test_an_unwritable_plot_is_a_user_error(tmp_path: Path, target: str, problem
     with pytest.raises(UserError, match="cannot write the plot") as info:
         plot_pass_at_k([load_run(run)], tmp_path / target)
     assert problem in info.value.problem and "\n" not in str(info.value)
+
+
+def test_groups_are_the_captures_of_by_in_the_ids_with_what_their_samples_did(
+    tmp_path: Path,
+) -> None:
+    folder = _run(tmp_path / "relay", "policy", 2, {"pass@1": 0.5}, protocol="relay")
+    samples = [  # (item, sample, correct, calls, teacher tokens, all tokens)
+        ("arith-test-add1-0000", 0, True, 0, 0, 10),
+        ("arith-test-add1-0000", 1, True, 1, 5, 10),
+        ("arith-test-mul22-0000", 0, True, 2, 8, 10),
+        ("arith-test-mul22-0000", 1, False, 0, 0, 10),
+        ("other-0", 0, False, 0, 0, 0),
+        ("other-0", 1, False, 0, 0, 0),
+    ]
+    keys = ("item_id", "sample", "correct", "calls", "helper_tokens", "completion_tokens")
+    lines = [json.dumps(dict(zip(keys, sample, strict=True))) for sample in samples]
+    (folder / runs.SAMPLES).write_text("\n".join(lines) + "\n")
+
+    header, rows = group_rows([load_run(folder)], r"arith-\w+-(\w+)-")
+
+    by_group = {row[1]: dict(zip(header, row, strict=True)) for row in rows}
+    assert by_group["add1"] | {"run": "relay"} == {
+        "run": "relay", "group": "add1", "samples": "2", "accuracy": "1.0000",
+        "alone": "0.5000", "calling": "0.5000", "calls": "0.5000", "call_ratio": "0.2500",
+        "helper_tokens": "2.5000",
+    }  # fmt: skip
+    assert by_group["mul22"]["alone"] == "0.0000" and by_group["mul22"]["calls"] == "1.0000"
+    assert by_group["(other)"]["accuracy"] == "0.0000"
+    with pytest.raises(UserError, match="captures nothing"):
+        group_rows([load_run(folder)], "arith")
+    with pytest.raises(UserError, match="is not a regular expression"):
+        group_rows([load_run(folder)], "(")

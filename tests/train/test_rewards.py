@@ -58,3 +58,11 @@ def test_user_rewards_are_added_to_the_methods_or_replace_them(rewards_file: Pat
 def test_replace_without_a_function_is_refused() -> None:
     with pytest.raises(UserError, match="reward_mode replace needs reward_funcs"):
         GRPOTrainConfig(reward_mode="replace").check()
+
+
+def test_the_evidence_call_cost_loads_as_a_users_reward() -> None:
+    path = Path(__file__).parents[2] / "scripts" / "evidence" / "rewards.py"
+    call_cost = load_reward_func(f"{path}:call_cost")
+    assert call_cost(["p"] * 3, ["c"] * 3, calls=[0, 1, 3], correct=[True] * 3) == pytest.approx(
+        [0.0, -0.1, -0.3]
+    )

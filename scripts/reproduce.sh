@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Reproduce one method's evidence on this CPU, end to end (docs/results.md):
+#
+#   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
+#
+# Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
+# SEEDS="0 1" overrides the seeds. The seeds train one after the other: a relay run of
+# 4 × 8 samples holds 9-12 GB (the logits of 32 episodes over a 49,152-token vocabulary,
+# their log-softmax and gradients), and two side by side were more than 24 GB. A stage
+# whose output is already there is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+COLLAB="${COLLABRL_VENV:-.venv}/bin/collab"
+PYTHON="${COLLABRL_VENV:-.venv}/bin/python"
+SEEDS="${SEEDS:-0 1}"
+FAMILY='arith-\w+-(\w+)-'  # a problem's family, from its id
+
+relay() {
+  local out=runs/evidence/relay
+  # Two families SmolLM2-135M solves alone (add1 ~85 %, add2 ~16 % greedy) and two it
+  # does not (mul22 ~4 %, add3 0 %): 25 training and 20 held-out problems of each.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out"
+  # Warm-up (§3.1): the policy's own answers with <call>n</call> inserted, 3 epochs of SFT.
+  [ -f "$out/sft/final/config.json" ] || {
+    "$COLLAB" build-warmup relay --model smollm2-135m --data "$out/train.jsonl" \
+      --responses-per-problem 2 --set prompt=plain --max-tokens 64 --temperature 0.7 \
+      --engine transformers --out "$out/warmup"
+    "$COLLAB" train sft --model smollm2-135m --data "$out/warmup" --epochs 3 --lr 5e-5 \
+      --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+      --set activation_checkpointing=false --out "$out/sft"
+  }
+  # GRPO with each of the paper's rewards, a teacher right on 70 % of the problems
+  # (reference@0.7) and a cost of 0.1 per call, 8 samples per group.
+  local runs=("$out/difficulty_aware-seed${SEEDS%% *}/eval-start")
+  for reward in difficulty_aware simple; do
+    for seed in $SEEDS; do
+      local run="$out/$reward-seed$seed"
+      [ -f "$run/eval.json" ] || "$COLLAB" train relay --model "$out/sft/final" \
+        --teacher reference@0.7 --reward "$reward" \
+        --reward-func scripts/evidence/rewards.py:call_cost \
+        --data "$out/train.jsonl" --set prompt=plain --steps 16 --prompts-per-step 4 \
+        --num-generations 8 --max-tokens 64 --temperature 0.7 --lr 2e-5 --set seed="$seed" \
+        --eval-data "$out/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+      runs+=("$run/eval-final")
+    done
+  done
+  "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+}
+
+case "${1:-}" in
+  relay) relay ;;
+  *) echo "usage: bash scripts/reproduce.sh relay   (eapo, rsim, apollo: not yet)" >&2; exit 2 ;;
+esac
