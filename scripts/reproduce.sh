@@ -30,16 +30,19 @@ relay() {
       --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
       --set activation_checkpointing=false --out "$out/sft"
   }
-  # GRPO with each of the paper's rewards, a teacher right on 70 % of the problems
-  # (reference@0.7) and a cost of 0.1 per call, 8 samples per group.
+  # GRPO with each of the paper's rewards for 16 steps, and the difficulty-aware one
+  # for 48: a teacher right on 70 % of the problems (reference@0.7) and a cost of 0.1
+  # per call, 8 samples per group.
   local runs=("$out/difficulty_aware-seed${SEEDS%% *}/eval-start")
-  for reward in difficulty_aware simple; do
+  for setting in difficulty_aware:16 simple:16 difficulty_aware:48; do
+    local reward="${setting%:*}" steps="${setting#*:}"
     for seed in $SEEDS; do
       local run="$out/$reward-seed$seed"
+      [ "$steps" = 16 ] || run="$out/$reward-${steps}steps-seed$seed"
       [ -f "$run/eval.json" ] || "$COLLAB" train relay --model "$out/sft/final" \
         --teacher reference@0.7 --reward "$reward" \
         --reward-func scripts/evidence/rewards.py:call_cost \
-        --data "$out/train.jsonl" --set prompt=plain --steps 16 --prompts-per-step 4 \
+        --data "$out/train.jsonl" --set prompt=plain --steps "$steps" --prompts-per-step 4 \
         --num-generations 8 --max-tokens 64 --temperature 0.7 --lr 2e-5 --set seed="$seed" \
         --eval-data "$out/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
       runs+=("$run/eval-final")
