@@ -2,6 +2,7 @@
 # Reproduce one method's evidence on this CPU, end to end (docs/results.md):
 #
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
+#   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
 #
 # Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
 # SEEDS="0 1" overrides the seeds. The seeds train one after the other: a relay run of
@@ -51,7 +52,43 @@ relay() {
   "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
 }
 
+eapo() {
+  local out=runs/evidence/eapo
+  # The relay set: two families the policy solves alone sometimes, two it does not.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out"
+  # Warm-up (this project's; EAPO has none): half the problems call an expert and read its
+  # answer back (call -> returns -> "Answer:"), half are the policy's own answers; one
+  # epoch (a step of 8 rows of ~700 tokens takes ~40 s here).
+  [ -f "$out/sft/final/config.json" ] || {
+    "$COLLAB" build-warmup consult --model smollm2-135m --data "$out/train.jsonl" \
+      --expert reference@0.7 --call-fraction 0.5 --set prompt=plain --max-tokens 64 \
+      --temperature 0.7 --engine transformers --out "$out/warmup"
+    "$COLLAB" train sft --model smollm2-135m --data "$out/warmup" --epochs 1 --lr 5e-5 \
+      --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+      --set activation_checkpointing=false --out "$out/sft"
+  }
+  # From the warm-up policy, the same steps and samples each (4 problems x 4 samples: the
+  # consult prompt makes an episode ~750 tokens): EAPO with the experts open (rho_s =
+  # 1/s, turn budget 6 -> 1), and GRPO alone on the locked prompt. Both are scored on the
+  # held-out set with the evaluation prompt and no experts.
+  local steps="${EAPO_STEPS:-16}" runs=()
+  local common=(--data "$out/train.jsonl" --steps "$steps" --prompts-per-step 4
+    --num-generations 4 --max-tokens 128 --temperature 0.7 --lr 2e-5
+    --eval-data "$out/test.jsonl")
+  for seed in $SEEDS; do
+    local run="$out/eapo-seed$seed" base="$out/grpo-seed$seed"
+    [ -f "$run/eval.json" ] || "$COLLAB" train eapo --model "$out/sft/final" \
+      --expert reference@0.7 "${common[@]}" --set seed="$seed" --out "$run" 2>&1 | tee "$run.log"
+    [ -f "$base/eval.json" ] || "$COLLAB" train grpo --model "$out/sft/final" \
+      --set prompt=eapo-eval "${common[@]}" --set seed="$seed" --out "$base" 2>&1 | tee "$base.log"
+    [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
+    runs+=("$run/eval-final" "$base/eval-final")
+  done
+  "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+}
+
 case "${1:-}" in
   relay) relay ;;
-  *) echo "usage: bash scripts/reproduce.sh relay   (eapo, rsim, apollo: not yet)" >&2; exit 2 ;;
+  eapo) eapo ;;
+  *) echo "usage: bash scripts/reproduce.sh relay|eapo   (rsim, apollo: not yet)" >&2; exit 2 ;;
 esac

@@ -3,25 +3,32 @@
 EAPO's 7B policies write `<agent_calls>` because the training prompt (appendix D)
 asks them to; the paper has no warm-up. The embedded SmolLM2-135M does not: under
 that prompt it wrote no call in 64 samples on arith, and RL cannot reinforce a call
-that is never sampled. This set teaches the format first.
+that is never sampled. This set teaches the whole consult turn first.
 
 Every problem is one unit: the policy samples its own response with `prompt`, and
 a generator seeded from the sampling seed and the unit decides, with probability
-`call_fraction`, whether the unit's row is
+`call_fraction`, whether the unit is
 
-- a call: the completion is an `<agent_calls>` block asking expert k (drawn from
-  1..K by the same generator) the problem itself, as `format_agent_calls` writes it
-  (the consult protocol stops at `</agent_calls>`, so that is where the turn ends);
-- an answer: the policy's own response, ending in the "Answer: xxx" line EAPO's
-  format reward asks for (appended from the response's extracted answer when it does
-  not end in one). A response with no extracted answer, or cut by the token limit,
-  gives no row.
+- a call, two rows. The first ends at `</agent_calls>` (where the consult protocol
+  stops to ask): an `<agent_calls>` block asking expert k (drawn from 1..K by the same
+  generator) the problem itself, as `format_agent_calls` writes it. The expert
+  (`--expert`) answers it, and the second row reads that `<agent_returns>` block and
+  writes the "Answer: xxx" line of the expert's answer. The returns are in the second
+  row's prompt, so they carry no loss: the policy learns to read experts, not to
+  predict them (a stand-in expert's text is the gold answer). A call the expert does
+  not answer gives no rows.
+- an answer, one row: the policy's own response, ending in the "Answer: xxx" line
+  EAPO's format reward asks for (appended from the response's extracted answer when
+  it does not end in one). A response with no extracted answer, or cut by the token
+  limit, gives no row.
 
-Every row's prompt is the consult protocol's own open-mode training prompt for the
-problem (`training_prompt(K, query_budget)`), so SFT teaches the behaviour on exactly
-the prompt `collab train eapo` samples with. Every unit is sampled, call or not: a
-unit's response and its call decision then depend on neither `call_fraction` nor
-resuming.
+The rows are text prompt–completion pairs: the prompt is the consult protocol's own
+open-mode training prompt (`training_prompt(K, query_budget)`) rendered with the
+policy's chat template, then what the episode holds before the completion. A chat row
+could not hold the second row, which continues the assistant turn the returns
+interrupt; so SFT trains on exactly the token context `collab train eapo` samples in.
+Every unit is sampled, call or not: a unit's response and its call decision then
+depend on neither `call_fraction` nor resuming.
 """
 
 from __future__ import annotations
@@ -30,19 +37,33 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collabrl.builders.folder import BuildFolder, BuildResult, reasons, sft_row, summary
+from collabrl.builders.folder import BuildFolder, BuildResult, reasons, summary
 from collabrl.builders.plots import Panel
 from collabrl.builders.policy import open_build, sample_into
 from collabrl.builders.sampling import MakeRow
-from collabrl.config import MAX_SAMPLES, DataColumns, EngineConfig, SamplingConfig, option
+from collabrl.config import (
+    MAX_SAMPLES,
+    DataColumns,
+    EngineConfig,
+    PoolConfig,
+    SamplingConfig,
+    option,
+)
 from collabrl.data.prompts import PromptTemplate, get_prompt
-from collabrl.engines.base import Engine
+from collabrl.engines.base import Engine, SamplingParams
+from collabrl.engines.endpoints import check_collaborator
+from collabrl.engines.reference import Reference
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
 from collabrl.protocols.base import Policy
-from collabrl.protocols.consult import ConsultConfig, training_prompt
+from collabrl.protocols.consult import (
+    ConsultConfig,
+    expert_messages,
+    returns_pieces,
+    training_prompt,
+)
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
     AGENT_CALLS_OPEN,
@@ -53,8 +74,11 @@ from collabrl.protocols.parsing import (
 from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.solo import SoloProtocol
 from collabrl.rewards.eapo import format_ok
-from collabrl.rewards.extract import answer_line
+from collabrl.rewards.extract import answer_line, extract_answer
 from collabrl.rewards.verify import is_equivalent
+
+if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
+    from collabrl.engines.pool import ExpertPool
 
 _CONSULT = ConsultConfig()
 
@@ -87,6 +111,11 @@ class ConsultWarmupConfig(DataColumns):
     query_budget: int = option(
         _CONSULT.query_budget, "Query budget the consult prompt states (as consult.query_budget)."
     )
+    expert: str = option(
+        "reference",
+        "Who answers the rows' calls (every expert id): a model reference, a URL, or the "
+        "reference stand-in (reference, reference@P).",
+    )
     tokenizer: str | None = option(None, "Local tokenizer of a policy served at a URL.")
     sampling: SamplingConfig = option(
         SamplingConfig(max_tokens=1024, temperature=1.0),
@@ -105,11 +134,15 @@ class ConsultWarmupConfig(DataColumns):
         require("num_experts", self.num_experts, ok, f"between 1 and {MAX_SAMPLES}")
         require("query_budget", self.query_budget, self.query_budget >= 1, "at least 1")
         get_prompt(self.prompt)
+        check_collaborator(self.expert, self.engine.api_key)
 
     def row_prompt(self) -> PromptTemplate:
         """The consult protocol's open-mode prompt, which every row is asked with."""
         return training_prompt(self.num_experts, self.query_budget)
 
+
+# An expert's answer is read as the consult protocol reads the policy's (answer_line, boxed).
+_EXPERT_EXTRACT = ("answer_line", "boxed")
 
 # Resources and bookkeeping: changing them keeps the rows' meaning.
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine"})
@@ -163,57 +196,125 @@ def build_consult_warmup(
     with open_build(config, "warmup-consult", RESUMABLE_KEYS, engine) as (bench, folder):
         units = units_of(bench.items, 1)
         template = get_prompt(config.prompt)
-        new = sample_into(folder, config, template, units, _row_maker(config), progress, engine)
-        rows = folder.export()
+        with _expert_pool(config) as pool:
+            maker = _row_maker(config, pool)
+            new = sample_into(folder, config, template, units, maker, progress, engine)
+        rows = folder.export(training_rows)
         stats = consult_stats(config, rows, folder.rejected(), len(units))
         folder.write_stats(stats)
         _plot(folder, rows, stats)
     return BuildResult(folder.path, stats, new)
 
 
-def _row_maker(config: ConsultWarmupConfig) -> Callable[[SoloProtocol], MakeRow]:
-    """Rows count their tokens with the policy's tokenizer, when it has one."""
+def _expert_pool(config: ConsultWarmupConfig) -> ExpertPool:
+    """Every expert id of the prompt served by `config.expert`."""
+    from collabrl.engines.pool import ExpertPool
+
+    pool = PoolConfig(
+        endpoints=[config.expert],
+        num_experts=config.num_experts,
+        timeout=_CONSULT.expert_timeout,
+        api_key=config.engine.api_key,
+        served_model=config.engine.served_model,
+    )
+    return ExpertPool(pool, config.engine)
+
+
+def _row_maker(config: ConsultWarmupConfig, pool: ExpertPool) -> Callable[[SoloProtocol], MakeRow]:
+    """Rows are rendered with the policy's chat template: it needs a tokenizer."""
     prompt = config.row_prompt()
 
     def for_policy(solo: SoloProtocol) -> MakeRow:
-        return functools.partial(_make_row, config, prompt, solo.policy)
+        solo.policy.require_tokenizer("consult warm-up")
+        return functools.partial(_make_rows, config, prompt, solo.policy, pool)
 
     return for_policy
 
 
-def _make_row(
+def _make_rows(
     config: ConsultWarmupConfig,
     prompt: PromptTemplate,
     policy: Policy,
+    pool: ExpertPool,
     unit: Unit,
     episode: Episode,
 ) -> dict[str, Any] | str:
-    """A row from the unit's decision and response, or why it gives none."""
+    """The unit's row (a call's holds its read row) from its decision and response, or
+    why it gives none."""
+    assert policy.tokenizer is not None  # _row_maker required it
+    start = policy.tokenizer.decode(policy.prompt_ids(prompt.messages(unit.item.problem)))
     expert_id = decide(config, unit)
-    answer = None
-    if expert_id is not None:
-        completion = call_completion(unit.item.problem, expert_id)
-    else:
+    if expert_id is None:
         try:
             completion = answer_completion(episode)
         except ValueError as err:
             return str(err)
-        answer = answer_line(completion)
-    messages = prompt.messages(unit.item.problem)
-    counted = policy.tokenizer is not None
-    return sft_row(
-        messages,
-        completion,
-        kind="answer" if expert_id is None else "call",
-        expert_id=expert_id,
-        answer=answer,
-        correct=None if answer is None else is_equivalent(answer, unit.item.answer),
-        # What a trainer's max_length must hold: the rows' prompt is long (~620 SmolLM2 tokens).
-        prompt_tokens=len(policy.prompt_ids(messages)) if counted else None,
-        completion_tokens=len(policy.encode(completion)) if counted else None,
-        response_tokens=len(episode.response_ids),
-        end=str(episode.end),
+        return _row(policy, unit, start, completion, "answer", episode, expert_id)
+    call = call_completion(unit.item.problem, expert_id)
+    returns = ask_expert(config, pool, unit, expert_id)
+    if isinstance(returns, ValueError):
+        return str(returns)
+    block, answer = returns
+    read = _row(policy, unit, start + call + block, f"Answer: {answer}", "read", episode, expert_id)
+    return {**_row(policy, unit, start, call, "call", episode, expert_id), "read": read}
+
+
+def training_rows(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training rows one line of rows.jsonl holds: a call's line, the call and its
+    read row (with the unit's key); any other line, itself."""
+    if line.get("read") is None:
+        return [line]
+    key = {"item_id": line["item_id"], "sample": line["sample"]}
+    return [{k: v for k, v in line.items() if k != "read"}, {**line["read"], **key}]
+
+
+def ask_expert(
+    config: ConsultWarmupConfig, pool: ExpertPool, unit: Unit, expert_id: int
+) -> tuple[str, str] | ValueError:
+    """The `<agent_returns>` block answering the unit's call, as the protocol writes it,
+    and the expert's extracted answer; or why there is none.
+
+    Greedy, with the consult protocol's expert token budget.
+    """
+    item = unit.item
+    reference = Reference(item.answer, item.solution, item.id)
+    call = (expert_id, expert_messages(item.problem), reference)
+    params = SamplingParams(
+        max_tokens=_CONSULT.expert_max_tokens, temperature=0.0, seed=config.sampling.seed
     )
+    (record,) = pool.ask_each_sync([call], [params])
+    if not record.ok:
+        return ValueError(f"expert unavailable: {record.error}")
+    answer = extract_answer(record.text, _EXPERT_EXTRACT)
+    if not answer or "\n" in answer:
+        return ValueError("expert gave no one-line answer")
+    return "".join(returns_pieces([(expert_id, record.text)])), answer
+
+
+def _row(
+    policy: Policy,
+    unit: Unit,
+    prompt: str,
+    completion: str,
+    kind: str,
+    episode: Episode,
+    expert_id: int | None,
+) -> dict[str, Any]:
+    """One text row and its bookkeeping: token counts (what a trainer's max_length must
+    hold: the consult prompt alone is ~620 SmolLM2 tokens) and the answer's score."""
+    answer = answer_line(completion) if kind != "call" else None
+    return {
+        "prompt": prompt,
+        "completion": completion,
+        "kind": kind,
+        "expert_id": expert_id,
+        "answer": answer,
+        "correct": None if answer is None else is_equivalent(answer, unit.item.answer),
+        "prompt_tokens": len(policy.encode(prompt)),
+        "completion_tokens": len(policy.encode(completion)),
+        "response_tokens": len(episode.response_ids),
+        "end": str(episode.end),
+    }
 
 
 def consult_stats(
@@ -222,37 +323,39 @@ def consult_stats(
     rejected: list[dict[str, Any]],
     units: int,
 ) -> dict[str, Any]:
-    """What the set holds: call and answer rows, rejections, experts asked, lengths."""
-    calls = [r for r in rows if r["kind"] == "call"]
-    answers = [r for r in rows if r["kind"] == "answer"]
+    """What the set holds: call, read and answer rows, rejections, experts asked, lengths."""
+    kinds = {k: [r for r in rows if r["kind"] == k] for k in ("call", "read", "answer")}
     experts: dict[str, int] = {}
-    for r in calls:
+    for r in kinds["call"]:
         experts[str(r["expert_id"])] = experts.get(str(r["expert_id"]), 0) + 1
     return {
         "builder": "consult warm-up (this project's; EAPO has none)",
         "model": config.model,
         "data": config.data,
+        "expert": config.expert,
         "units": units,
         "rows": len(rows),
-        "call_rows": len(calls),
-        "answer_rows": len(answers),
-        "call_share": round(len(calls) / len(rows), 4) if rows else 0.0,
+        "call_rows": len(kinds["call"]),
+        "read_rows": len(kinds["read"]),
+        "answer_rows": len(kinds["answer"]),
+        # Units that call, of those that gave rows.
+        "call_share": round(len(kinds["call"]) / (len(rows) - len(kinds["read"])), 4)
+        if rows
+        else 0.0,
         "call_fraction": config.call_fraction,
         "rejected": reasons(rejected),
         "experts_called": dict(sorted(experts.items())),
-        "answers_correct": sum(bool(r["correct"]) for r in answers),
-        "call_completion_tokens": summary(_counted(calls, "completion_tokens")),
-        "answer_completion_tokens": summary(_counted(answers, "completion_tokens")),
+        "answers_correct": sum(bool(r["correct"]) for r in kinds["answer"]),
+        "expert_answers_correct": sum(bool(r["correct"]) for r in kinds["read"]),
+        **{f"{k}_completion_tokens": summary(_tokens(kinds[k])) for k in kinds},
         "response_tokens": summary([r["response_tokens"] for r in rows]),
-        "prompt_tokens": summary(_counted(rows, "prompt_tokens")),
-        "row_tokens": summary(
-            [r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["prompt_tokens"]]
-        ),
+        "prompt_tokens": summary([r["prompt_tokens"] for r in rows]),
+        "row_tokens": summary([r["prompt_tokens"] + r["completion_tokens"] for r in rows]),
     }
 
 
-def _counted(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [r[key] for r in rows if r[key] is not None]
+def _tokens(rows: list[dict[str, Any]]) -> list[float]:
+    return [r["completion_tokens"] for r in rows]
 
 
 def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
@@ -263,22 +366,22 @@ def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]
                 "units",
                 "became",
                 counts=(
-                    ("call rows", stats["call_rows"]),
-                    ("answer rows", stats["answer_rows"]),
+                    ("calls", stats["call_rows"]),
+                    ("answers", stats["answer_rows"]),
                     ("rejected", rejected),
                 ),
             ),
             Panel(
-                "call completions",
+                "answers after returns",
                 "tokens",
-                tuple(_counted([r for r in rows if r["kind"] == "call"], "completion_tokens")),
+                tuple(_tokens([r for r in rows if r["kind"] == "read"])),
             ),
             Panel(
-                "answer completions",
+                "own answers",
                 "tokens",
-                tuple(_counted([r for r in rows if r["kind"] == "answer"], "completion_tokens")),
+                tuple(_tokens([r for r in rows if r["kind"] == "answer"])),
             ),
-            Panel("answers rejected", "reason", counts=tuple(stats["rejected"].items())),
+            Panel("units rejected", "reason", counts=tuple(stats["rejected"].items())),
         ],
         f"consult warm-up: {stats['call_rows']} calls, {stats['answer_rows']} answers "
         f"from {stats['units']} problems",

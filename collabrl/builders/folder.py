@@ -19,7 +19,7 @@ bookkeeping columns beside them, which the trainer drops (`remove_unused_columns
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +78,20 @@ class BuildFolder:
                     rejects.write({"item_id": item_id, "sample": sample, "reason": reason})
         return set(keys)
 
-    def export(self) -> list[dict[str, Any]]:
+    def export(
+        self, expand: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    ) -> list[dict[str, Any]]:
         """Write rows.jsonl as a `datasets` folder too (replacing the previous export:
-        a stale one must not outlive its rows); return the rows."""
+        a stale one must not outlive its rows); return the rows exported.
+
+        `expand` turns one line of rows.jsonl into the training rows it holds: a unit's
+        line is written whole or (torn) not at all, so a unit of several rows is one line.
+        """
         import datasets
 
         rows = self.rows()
+        if expand is not None:
+            rows = [r for line in rows for r in expand(line)]
         shutil.rmtree(self.path / runs.DATASET, ignore_errors=True)
         if rows:
             # The command's own bar shows progress; datasets' bar would print under it.

@@ -122,6 +122,7 @@ def consult(
     limit: int = LIMIT,
     call_fraction: float = opt.config_option("call_fraction", "--call-fraction"),
     num_experts: int = opt.config_option("num_experts", "--num-experts"),
+    expert: str = opt.config_option("expert", "--expert"),
     max_tokens: int = opt.MAX_TOKENS,
     temperature: float = opt.TEMPERATURE,
     seed: int = opt.SEED,
@@ -133,9 +134,10 @@ def consult(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    """This project's addition to EAPO: rows of the consult training prompt whose
-    completion is an `<agent_calls>` block asking an expert the problem (share
-    --call-fraction) or the policy's own answer ending in "Answer: xxx"."""
+    """This project's addition to EAPO: rows of the consult training prompt. A share
+    --call-fraction of the problems call: an `<agent_calls>` block asking an expert the
+    problem, then, after the expert's `<agent_returns>`, its "Answer: xxx" line. The rest
+    are the policy's own answers ending in "Answer: xxx"."""
     from collabrl.builders.consult_warmup import build_consult_warmup
 
     cfg = opt.resolve(ctx, config, set_)
@@ -149,9 +151,11 @@ def consult(
         [
             ("rows", s["rows"]),
             ("call rows", s["call_rows"]),
+            ("read rows (answer after the returns)", s["read_rows"]),
             ("answer rows", s["answer_rows"]),
             *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
             ("answers correct", s["answers_correct"]),
+            ("expert answers correct", s["expert_answers_correct"]),
         ],
         s["rejected"],
     )

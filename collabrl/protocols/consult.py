@@ -262,15 +262,22 @@ class Reply:
     meta: dict[str, Any]
 
 
-def returns_segments(policy: Policy, replies: list[Reply]) -> list[Segment]:
-    """The `<agent_returns>` block as segments: environment scaffolding, one expert each.
+def returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
+    """The `<agent_returns>` block as the history holds it, cut by author
+    (`agent_returns_pieces`).
 
     The block sits on its own line: a newline before it (after `</agent_calls>`, as in
     the paper's example) and one after it, so the policy resumes on a fresh line.
     """
-    pieces = agent_returns_pieces([(r.expert_id, r.result) for r in replies])
+    pieces = agent_returns_pieces(results)
     pieces[0] = "\n" + pieces[0]
     pieces[-1] = pieces[-1] + "\n"
+    return pieces
+
+
+def returns_segments(policy: Policy, replies: list[Reply]) -> list[Segment]:
+    """The `<agent_returns>` block as segments: environment scaffolding, one expert each."""
+    pieces = returns_pieces([(r.expert_id, r.result) for r in replies])
     segments = [environment(policy, pieces[0])]
     for reply, answer, scaffold in zip(replies, pieces[1::2], pieces[2::2], strict=True):
         segments.append(Segment(Author.EXPERT, answer, policy.encode(answer), None, reply.meta))

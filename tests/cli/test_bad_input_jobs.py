@@ -90,9 +90,12 @@ def garbage_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory, garbage_url: str) -> dict[str, str]:
+def inputs(
+    tmp_path_factory: pytest.TempPathFactory, garbage_url: str, tiny_model_dir: Path
+) -> dict[str, str]:
     """Bad inputs outside the working directory: model folders without weights, a
-    missing file, URLs no server answers and the garbage server's."""
+    missing file, URLs no server answers and the garbage server's (and the tiny model,
+    whose tokenizer a served policy names)."""
     root = tmp_path_factory.mktemp("inputs")
     (root / "empty").mkdir()
     (root / "config-only").mkdir()
@@ -105,6 +108,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, garbage_url: str) -> dict[s
         "bytes": f"{garbage_url}/bytes/v1",
         "html": f"{garbage_url}/html/v1",
         "long": f"{garbage_url}/long/v1",
+        "tiny": str(tiny_model_dir),
     }
 
 
@@ -396,7 +400,7 @@ def test_a_damaged_evolve_state_is_one_line(cwd: Path, inputs: dict, tmp_path: P
             "--model",
             "{down}",
             "--tokenizer",
-            "smollm2-135m",
+            "{tiny}",
             error="cannot reach {down}",
         ),
         case("evolve", "--verifier", "{down}", error="cannot reach {down}"),
@@ -424,16 +428,12 @@ NOT_OPENAI = "answered with something that is not an OpenAI-compatible response"
             "consult",
             "--model",
             "{html}",
+            "--tokenizer",  # a served policy's rows are rendered with its chat template
+            "{tiny}",
             error=f"{{html}} {NOT_OPENAI} (ValueError: no list of choices",
         ),
-        case(
-            "consult",
-            "--model",
-            "{long}",
-            "--max-tokens",
-            "8",
-            error="(ValueError: 100000 characters for at most 8 tokens)",
-        ),
+        # Its rows are rendered with the policy's chat template.
+        case("consult", "--model", "{long}", error="pass --tokenizer with a local reference"),
         case(
             "filter",
             "--teacher",
@@ -447,6 +447,22 @@ NOT_OPENAI = "answered with something that is not an OpenAI-compatible response"
             f"{{bytes}} {NOT_OPENAI}",
             id="evolve --model {bytes}",
         ),
+        pytest.param(
+            [
+                "evolve",
+                "arith",
+                "--model",
+                "{long}",
+                "--protocol",
+                "solo",
+                "--limit",
+                "1",
+                "--max-tokens",
+                "8",
+            ],
+            "(ValueError: 100000 characters for at most 8 tokens)",
+            id="evolve --model {long}",
+        ),  # fmt: skip
     ],
 )
 def test_a_server_answering_garbage(args: list[str], error: str, cwd: Path, inputs: dict) -> None:

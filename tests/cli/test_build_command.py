@@ -118,5 +118,6 @@ def test_consult_through_the_command_line(tiny_model_dir: Path, tmp_path: Path) 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     stats = json.loads((tmp_path / "w" / STATS).read_text())
-    assert stats["rows"] == stats["call_rows"] == 4 and stats["call_share"] == 1.0
+    assert stats["call_rows"] == stats["read_rows"] == 4 and stats["call_share"] == 1.0
+    assert stats["rows"] == 8 and stats["expert_answers_correct"] == 4  # the stand-in
     assert "call rows" in result.stdout
