@@ -71,9 +71,11 @@ eapo() {
   # consult prompt makes an episode ~750 tokens): EAPO with the experts open (rho_s =
   # 1/s, turn budget 6 -> 1), and GRPO alone on the locked prompt. Both are scored on the
   # held-out set with the evaluation prompt and no experts.
-  local steps="${EAPO_STEPS:-16}" runs=()
+  local steps="${EAPO_STEPS:-16}" runs=() trained=()
+  # The gradient goes over 4 micro-batches of 4 episodes: one batch of 16 held 24 GB.
   local common=(--data "$out/train.jsonl" --steps "$steps" --prompts-per-step 4
     --num-generations 4 --max-tokens 128 --temperature 0.7 --lr 2e-5
+    --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4
     --eval-data "$out/test.jsonl")
   for seed in $SEEDS; do
     local run="$out/eapo-seed$seed" base="$out/grpo-seed$seed"
@@ -83,8 +85,12 @@ eapo() {
       --set prompt=eapo-eval "${common[@]}" --set seed="$seed" --out "$base" 2>&1 | tee "$base.log"
     [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
     runs+=("$run/eval-final" "$base/eval-final")
+    trained+=("$run" "$base")
   done
   "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+  # The channel over training: calls, calls whose answer rho let in, rho_s, turn budget.
+  "$PYTHON" scripts/evidence/steps.py episodes/calls,episodes/accepted_calls,accept_prob,turn_budget,episodes/format_errors,episodes/accuracy \
+    4 "${trained[@]}" | tee "$out/steps.md"
 }
 
 case "${1:-}" in
