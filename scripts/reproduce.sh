@@ -69,23 +69,31 @@ eapo() {
   }
   # From the warm-up policy, the same steps and samples each (4 problems x 4 samples: the
   # consult prompt makes an episode ~750 tokens): EAPO with the experts open (rho_s =
-  # 1/s, turn budget 6 -> 1), and GRPO alone on the locked prompt. Both are scored on the
-  # held-out set with the evaluation prompt and no experts.
+  # 1/s), and GRPO alone on the locked prompt. Both are scored on the held-out set with
+  # the evaluation prompt and no experts. Two settings: temperature 0.7 with the turn
+  # budget shrinking 6 -> 1 over the whole run, and EAPO's own temperature 1.0 (Table 4)
+  # with the budget reaching 1 at step 8, so that half the run is in the one-turn regime
+  # the evaluation uses.
   local steps="${EAPO_STEPS:-16}" runs=() trained=()
   # The gradient goes over 4 micro-batches of 4 episodes: one batch of 16 held 24 GB.
   local common=(--data "$out/train.jsonl" --steps "$steps" --prompts-per-step 4
-    --num-generations 4 --max-tokens 128 --temperature 0.7 --lr 2e-5
+    --num-generations 4 --max-tokens 128 --lr 2e-5
     --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4
     --eval-data "$out/test.jsonl")
-  for seed in $SEEDS; do
-    local run="$out/eapo-seed$seed" base="$out/grpo-seed$seed"
-    [ -f "$run/eval.json" ] || "$COLLAB" train eapo --model "$out/sft/final" \
-      --expert reference@0.7 "${common[@]}" --set seed="$seed" --out "$run" 2>&1 | tee "$run.log"
-    [ -f "$base/eval.json" ] || "$COLLAB" train grpo --model "$out/sft/final" \
-      --set prompt=eapo-eval "${common[@]}" --set seed="$seed" --out "$base" 2>&1 | tee "$base.log"
-    [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
-    runs+=("$run/eval-final" "$base/eval-final")
-    trained+=("$run" "$base")
+  for setting in "0.7:0:" "1.0:8:-t1-budget8"; do
+    IFS=: read -r temperature anneal name <<< "$setting"
+    for seed in $SEEDS; do
+      local run="$out/eapo$name-seed$seed" base="$out/grpo${name%-budget8}-seed$seed"
+      [ -f "$run/eval.json" ] || "$COLLAB" train eapo --model "$out/sft/final" \
+        --expert reference@0.7 "${common[@]}" --temperature "$temperature" \
+        --set schedule.anneal_steps="$anneal" --set seed="$seed" --out "$run" 2>&1 | tee "$run.log"
+      [ -f "$base/eval.json" ] || "$COLLAB" train grpo --model "$out/sft/final" \
+        --set prompt=eapo-eval "${common[@]}" --temperature "$temperature" \
+        --set seed="$seed" --out "$base" 2>&1 | tee "$base.log"
+      [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
+      runs+=("$run/eval-final" "$base/eval-final")
+      trained+=("$run" "$base")
+    done
   done
   "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
   # The channel over training: calls, calls whose answer rho let in, rho_s, turn budget.
