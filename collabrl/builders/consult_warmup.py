@@ -54,7 +54,7 @@ from collabrl.config import (
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.endpoints import check_collaborator
-from collabrl.engines.reference import Reference
+from collabrl.engines.reference import stand_in_accuracy
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
 from collabrl.protocols.base import Policy
@@ -134,15 +134,12 @@ class ConsultWarmupConfig(DataColumns):
         require("num_experts", self.num_experts, ok, f"between 1 and {MAX_SAMPLES}")
         require("query_budget", self.query_budget, self.query_budget >= 1, "at least 1")
         get_prompt(self.prompt)
-        check_collaborator(self.expert, self.engine.api_key)
+        stand_in_accuracy(self.expert)  # `reference@2` is refused here; a URL is tried by the build
 
     def row_prompt(self) -> PromptTemplate:
         """The consult protocol's open-mode prompt, which every row is asked with."""
         return training_prompt(self.num_experts, self.query_budget)
 
-
-# An expert's answer is read as the consult protocol reads the policy's (answer_line, boxed).
-_EXPERT_EXTRACT = ("answer_line", "boxed")
 
 # Resources and bookkeeping: changing them keeps the rows' meaning.
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine"})
@@ -207,9 +204,11 @@ def build_consult_warmup(
 
 
 def _expert_pool(config: ConsultWarmupConfig) -> ExpertPool:
-    """Every expert id of the prompt served by `config.expert`."""
+    """Every expert id of the prompt served by `config.expert` (a URL that does not answer
+    or a model that does not resolve is refused before any sampling)."""
     from collabrl.engines.pool import ExpertPool
 
+    check_collaborator(config.expert, config.engine.api_key)
     pool = PoolConfig(
         endpoints=[config.expert],
         num_experts=config.num_experts,
@@ -251,10 +250,10 @@ def _make_rows(
             return str(err)
         return _row(policy, unit, start, completion, "answer", episode, expert_id)
     call = call_completion(unit.item.problem, expert_id)
-    returns = ask_expert(config, pool, unit, expert_id)
-    if isinstance(returns, ValueError):
-        return str(returns)
-    block, answer = returns
+    try:
+        block, answer = ask_expert(config, prompt, pool, unit, expert_id)
+    except ValueError as err:
+        return str(err)
     read = _row(policy, unit, start + call + block, f"Answer: {answer}", "read", episode, expert_id)
     return {**_row(policy, unit, start, call, "call", episode, expert_id), "read": read}
 
@@ -269,25 +268,30 @@ def training_rows(line: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ask_expert(
-    config: ConsultWarmupConfig, pool: ExpertPool, unit: Unit, expert_id: int
-) -> tuple[str, str] | ValueError:
+    config: ConsultWarmupConfig,
+    prompt: PromptTemplate,
+    pool: ExpertPool,
+    unit: Unit,
+    expert_id: int,
+) -> tuple[str, str]:
     """The `<agent_returns>` block answering the unit's call, as the protocol writes it,
-    and the expert's extracted answer; or why there is none.
+    and the expert's answer, read as the protocol reads the policy's (`prompt`'s
+    extractors).
 
-    Greedy, with the consult protocol's expert token budget.
+    Greedy, with the consult protocol's expert token budget. Raises ValueError with the
+    reason when there is no one-line answer to read.
     """
     item = unit.item
-    reference = Reference(item.answer, item.solution, item.id)
-    call = (expert_id, expert_messages(item.problem), reference)
+    call = (expert_id, expert_messages(item.problem), item.reference)
     params = SamplingParams(
         max_tokens=_CONSULT.expert_max_tokens, temperature=0.0, seed=config.sampling.seed
     )
     (record,) = pool.ask_each_sync([call], [params])
     if not record.ok:
-        return ValueError(f"expert unavailable: {record.error}")
-    answer = extract_answer(record.text, _EXPERT_EXTRACT)
+        raise ValueError(f"expert unavailable: {record.error}")
+    answer = extract_answer(record.text, prompt.extract)
     if not answer or "\n" in answer:
-        return ValueError("expert gave no one-line answer")
+        raise ValueError("expert gave no one-line answer")
     return "".join(returns_pieces([(expert_id, record.text)])), answer
 
 
@@ -325,6 +329,7 @@ def consult_stats(
 ) -> dict[str, Any]:
     """What the set holds: call, read and answer rows, rejections, experts asked, lengths."""
     kinds = {k: [r for r in rows if r["kind"] == k] for k in ("call", "read", "answer")}
+    units_kept = kinds["call"] + kinds["answer"]
     experts: dict[str, int] = {}
     for r in kinds["call"]:
         experts[str(r["expert_id"])] = experts.get(str(r["expert_id"]), 0) + 1
@@ -339,9 +344,7 @@ def consult_stats(
         "read_rows": len(kinds["read"]),
         "answer_rows": len(kinds["answer"]),
         # Units that call, of those that gave rows.
-        "call_share": round(len(kinds["call"]) / (len(rows) - len(kinds["read"])), 4)
-        if rows
-        else 0.0,
+        "call_share": round(len(kinds["call"]) / len(units_kept), 4) if units_kept else 0.0,
         "call_fraction": config.call_fraction,
         "rejected": reasons(rejected),
         "experts_called": dict(sorted(experts.items())),

@@ -53,7 +53,7 @@ from collabrl.data.benchmarks import Benchmark, Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.endpoints import check_collaborator
-from collabrl.engines.reference import STAND_IN_NOTE, Reference, is_stand_in
+from collabrl.engines.reference import STAND_IN_NOTE, is_stand_in
 from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
 from collabrl.rewards.extract import extract_answer
@@ -217,10 +217,7 @@ def sample_teacher(
             groups = [s for s in range(config.k) if any((i.id, s) not in done for i in members)]
             if not groups:
                 continue
-            calls = [
-                Call(1, template.messages(i.problem), Reference(i.answer, i.solution, i.id))
-                for i in members
-            ]
+            calls = [Call(1, template.messages(i.problem), i.reference) for i in members]
             # Sample s of every problem is asked with seed + s (its own request each).
             params = [
                 SamplingParams.of(config.sampling, seed=config.sampling.seed + s)

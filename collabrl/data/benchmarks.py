@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from collabrl.engines.reference import Reference
 from collabrl.errors import UserError
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ class Item:
     answer: str
     # A worked solution, where the data has one: what the `reference` stand-in writes.
     solution: str | None = None
+
+    @property
+    def reference(self) -> Reference:
+        """What the `reference` stand-in knows of the problem (its draw is keyed by the id)."""
+        return Reference(self.answer, self.solution, self.id)
 
     @property
     def chars(self) -> int:

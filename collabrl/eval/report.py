@@ -109,7 +109,8 @@ def _group_pattern(by: str) -> re.Pattern[str]:
 
 def _group_cells(samples: list[dict[str, Any]]) -> list[str]:
     count = len(samples)
-    called = [s for s in samples if s.get("calls", 0) > 0]
+    alone = sum(bool(s["correct"]) and not s.get("calls", 0) for s in samples)
+    calling = sum(s.get("calls", 0) > 0 for s in samples)
     ratios = [
         s.get("helper_tokens", 0) / s["completion_tokens"]
         for s in samples
@@ -118,8 +119,8 @@ def _group_cells(samples: list[dict[str, Any]]) -> list[str]:
     return [
         str(count),
         format_value(sum(bool(s["correct"]) for s in samples) / count),
-        format_value(sum(bool(s["correct"]) for s in samples if s not in called) / count),
-        format_value(len(called) / count),
+        format_value(alone / count),
+        format_value(calling / count),
         format_value(sum(s.get("calls", 0) for s in samples) / count),
         format_value(sum(ratios) / len(ratios) if ratios else 0.0),
         format_value(sum(s.get("helper_tokens", 0) for s in samples) / count),

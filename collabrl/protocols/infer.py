@@ -9,7 +9,6 @@ from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.data.benchmarks import Fields, Item, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
-from collabrl.engines.reference import Reference
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.protocols import registry
@@ -77,7 +76,7 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
         return Task("cli", config.question), (), None
     bench = load_benchmark(config.benchmark, Fields.of(config))
     item = _pick(bench.items, config.item or "0")
-    task = Task(item.id, item.problem, reference=Reference(item.answer, item.solution, item.id))
+    task = Task(item.id, item.problem, reference=item.reference)
     return task, bench.extract_fallback, bench.prompt
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import SamplingParams
-from collabrl.engines.reference import Reference
 from collabrl.episode import Episode
 from collabrl.protocols.base import CollabProtocol, Task
 
@@ -33,12 +32,7 @@ class Unit:
 
     def task(self) -> Task:
         """The protocol's task; the reference only reaches the `reference` stand-in."""
-        return Task(
-            self.item.id,
-            self.item.problem,
-            self.sample,
-            Reference(self.item.answer, self.item.solution, self.item.id),
-        )
+        return Task(self.item.id, self.item.problem, self.sample, self.item.reference)
 
 
 def units_of(items: list[Item], per_item: int) -> list[Unit]:

@@ -41,7 +41,6 @@ from collabrl import runs
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.openai_http import OpenAIEngine
-from collabrl.engines.reference import Reference
 from collabrl.engines.vllm import VLLMEngine
 from collabrl.episode import Episode
 from collabrl.protocols import registry
@@ -164,7 +163,7 @@ class ProtocolRollout:
         out = []
         for i, item_id in enumerate(prompts):
             item = self.items[item_id]
-            reference = Reference(item.answer, item.solution, item.id)
+            reference = item.reference
             sample = (offset + i) % self.num_generations
             out.append(Task(item.id, item.problem, sample, reference))
         return out
