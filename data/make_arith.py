@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write arith_train.jsonl and arith_test.jsonl: graded integer arithmetic for small models.
+"""Write arith_*.jsonl and arith_steps_*.jsonl: graded integer arithmetic for small models.
 
 GSM8K is out of reach for a 135M-parameter model, so a CPU run shows no learning on it.
 These families range from nearly solved (1-digit addition) to nearly never solved (2-digit
@@ -101,6 +101,29 @@ def div(rng: random.Random) -> Problem:
     return Problem(f"{quotient * divisor} ÷ {divisor}", quotient, (quotient * divisor, divisor))
 
 
+def digit(rng: random.Random) -> int:
+    return rng.randint(1, 9)
+
+
+def add1x3(rng: random.Random) -> Problem:
+    """a + b + c in 1-digit numbers: one sum, then another."""
+    a, b, c = digit(rng), digit(rng), digit(rng)
+    return Problem(f"{a} + {b} + {c}", a + b + c, tuple(sorted((a, b, c))))
+
+
+def addsub1(rng: random.Random) -> Problem:
+    """a + b - c in 1-digit numbers, the result positive."""
+    a, b = digit(rng), digit(rng)
+    c = rng.randint(1, min(9, a + b - 1))
+    return Problem(f"{a} + {b} - {c}", a + b - c, (*sorted((a, b)), c))
+
+
+def addmul1(rng: random.Random) -> Problem:
+    """(a + b) × c: the sum first, as the brackets say, then a small product."""
+    a, b, c = digit(rng), digit(rng), rng.randint(2, 5)
+    return Problem(f"({a} + {b}) × {c}", (a + b) * c, (*sorted((a, b)), c))
+
+
 # 50 test problems per family give a per-family accuracy to within about ±7 points;
 # 400 training problems per family are plenty for a CPU-sized run. add1 has only 45 distinct
 # problems (unordered pairs from 1-9), so it is split 20 / 25 instead.
@@ -117,6 +140,19 @@ FAMILIES = (
 )
 
 
+# Two-operation problems for rSIM's planner (issue 25), in their own files with their own
+# seed so that adding them left arith's files as they were. The numbers are 1-digit:
+# SmolLM2-135M already fails most chains of two 1-digit operations (3-10 % greedy), and
+# 2-digit chains were 0-2 %. (a + b) × c has 180 distinct problems, hence 40 + 120.
+STEP_SEED = 25
+STEP_SOURCE = "arith_steps"
+STEP_FAMILIES = (
+    Family("add1x3", add1x3, test=40, train=120),
+    Family("addsub1", addsub1, test=40, train=120),
+    Family("addmul1", addmul1, test=40, train=120),
+)
+
+
 def distinct(family: Family, rng: random.Random) -> list[Problem]:
     """test + train problems with pairwise different keys, in the order drawn."""
     found: dict[tuple[int, ...], Problem] = {}
@@ -126,14 +162,14 @@ def distinct(family: Family, rng: random.Random) -> list[Problem]:
     return list(found.values())
 
 
-def rows(family: Family, split: str, problems: list[Problem]) -> list[dict[str, str]]:
+def rows(source: str, family: Family, split: str, problems: list[Problem]) -> list[dict[str, str]]:
     return [
         {
-            "id": f"arith-{split}-{family.name}-{index:04d}",
+            "id": f"{source}-{split}-{family.name}-{index:04d}",
             "problem": PROBLEM.format(expression=problem.expression),
             "answer": str(problem.answer),
             "family": family.name,
-            "source": SOURCE,
+            "source": source,
         }
         for index, problem in enumerate(problems)
     ]
@@ -149,22 +185,28 @@ def write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
     path.write_text(text, encoding="utf-8", newline="\n")
 
 
+def write_set(out: Path, source: str, families: tuple[Family, ...], seed: int) -> None:
+    """SOURCE_test.jsonl and SOURCE_train.jsonl of these families."""
+    # One generator for all families, drawn in their order: adding a family at the end
+    # leaves every earlier problem as it was.
+    rng = random.Random(seed)
+    test, train = [], []
+    for family in families:
+        problems = distinct(family, rng)
+        # Test is the first draws, train the rest: no key is in both, by construction.
+        test.append(rows(source, family, "test", problems[: family.test]))
+        train.append(rows(source, family, "train", problems[family.test :]))
+    write_jsonl(out / f"{source}_test.jsonl", interleave(test))
+    write_jsonl(out / f"{source}_train.jsonl", interleave(train))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     out: Path = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
-    # One generator for all families, drawn in FAMILIES order: adding a family at the end
-    # leaves every earlier row as it was.
-    rng = random.Random(SEED)
-    test, train = [], []
-    for family in FAMILIES:
-        problems = distinct(family, rng)
-        # Test is the first draws, train the rest: no key is in both, by construction.
-        test.append(rows(family, "test", problems[: family.test]))
-        train.append(rows(family, "train", problems[family.test :]))
-    write_jsonl(out / "arith_test.jsonl", interleave(test))
-    write_jsonl(out / "arith_train.jsonl", interleave(train))
+    write_set(out, SOURCE, FAMILIES, SEED)
+    write_set(out, STEP_SOURCE, STEP_FAMILIES, STEP_SEED)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Evidence data: the first N training and M held-out problems of each named arith family,
-interleaved by family (as arith is), written as OUT/train.jsonl and OUT/test.jsonl.
+"""Evidence data: the first N training and M held-out problems of each named family of
+arith or arith_steps, interleaved by family (as arith is), written as OUT/train.jsonl
+and OUT/test.jsonl.
 
     python scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 runs/evidence/relay
 """
@@ -13,7 +14,11 @@ per_train, per_test, out = int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 out.mkdir(parents=True, exist_ok=True)
 data = Path(__file__).resolve().parents[2] / "data"
 for split, count in (("train", per_train), ("test", per_test)):
-    rows = [json.loads(line) for line in open(data / f"arith_{split}.jsonl", encoding="utf-8")]
+    rows = [
+        json.loads(line)
+        for source in ("arith", "arith_steps")
+        for line in open(data / f"{source}_{split}.jsonl", encoding="utf-8")
+    ]
     kept = []
     for family in families:
         kept += [r for r in rows if r["family"] == family][:count]

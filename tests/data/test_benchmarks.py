@@ -30,12 +30,21 @@ EXPECTED_COUNTS = {
     "arith_train": 3225,
     "arith4": 170,
     "arith4_train": 1225,
+    "arith_steps": 120,
+    "arith_steps_train": 360,
     "gsm8k_train": 7473,
     "math_train": 7498,
     "dapo_math_17k": 17917,
 }
 
-TRAINING_SETS = {"arith_train", "arith4_train", "gsm8k_train", "math_train", "dapo_math_17k"}
+TRAINING_SETS = {
+    "arith_train",
+    "arith4_train",
+    "arith_steps_train",
+    "gsm8k_train",
+    "math_train",
+    "dapo_math_17k",
+}
 
 ROWS = [
     {"qid": "q-a", "question": "What is {x} if x = 2?", "solution": "2", "extra": 1},
