@@ -1,11 +1,12 @@
-"""What the warm-up builders share: their folder opened on their data, and the policy,
-answering alone (the solo protocol over a model reference or URL), sampled into it."""
+"""What the warm-up builders share: their folder opened on their data, and the policy
+(a model reference or URL) sampled into it, answering alone or under a protocol."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 from collabrl import runs
 from collabrl.builders.folder import BuildFolder
@@ -20,7 +21,6 @@ from collabrl.models import resolve_model
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.sampling import Unit, sample_chunks
-from collabrl.protocols.solo import SoloProtocol
 
 # A problem row over MAX_PROBLEM_CHARS is skipped, not sampled, and recorded as this
 # rejection: one such row must not end a build over a large data set.
@@ -67,17 +67,19 @@ def open_build(
 def sample_into(
     folder: BuildFolder,
     config: PolicyConfig,
-    template: PromptTemplate,
+    template: PromptTemplate | None,
     units: list[Unit],
-    row_maker: Callable[[SoloProtocol], MakeRow],
+    row_maker: Callable[[Any], MakeRow],
     progress: Callable[[int, int], None] | None,
     engine: Engine | None = None,
     rows_wanted: int | None = None,
+    protocol: ProtocolConfig | None = None,
 ) -> int:
     """Sample the units not done yet into the folder; how many were sampled now.
 
-    `row_maker` gets the opened policy (its tokenizer, say) and returns what turns a
-    sampled unit into a row or a rejection.
+    `row_maker` gets the opened protocol (its policy's tokenizer, say) and returns what
+    turns a sampled unit into a row or a rejection. `protocol` is the one the units are
+    sampled under (default solo).
     """
     done = folder.done()
     # Never sampled, not even with its chunk (a partly done chunk is sampled again whole).
@@ -88,7 +90,7 @@ def sample_into(
     todo = sum(u.key not in done for u in units)
     if not todo or (rows_wanted is not None and len(folder.rows()) >= rows_wanted):
         return 0
-    with open_policy(config, template, engine) as policy:
+    with open_policy(config, template, engine, protocol) as policy:
         chunk = chunk_size(config.engine, config.model)
         params = SamplingParams.of(config.sampling)
         batches = sample_chunks(policy, units, chunk, params, done)
@@ -98,15 +100,19 @@ def sample_into(
 
 @contextmanager
 def open_policy(
-    config: PolicyConfig, template: PromptTemplate, engine: Engine | None = None
-) -> Iterator[SoloProtocol]:
-    """The policy answering alone with `template`, closed when the block ends.
+    config: PolicyConfig,
+    template: PromptTemplate | None,
+    engine: Engine | None = None,
+    protocol: ProtocolConfig | None = None,
+) -> Iterator[Any]:
+    """The policy under `protocol` (default: answering alone) with `template` (None for
+    a protocol with its paper's own prompt), closed when the block ends.
 
     An `engine` built by the caller is used instead of loading the model, and left open.
     """
-    solo = ProtocolConfig(name="solo", tokenizer=config.tokenizer)
-    protocol = build_protocol(solo, config.model, config.engine, template, policy_engine=engine)
+    spec = dataclasses.replace(protocol or ProtocolConfig(), tokenizer=config.tokenizer)
+    built = build_protocol(spec, config.model, config.engine, template, policy_engine=engine)
     try:
-        yield protocol
+        yield built
     finally:
-        protocol.close()
+        built.close()

@@ -1,4 +1,4 @@
-"""`collab build-warmup relay|rsim|consult`: warm-up SFT sets sampled from the policy itself."""
+"""`collab build-warmup relay|rsim|consult|apollo`: warm-up SFT sets sampled from the policy."""
 
 from __future__ import annotations
 
@@ -156,6 +156,49 @@ def consult(
             *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
             ("answers correct", s["answers_correct"]),
             ("expert answers correct", s["expert_answers_correct"]),
+        ],
+        s["rejected"],
+    )
+
+
+@app.command("apollo", cls=opt.config_command("build-warmup-apollo"))
+def apollo(
+    ctx: typer.Context,
+    model: str = opt.MODEL,
+    data: str = DATA,
+    limit: int = LIMIT,
+    samples: int = opt.config_option("samples_per_problem", "--samples-per-problem"),
+    max_tokens: int = opt.MAX_TOKENS,
+    temperature: float = opt.TEMPERATURE,
+    seed: int = opt.SEED,
+    tokenizer: str = opt.config_option("tokenizer", "--tokenizer"),
+    engine: str = opt.ENGINE,
+    batch_size: int = opt.BATCH_SIZE,
+    device: str = opt.DEVICE,
+    out: str = OUT,
+    config: Path = opt.CONFIG,
+    set_: list[str] = opt.SET,
+) -> None:
+    """This project's addition to AlphaApollo: the policy's own tool traces, sampled with
+    a forced call and a worked example, kept when the last call printed the answer; rows
+    of the A.1 prompt without those aids, ending "The answer is \\boxed{X}"."""
+    from collabrl.builders.apollo_warmup import build_apollo_warmup
+
+    cfg = opt.resolve(ctx, config, set_)
+    opt.check(ctx, cfg.check)
+    with progress_bar(console, f"apollo warm-up · {cfg.model} on {cfg.data}") as progress:
+        result = build_apollo_warmup(cfg, progress)
+    s = result.stats
+    _print(
+        result.out_dir,
+        result.new_samples,
+        [
+            ("traces", s["traces"]),
+            ("rows", s["rows"]),
+            ("call rows", s["call_rows"]),
+            ("answer rows", s["answer_rows"]),
+            *((f"rejected: {why}", count) for why, count in s["rejected"].items()),
+            ("traces with a failed call", s["traces_with_a_failed_call"]),
         ],
         s["rejected"],
     )

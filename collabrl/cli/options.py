@@ -28,6 +28,7 @@ CONFIG_CLASSES = {
     "build-warmup-relay": "collabrl.builders.relay_warmup:RelayWarmupConfig",
     "build-warmup-rsim": "collabrl.builders.rsim_warmup:RsimWarmupConfig",
     "build-warmup-consult": "collabrl.builders.consult_warmup:ConsultWarmupConfig",
+    "build-warmup-apollo": "collabrl.builders.apollo_warmup:ApolloWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
     "train-sft": "collabrl.train.sft:SFTTrainConfig",
     "train-grpo": "collabrl.train.grpo_config:GRPOTrainConfig",

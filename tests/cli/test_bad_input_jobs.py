@@ -1,4 +1,4 @@
-"""Bad input to the long jobs, `collab build-warmup relay|rsim|consult`, `collab filter`,
+"""Bad input to the long jobs, `collab build-warmup relay|rsim|consult|apollo`, `collab filter`,
 `collab evolve` and `collab serve`, one table per class of value: each is one `error:`
 line and a non-zero exit, before any model loads, and leaves no run folder (nor a
 converted model) behind. The scripted servers answer at once, so nothing here loads a
@@ -21,6 +21,7 @@ BASE = {
     "relay": ["build-warmup", "relay", "--data", "arith", "--limit", "1"],
     "rsim": ["build-warmup", "rsim", "--data", "arith", "--limit", "1"],
     "consult": ["build-warmup", "consult", "--data", "arith", "--limit", "1"],
+    "apollo": ["build-warmup", "apollo", "--data", "arith", "--limit", "1"],
     "filter": ["filter", "--teacher", "reference", "--data", "arith", "--limit", "1"],
     "evolve": ["evolve", "arith", "--model", "smollm2-135m", "--limit", "1", "--rounds", "1"],
     "serve": ["serve", "expert", "--engine", "transformers"],
@@ -127,6 +128,14 @@ def cwd(tmp_path: Path) -> Path:
         case("relay", "--batch-size", "0", error=BATCH),
         case("rsim", "--batch-size", "-1", error=BATCH),
         case("consult", "--batch-size", "0", error=BATCH),
+        case("apollo", "--batch-size", "0", error=BATCH),
+        case(
+            "apollo",
+            "--samples-per-problem",
+            "0",
+            error="--samples-per-problem: samples_per_problem must be between 1",
+        ),
+        case("apollo", "--set", "apollo.tools=[]", error="the apollo protocol has no tools"),
         case("filter", "--batch-size", "0", error=BATCH),
         case("evolve", "--batch-size", "0", error=BATCH),
         case("serve", "--batch-size", "0", error=BATCH),
@@ -303,6 +312,7 @@ def test_missing_file(args: list[str], error: str, cwd: Path, inputs: dict) -> N
         case("rsim", "--model", "{config_only}", error=NO_WEIGHTS),
         case("rsim", "--data", "{empty}", error="{empty} is not a saved Hugging Face dataset"),
         case("consult", "--model", "{config_only}", error=NO_WEIGHTS),
+        case("apollo", "--model", "{config_only}", error=NO_WEIGHTS),
         case("filter", "--teacher", "{config_only}", error=NO_WEIGHTS),
         case("filter", "--teacher", "{empty}", error=NOT_A_MODEL),
         case("evolve", "--model", "{config_only}", error=NO_WEIGHTS),
