@@ -3,6 +3,8 @@
 #
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
+#   bash scripts/reproduce.sh rsim         # rSIM: a plan, not a collapse
+#   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy (warm-up stage)
 #
 # Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
 # SEEDS="0 1" overrides the seeds. The seeds train one after the other: a relay run of
@@ -15,7 +17,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 COLLAB="${COLLABRL_VENV:-.venv}/bin/collab"
 PYTHON="${COLLABRL_VENV:-.venv}/bin/python"
 SEEDS="${SEEDS:-0 1}"
-FAMILY='arith-\w+-(\w+)-'  # a problem's family, from its id
+FAMILY='arith(?:_steps)?-\w+-(\w+)-'  # a problem's family, from its id
 
 relay() {
   local out=runs/evidence/relay
@@ -101,8 +103,118 @@ eapo() {
     4 "${trained[@]}" | tee "$out/steps.md"
 }
 
+rsim() {
+  local out=runs/evidence/rsim
+  # Two 1-digit families the reasoner solves alone sometimes (add1 ~85 %, add2 ~16 %
+  # greedy) and the three two-operation families of arith_steps (0-10 %): 24 training
+  # and 12 held-out problems of each.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,add1x3,addsub1,addmul1 24 12 "$out"
+  # The step budgets (5 strategies of <= 40 tokens, 200 tokens an episode) leave room
+  # for a plan and its terminal step, so that running out of budget rarely decides the
+  # planner's R_terminal; the same budgets train and evaluate.
+  local budget=(--max-tokens 200 --set protocol.strategy.max_steps=5
+    --set protocol.strategy.step_max_tokens=40)
+  # Warm-up (appendix A.1): the reasoner's own incorrect samples that keep the
+  # blank-line step format, one epoch of SFT, so that it writes steps and boxes answers.
+  # About 1 sample in 12 qualifies (most have one step or no \boxed{}), hence all of
+  # arith_steps_train, 4 samples a problem, until 96 rows.
+  [ -f "$out/sft/final/config.json" ] || {
+    "$COLLAB" build-warmup rsim --model smollm2-135m --data arith_steps_train --rows 96 \
+      --samples-per-problem 4 --max-tokens 160 --temperature 0.7 --engine transformers \
+      --out "$out/warmup"
+    "$COLLAB" train sft --model smollm2-135m --data "$out/warmup" --epochs 1 --lr 5e-5 \
+      --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+      --set activation_checkpointing=false --out "$out/sft"
+  }
+  # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
+  # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
+  # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
+  local steps="${RSIM_STEPS:-16}" runs=() trained=()
+  for seed in $SEEDS; do
+    local run="$out/joint-seed$seed"
+    [ -f "$run/eval.json" ] || "$COLLAB" train rsim --model "$out/sft/final" \
+      --planner smollm2-135m --data "$out/train.jsonl" --steps "$steps" \
+      --prompts-per-step 4 --num-generations 4 --temperature 0.9 \
+      --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4 \
+      --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5 \
+      --set seed="$seed" --eval-data "$out/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+    [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
+    runs+=("$run/eval-final")
+    trained+=("$run")
+  done
+  "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+  "$PYTHON" scripts/evidence/plans.py "${runs[@]}" | tee -a "$out/table.md"
+  # The planner over training: strategy shares, strategies per episode, why episodes end.
+  "$PYTHON" scripts/evidence/steps.py planner/accuracy,planner/terminal,planner/penalty,planner/strategies_per_episode,planner/entropy,strategies/terminal,planner/end_terminal,planner/end_max_steps,planner/end_length \
+    4 "${trained[@]}" | tee "$out/steps.md"
+  # Plug-in: the warm-up reasoner (rSIM's starting point, untouched by RL) served over
+  # HTTP, driven by each seed's trained planner, by the untrained one and by PS+ prompting.
+  plug_in "$out" "${budget[@]}"
+}
+
+plug_in() {
+  local out="$1" port="${PLUG_IN_PORT:-8017}"; shift
+  local url="http://127.0.0.1:$port" evals=()
+  "$COLLAB" serve policy --model "$out/sft/final" --port "$port" > "$out/serve.log" 2>&1 &
+  # shellcheck disable=SC2064  # the pid is fixed now
+  trap "kill $! 2>/dev/null" EXIT
+  local server=$!
+  until curl -sf "$url/health" > /dev/null; do
+    kill -0 $server 2>/dev/null || { echo "the policy server did not start: $out/serve.log" >&2; return 1; }
+    sleep 2
+  done
+  local planners=("ps+:" "untrained:smollm2-135m")
+  for seed in $SEEDS; do planners+=("trained-seed$seed:$out/joint-seed$seed/planner"); done
+  for entry in "${planners[@]}"; do
+    local planner="${entry#*:}" folder="$out/plug-in/${entry%%:*}"
+    local how=(--planner "$planner")
+    [ -n "$planner" ] || how=(--planner-kind ps+)
+    [ -f "$folder/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" --model "$url" \
+      --tokenizer "$out/sft/final" --protocol strategy "${how[@]}" --temperature 0 \
+      --set protocol.strategy.planner_temperature=0 "$@" --out "$folder"
+    evals+=("$folder")
+  done
+  "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/plug-in.md"
+  "$PYTHON" scripts/evidence/plans.py "${evals[@]}" | tee -a "$out/plug-in.md"
+}
+
+apollo() {
+  local out=runs/evidence/apollo
+  # The relay set: two families SmolLM2-135M solves alone sometimes (add1, add2) and two
+  # it does not (mul22 ~4 %, add3 0 % greedy).
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out"
+  local tools=(--set 'protocol.apollo.tools=[python]')
+  # Warm-up (this project's; AlphaApollo trains none): the policy's own tool traces,
+  # sampled with a forced call and a worked example, kept when the last call printed
+  # the answer; rows of the A.1 prompt without those aids, ending in \boxed{}.
+  [ -f "$out/sft/final/config.json" ] || {
+    "$COLLAB" build-warmup apollo --model smollm2-135m --data "$out/train.jsonl" \
+      --samples-per-problem 2 --max-tokens 160 --temperature 0.7 --engine transformers \
+      --out "$out/warmup"
+    "$COLLAB" train sft --model smollm2-135m --data "$out/warmup" --epochs 1 --lr 5e-5 \
+      --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+      --set activation_checkpointing=false --set max_length=1024 --out "$out/sft"
+  }
+  # Held-out, greedy: each policy with the tools offered (the A.1 prompt, no aids) and
+  # alone (the plain prompt), the paper's with/without-tools comparison (Figure 7).
+  local evals=()
+  for entry in base:smollm2-135m warmup:"$out/sft/final"; do
+    local name="${entry%%:*}" model="${entry#*:}"
+    [ -f "$out/eval/$name-tools/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+      --model "$model" --protocol apollo "${tools[@]}" --max-tokens 160 --temperature 0 \
+      --out "$out/eval/$name-tools"
+    [ -f "$out/eval/$name-alone/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+      --model "$model" --set prompt=plain --max-tokens 160 --temperature 0 \
+      --out "$out/eval/$name-alone"
+    evals+=("$out/eval/$name-tools" "$out/eval/$name-alone")
+  done
+  "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+}
+
 case "${1:-}" in
   relay) relay ;;
   eapo) eapo ;;
-  *) echo "usage: bash scripts/reproduce.sh relay|eapo   (rsim, apollo: not yet)" >&2; exit 2 ;;
+  rsim) rsim ;;
+  apollo) apollo ;;
+  *) echo "usage: bash scripts/reproduce.sh relay|eapo|rsim|apollo" >&2; exit 2 ;;
 esac

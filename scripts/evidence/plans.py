@@ -42,10 +42,10 @@ for path in sys.argv[1:]:
     folder = Path(path)
     chosen, ends, correct = plans(folder)
     counts = Counter(name for row in chosen for name in row)
-    total = sum(counts.values()) or 1
+    total = sum(counts.values())
     ended = Counter(ends)
     cells = [f"{sum(correct) / len(correct):.3f}", f"{total / len(chosen):.2f}"]
-    cells += [f"{counts[s] / total:.2f}" for s in STRATEGY_NAMES]
-    cells += [f"{entropy(counts):.2f}", str(len({tuple(row) for row in chosen}))]
+    cells += [f"{counts[s] / max(total, 1):.2f}" for s in STRATEGY_NAMES]
+    cells += [f"{abs(entropy(counts)):.2f}", str(len({tuple(row) for row in chosen}))]
     cells += [f"{ended[e] / len(ends):.2f}" for e in END_REASONS]
     print(f"| {folder.parent.name}/{folder.name} | " + " | ".join(cells) + " |")
