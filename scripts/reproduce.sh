@@ -4,7 +4,7 @@
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
 #   bash scripts/reproduce.sh rsim         # rSIM: a plan, not a collapse
-#   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy (warm-up stage)
+#   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy (no RL yet)
 #
 # Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
 # SEEDS="0 1" overrides the seeds. The seeds train one after the other: a relay run of
@@ -152,17 +152,22 @@ rsim() {
   plug_in "$out" "${budget[@]}"
 }
 
+SERVERS=()
+trap '[ ${#SERVERS[@]} -eq 0 ] || kill "${SERVERS[@]}" 2>/dev/null' EXIT
+
+serve() {  # serve MODEL PORT LOG: a policy server, answering when this returns, stopped at exit
+  "$COLLAB" serve policy --model "$1" --port "$2" > "$3" 2>&1 &
+  SERVERS+=($!)
+  until curl -sf "http://127.0.0.1:$2/health" > /dev/null; do
+    kill -0 "${SERVERS[-1]}" 2>/dev/null || { echo "the server did not start: $3" >&2; return 1; }
+    sleep 2
+  done
+}
+
 plug_in() {
   local out="$1" port="${PLUG_IN_PORT:-8017}"; shift
   local url="http://127.0.0.1:$port" evals=()
-  "$COLLAB" serve policy --model "$out/sft/final" --port "$port" > "$out/serve.log" 2>&1 &
-  # shellcheck disable=SC2064  # the pid is fixed now
-  trap "kill $! 2>/dev/null" EXIT
-  local server=$!
-  until curl -sf "$url/health" > /dev/null; do
-    kill -0 $server 2>/dev/null || { echo "the policy server did not start: $out/serve.log" >&2; return 1; }
-    sleep 2
-  done
+  serve "$out/sft/final" "$port" "$out/serve.log"
   local planners=("ps+:" "untrained:smollm2-135m")
   for seed in $SEEDS; do planners+=("trained-seed$seed:$out/joint-seed$seed/planner"); done
   for entry in "${planners[@]}"; do
@@ -209,6 +214,17 @@ apollo() {
     evals+=("$out/eval/$name-tools" "$out/eval/$name-alone")
   done
   "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
+  "$PYTHON" scripts/evidence/tools.py "${evals[@]}" | tee -a "$out/table.md"
+  # collab evolve over two endpoints, the base model and the warm-up policy, each served
+  # by `collab serve policy`: 20 held-out problems (5 a family), two rounds, one branch.
+  [ -f "$out/evolve/round-2.jsonl" ] || {
+    serve smollm2-135m 18501 "$out/serve-base.log"
+    serve "$out/sft/final" 18502 "$out/serve-warmup.log"
+    "$COLLAB" evolve "$out/test.jsonl" --limit 20 --model http://127.0.0.1:18501/v1 \
+      --model http://127.0.0.1:18502/v1 --tokenizer "$out/sft/final" --rounds 2 \
+      --branches 1 --max-tokens 160 --temperature 0.7 --set review_max_tokens=64 \
+      "${tools[@]}" --out "$out/evolve" 2>&1 | tee "$out/evolve.log"
+  }
 }
 
 case "${1:-}" in
