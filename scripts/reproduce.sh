@@ -225,6 +225,25 @@ apollo() {
       --branches 1 --max-tokens 160 --temperature 0.7 --set review_max_tokens=64 \
       "${tools[@]}" --out "$out/evolve" 2>&1 | tee "$out/evolve.log"
   }
+  # GRPO with the tool from the warm-up policy, on families it was not warmed up on and
+  # where the call itself can go wrong (a negative result, ÷ and precedence written as
+  # Python, two operations): 24 training and 20 held-out problems of each, 4 problems x
+  # 4 samples, micro-batches of 4 (a row is ~525 tokens).
+  local rl="$out/rl" steps="${APOLLO_STEPS:-16}" trained=()
+  "$PYTHON" scripts/evidence/arith_mix.py sub2,sub2neg,mix,div,add1x3,addmul1 24 20 "$rl"
+  for seed in $SEEDS; do
+    local run="$rl/grpo-seed$seed"
+    [ -f "$run/eval.json" ] || "$COLLAB" train grpo --model "$out/sft/final" \
+      --protocol apollo "${tools[@]}" --data "$rl/train.jsonl" --steps "$steps" \
+      --prompts-per-step 4 --num-generations 4 --max-tokens 160 --temperature 0.7 \
+      --lr 2e-5 --set trl.per_device_train_batch_size=4 \
+      --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
+      --eval-data "$rl/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+    [ ${#trained[@]} -gt 0 ] || trained+=("$run/eval-start")
+    trained+=("$run/eval-final")
+  done
+  "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
+  "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
 }
 
 case "${1:-}" in
