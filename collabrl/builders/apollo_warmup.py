@@ -163,7 +163,7 @@ def trace_rows(policy: Policy, start: str, episode: Episode, gold: str) -> dict[
     return {
         "rows": rows,
         "tool_calls": len(calls),
-        "failed_calls": sum(c.meta.get("error") is not None for c in calls),
+        "failed_calls": episode.tool_errors,
         "answer": value,
         "response_tokens": len(episode.response_ids),
     }
