@@ -168,6 +168,8 @@ def rows(source: str, family: Family, split: str, problems: list[Problem]) -> li
             "id": f"{source}-{split}-{family.name}-{index:04d}",
             "problem": PROBLEM.format(expression=problem.expression),
             "answer": str(problem.answer),
+            # Graded as a number: `\boxed{36 × 15}` echoes the question, it does not answer it.
+            "answer_type": "number",
             "family": family.name,
             "source": source,
         }

@@ -4,7 +4,7 @@
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
 #   bash scripts/reproduce.sh rsim         # rSIM: a plan, not a collapse
-#   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy (no RL yet)
+#   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy
 #
 # Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
 # SEEDS="0 1" overrides the seeds. The seeds train one after the other: a relay run of

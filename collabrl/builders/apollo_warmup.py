@@ -41,9 +41,9 @@ from collabrl.errors import require
 from collabrl.protocols.apollo import ApolloConfig, apollo_prompt
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.sampling import Unit, units_of
-from collabrl.rewards.verify import is_equivalent
 
 if TYPE_CHECKING:
+    from collabrl.data.benchmarks import Item
     from collabrl.protocols.apollo import ApolloProtocol
     from collabrl.protocols.base import Policy
 
@@ -124,7 +124,7 @@ def _row_maker(protocol: ApolloProtocol) -> MakeRow:
     def make_row(unit: Unit, episode: Episode) -> dict[str, Any] | str:
         assert policy.tokenizer is not None  # required above
         start = policy.tokenizer.decode(policy.prompt_ids(prompt.messages(unit.item.problem)))
-        return trace_rows(policy, start, episode, unit.item.answer)
+        return trace_rows(policy, start, episode, unit.item)
 
     return make_row
 
@@ -135,7 +135,7 @@ def printed_value(segment: Segment) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def trace_rows(policy: Policy, start: str, episode: Episode, gold: str) -> dict[str, Any] | str:
+def trace_rows(policy: Policy, start: str, episode: Episode, item: Item) -> dict[str, Any] | str:
     """The trace's rows as one line of rows.jsonl (see `training_rows`), or why it gives none."""
     calls = episode.tool_calls
     if not calls:
@@ -144,7 +144,7 @@ def trace_rows(policy: Policy, start: str, episode: Episode, gold: str) -> dict[
     if last.meta.get("error") is not None:
         return f"last call failed ({last.meta['error']})"
     value = printed_value(last)
-    if not value or not is_equivalent(value, gold):
+    if not value or not item.is_correct(value):
         return "last call did not print the answer"
     end = episode.segments.index(last) + 2  # the tool segment, then the closing tag
     # Every policy turn before the last response ended in a call: the protocol only

@@ -75,7 +75,6 @@ from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.solo import SoloProtocol
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.extract import answer_line, extract_answer
-from collabrl.rewards.verify import is_equivalent
 
 if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
     from collabrl.engines.pool import ExpertPool
@@ -313,7 +312,7 @@ def _row(
         "kind": kind,
         "expert_id": expert_id,
         "answer": answer,
-        "correct": None if answer is None else is_equivalent(answer, unit.item.answer),
+        "correct": None if answer is None else unit.item.is_correct(answer),
         "prompt_tokens": len(policy.encode(prompt)),
         "completion_tokens": len(policy.encode(completion)),
         "response_tokens": len(episode.response_ids),

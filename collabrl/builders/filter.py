@@ -249,7 +249,7 @@ def score(
         "item_id": item.id,
         "sample": sample,
         "text": record.text,
-        **score_answer(extract_answer(record.text, extractors), item.answer),
+        **score_answer(extract_answer(record.text, extractors), item.answer, item.answer_type),
         "finish_reason": record.finish_reason,
         "completion_tokens": record.completion_tokens,
         "latency_s": round(record.latency_s, 3),

@@ -29,7 +29,6 @@ from collabrl.errors import require
 from collabrl.protocols.sampling import Unit, units_of
 from collabrl.protocols.strategy import STEP_PROMPT
 from collabrl.rewards.extract import extract_answer
-from collabrl.rewards.verify import is_equivalent
 from collabrl.strategies import STEP_DELIMITER
 
 # Five worked problems, one step per paragraph, the answer boxed in the last step.
@@ -192,7 +191,7 @@ def _row_maker(config: RsimWarmupConfig) -> Callable[[Unit, Episode], dict[str, 
         problem = format_problem(episode, config.min_steps)
         if problem is not None:
             return problem
-        if is_equivalent(episode.answer, unit.item.answer):
+        if unit.item.is_correct(episode.answer):
             return "correct (it would teach the solution)"
         text = episode.response_text.strip()
         return sft_row(

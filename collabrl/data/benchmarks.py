@@ -17,6 +17,7 @@ import yaml
 
 from collabrl.engines.reference import Reference
 from collabrl.errors import UserError
+from collabrl.rewards.verify import ANSWER_TYPES, is_equivalent, is_number
 
 if TYPE_CHECKING:
     from collabrl.config import DataColumns
@@ -36,6 +37,13 @@ class Item:
     answer: str
     # A worked solution, where the data has one: what the `reference` stand-in writes.
     solution: str | None = None
+    # How answers to it are graded (rewards.verify.ANSWER_TYPES): the row's `answer_type`.
+    answer_type: str = "math"
+
+    def is_correct(self, answer: str | None) -> bool:
+        """Whether `answer` is right, graded as the problem's answer type says: the one
+        rule every evaluation, reward and data filter applies to this problem."""
+        return is_equivalent(answer, self.answer, answer_type=self.answer_type)
 
     @property
     def reference(self) -> Reference:
@@ -78,6 +86,7 @@ class Fields:
     answer: str = "answer"
     id: str = "id"
     solution: str = "solution"  # optional: a missing column means no solution
+    answer_type: str = "answer_type"  # optional: a missing column means "math"
     split: str | None = None  # of a saved DatasetDict: required when it has several
 
     @classmethod
@@ -284,7 +293,26 @@ def _to_item(row: Row, fields: Fields, index: int) -> Item:
         problem=_text(row, fields.problem, row.data[fields.problem]),
         answer=_text(row, fields.answer, row.data[fields.answer]),
         solution=_optional_text(row, fields.solution),
+        answer_type=_answer_type(row, fields),
     )
+
+
+def _answer_type(row: Row, fields: Fields) -> str:
+    """The row's answer type, checked: a known one, and a `number` answer is a number."""
+    answer_type = _optional_text(row, fields.answer_type) or "math"
+    if answer_type not in ANSWER_TYPES:
+        raise UserError(
+            f"{row.where}: unknown {fields.answer_type} '{answer_type}'",
+            f"use one of: {', '.join(ANSWER_TYPES)}",
+        )
+    answer = str(row.data[fields.answer])
+    if answer_type == "number" and not is_number(answer):
+        raise UserError(
+            f"{row.where}: the answer '{answer}' is not a number, but the row's "
+            f"{fields.answer_type} is 'number'",
+            "fix the answer, or drop the answer type to grade it as an expression",
+        )
+    return answer_type
 
 
 def _optional_text(row: Row, column: str) -> str | None:

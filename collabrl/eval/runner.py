@@ -31,7 +31,6 @@ from collabrl.protocols.base import CollabProtocol
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.protocols.sampling import Unit, sample_chunks, units_of
 from collabrl.rewards.score import score_answer
-from collabrl.rewards.verify import is_equivalent
 
 ProgressFn = Callable[[int, int], None]  # (done, total)
 
@@ -192,7 +191,7 @@ def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any
         "sample": unit.sample,
         "prompt": episode.meta.get("prompt"),
         "completion": episode.response_text,
-        **score_answer(episode.answer, unit.item.answer),
+        **score_answer(episode.answer, unit.item.answer, unit.item.answer_type),
         "prompt_tokens": len(episode.prompt_ids),
         "end": str(episode.end),
         # "length" when the budget cut the response, as a solo completion's finish reason.
@@ -251,7 +250,7 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
                 correct=[bool(r["correct"]) for r in samples],
                 f1=[float(r["f1"]) for r in samples],
                 answers=answers,
-                majority_correct=is_equivalent(majority_answer(answers), item.answer),
+                majority_correct=item.is_correct(majority_answer(answers)),
             )
         )
     if not problems:

@@ -15,7 +15,6 @@ from typing import Any
 from collabrl.data.benchmarks import Item
 from collabrl.evolve.select import SELECTORS
 from collabrl.evolve.state import UNKNOWN, Candidate
-from collabrl.rewards.verify import is_equivalent
 
 CURVES = ("candidate_accuracy", "selected_score_accuracy", "selected_vote_accuracy")
 
@@ -50,7 +49,7 @@ def round_summary(
         "oracle_accuracy": _share([any(c.correct for c in by_problem[i.id]) for i in items]),
     }
     for rule in SELECTORS:
-        correct = [is_equivalent(selected[i.id][rule], i.answer) for i in items]
+        correct = [i.is_correct(selected[i.id][rule]) for i in items]
         summary[f"selected_{rule}_accuracy"] = _share(correct)
     summary["selected"] = selected
     return summary

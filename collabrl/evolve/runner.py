@@ -43,7 +43,6 @@ from collabrl.evolve.verify import Reviewer, in_parallel, review
 from collabrl.models import resolve_model
 from collabrl.protocols.base import CollabProtocol, Task, round_seed
 from collabrl.protocols.build import build_protocol, check_protocol
-from collabrl.rewards.verify import is_equivalent
 
 CURVE = "curve.png"
 RoundFn = Callable[[dict[str, Any]], None]
@@ -182,7 +181,7 @@ def _propose(
     """Every model's candidates for every problem, the models running concurrently."""
     questions = {i.id: evolve_question(i.problem, _notes(config, pool, i)) for i in items}
     base = SamplingParams.of(config.sampling)
-    gold = {item.id: item.answer for item in items}
+    by_id = {item.id: item for item in items}
 
     def job(k: int) -> list[Candidate]:
         # One batched call per branch, each with its own seed (per round, model and
@@ -195,7 +194,7 @@ def _propose(
             params = SamplingParams.of(config.sampling, seed=round_seed(base, round_no, stream))
             episodes = proposers[k].protocol.run(tasks, params)
             candidates += [
-                _candidate(config, round_no, k, t, e, gold)
+                _candidate(config, round_no, k, t, e, by_id)
                 for t, e in zip(tasks, episodes, strict=True)
             ]
         return candidates
@@ -211,7 +210,12 @@ def _notes(config: EvolveConfig, pool: list[Candidate], item: Item) -> str:
 
 
 def _candidate(
-    config: EvolveConfig, round_no: int, k: int, task: Task, episode: Episode, gold: dict[str, str]
+    config: EvolveConfig,
+    round_no: int,
+    k: int,
+    task: Task,
+    episode: Episode,
+    by_id: dict[str, Item],
 ) -> Candidate:
     return Candidate(
         round=round_no,
@@ -221,6 +225,6 @@ def _candidate(
         answer=episode.answer,
         completion=episode.response_text,
         checks=checks_of(episode, config.trim_chars // 2),
-        correct=is_equivalent(episode.answer, gold[task.problem_id]),
+        correct=by_id[task.problem_id].is_correct(episode.answer),
         episode=episode.to_dict(),
     )

@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from collabrl.episode import Episode
-from collabrl.rewards.verify import is_equivalent
-
 # Scenario 1's "boosted bonus (r = 1.5) for independent success".
 INDEPENDENT_SUCCESS_REWARD = 1.5
 # Scenario 2's "penalty on samples that fail to call the teacher (r = −1.0 when ρ(y) = 0)".
@@ -54,13 +51,6 @@ class Scenario(StrEnum):
     STUDENT_SOLVABLE = "student_solvable"  # some sample is right without calling
     TEACHER_DEPENDENT = "teacher_dependent"  # right answers only among samples that called
     TEACHER_UNSOLVABLE = "teacher_unsolvable"  # no sample is right
-
-
-def relay_outcome(episode: Episode, gold: str) -> Outcome:
-    """An episode's outcome: its extracted answer checked against `gold`, and the realised
-    call ratio, which is the paper's ρ ("the ratio of large-model generated tokens to the
-    total response length")."""
-    return Outcome(is_equivalent(episode.answer, gold), episode.call_ratio_realised())
 
 
 def simple_reward(correct: bool, call_ratio: float) -> float:

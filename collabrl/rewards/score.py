@@ -9,12 +9,13 @@ from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import is_equivalent
 
 
-def score_answer(answer: str | None, gold: str) -> dict[str, Any]:
-    """The answer, the gold answer, whether they are equivalent (math-verify) and their
-    token F1 (EAPO's partial credit); a missing answer is wrong, with F1 0."""
+def score_answer(answer: str | None, gold: str, answer_type: str = "math") -> dict[str, Any]:
+    """The answer, the gold answer, whether they are equivalent (graded as `answer_type`
+    says, see verify.ANSWER_TYPES) and their token F1 (EAPO's partial credit); a missing
+    answer is wrong, with F1 0."""
     return {
         "answer": answer,
         "gold": gold,
-        "correct": is_equivalent(answer, gold),
+        "correct": is_equivalent(answer, gold, answer_type=answer_type),
         "f1": token_f1(answer, gold),
     }

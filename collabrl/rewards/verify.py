@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 # and for the pickling round trip.
 _POOL_SLACK_S = 10.0
 
+# How a problem's answer is graded, named by its data row's `answer_type` column:
+# "math" (the default) accepts any expression equivalent to the gold answer, as math-verify
+# judges; "number" accepts only a number equal to it, for problems whose task is to compute
+# that number (arith), where an unevaluated expression must not earn the reward.
+ANSWER_TYPES = ("math", "number")
+
 # ----------------------------------------------------------------------------- fast path
 
 # A matrix's row break `\\` is matched first and kept (`\1`): its second backslash and the
@@ -100,6 +106,18 @@ def _number(text: str) -> Fraction | None:
         return None
     value = Fraction(num.replace(",", "")) / den_value
     return -value if sign == "-" else value
+
+
+def written_number(answer: str) -> str:
+    """The part of `answer` a `number` grade reads: normalized, and the right side of its
+    last `=` (`83 + 31 = 114` reads as 114, as math-verify reads an equation)."""
+    return normalize(answer).rsplit("=", 1)[-1]
+
+
+def is_number(answer: str) -> bool:
+    """Whether `answer` is written as a plain number (`1,234.5`, `-3/4`, `\\frac{3}{4}`,
+    `17\\%`), the only spelling a `number` grade accepts."""
+    return _number(_without_percent(written_number(answer))[0]) is not None
 
 
 def _numbers_equal(a: Fraction, b: Fraction) -> bool:
@@ -262,16 +280,23 @@ def _verify_in_worker(pred: str, gold: str, timeout_s: int, timeout: float) -> b
     return False
 
 
-def is_equivalent(pred: str | None, gold: str, timeout: float = 5.0) -> bool:
+def is_equivalent(
+    pred: str | None, gold: str, timeout: float = 5.0, answer_type: str = "math"
+) -> bool:
     """Whether the predicted answer `pred` is mathematically equivalent to `gold`.
 
     Never raises and works from any thread; `timeout` (seconds) bounds each of
     math-verify's parsing/comparison steps. A missing or empty prediction is False.
+    With `answer_type="number"` the prediction must also be *written* as a number:
+    math-verify evaluates `36 \\times 15` to 540, which on a problem that asks for that
+    product is the question echoed back, not an answer (see ANSWER_TYPES).
     """
     if pred is None:
         return False
     # Datasets hand over ints for GSM8K-style golds; accept them rather than raise.
     pred, gold = str(pred), str(gold)
+    if answer_type == "number":
+        return _numeric_verdict(written_number(pred), normalize(gold)) is True
     fast = _fast_verdict(pred, gold)
     if fast is not None:
         return fast

@@ -64,7 +64,7 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
     spec = registry.find(episode.meta.get("protocol"))
     return {
         "problem_id": episode.problem_id,
-        **score_answer(episode.answer, item.answer),
+        **score_answer(episode.answer, item.answer, item.answer_type),
         "call_ratio": episode.call_ratio_realised(),
         "call_ratio_requested": episode.call_ratio_requested(),
         "calls": len(episode.calls),

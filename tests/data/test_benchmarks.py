@@ -189,6 +189,24 @@ def test_solution_column_is_optional_and_must_be_text(tmp_path: Path) -> None:
         load_benchmark(str(bad))
 
 
+def test_the_answer_type_column_sets_how_each_row_is_graded(tmp_path: Path) -> None:
+    rows = [
+        {"problem": "What is 36 × 15?", "answer": "540", "answer_type": "number"},
+        {"problem": "Simplify 36 × 15.", "answer": "540"},
+    ]
+    number, math = load_benchmark(str(_write_jsonl(tmp_path / "t.jsonl", rows))).items
+    assert (number.answer_type, math.answer_type) == ("number", "math")
+    assert not number.is_correct("36 \\times 15") and math.is_correct("36 \\times 15")
+    assert number.is_correct("540") and number.is_correct("36 \\times 15 = 540")
+
+
+@pytest.mark.parametrize("name", ["arith", "arith_train", "arith_steps", "arith_steps_train"])
+def test_arith_answers_are_graded_as_numbers(name: str) -> None:
+    items = load_benchmark(name).items
+    assert {item.answer_type for item in items} == {"number"}
+    assert all(item.is_correct(item.answer) for item in items[:50])
+
+
 def test_row_number_is_the_id_without_an_id_column(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "noid.jsonl", [{"problem": "p", "answer": 1}] * 3)
     items = load_benchmark(str(path)).items
@@ -361,6 +379,11 @@ def _bad_jsonl(tmp_path: Path, bad_row: dict | str) -> Path:
         ('{"id": "b", "problem": "p", "answer": "\\udfff"}', "lone surrogate \\udfff"),
         ({"id": "a", "problem": "q", "answer": "2"}, "id 'a' is already the id of"),
         ('["p", "1"]', "is not an object"),
+        ({"id": "b", "problem": "p", "answer": "1", "answer_type": "int"}, "answer_type 'int'"),
+        (
+            {"id": "b", "problem": "p", "answer": "x + 1", "answer_type": "number"},
+            "the answer 'x + 1' is not a number",
+        ),
     ],
 )
 def test_bad_row_is_one_error_naming_its_line(tmp_path: Path, row, message: str) -> None:

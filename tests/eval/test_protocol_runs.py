@@ -127,3 +127,22 @@ def test_a_collaborator_the_protocol_never_calls_is_refused(smol_tokenizer, tmp_
     with pytest.raises(UserError, match="protocol.teacher is set, but the solo protocol has no"):
         run_eval(config, engine=ScriptedEngine(smol_tokenizer, lambda prompt: "18"))
     assert not (tmp_path / "solo").exists()
+
+
+def test_eval_grades_each_problem_as_its_answer_type(smol_tokenizer, tmp_path) -> None:
+    """The same echoed expression is right on a `math` row and wrong on a `number` row."""
+    rows = [
+        {"id": "n", "problem": "What is 36 × 15?", "answer": "540", "answer_type": "number"},
+        {"id": "m", "problem": "What is 36 × 15?", "answer": "540"},
+    ]
+    data = tmp_path / "echo.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = _config("scripted", tmp_path / "run", {"name": "solo"})
+    config.benchmark = str(data)
+    echo = ScriptedEngine(smol_tokenizer, lambda prompt: "It is \\boxed{36 \\times 15}.")
+    result = run_eval(config, engine=echo)
+    samples = [
+        json.loads(line) for line in (tmp_path / "run" / runs.SAMPLES).read_text().splitlines()
+    ]
+    assert {s["item_id"]: s["correct"] for s in samples} == {"n": False, "m": True}
+    assert result.metrics["pass@1"] == 0.5

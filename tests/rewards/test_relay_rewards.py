@@ -4,14 +4,12 @@ import random
 
 import pytest
 
-from collabrl.episode import Author, Episode, Segment
 from collabrl.rewards.relay import (
     Outcome,
     Scenario,
     difficulty_aware_reward,
     group_rewards,
     group_scenarios,
-    relay_outcome,
     scenario,
     simple_reward,
 )
@@ -118,18 +116,3 @@ def test_group_rewards_simple_ignores_groups() -> None:
 def test_group_rewards_rejects_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown RelayLLM reward kind"):
         group_rewards([("a", Outcome(True, 0.0))], "accuracy")  # type: ignore[arg-type]
-
-
-def test_relay_outcome_reads_the_answer_and_the_realised_ratio() -> None:
-    episode = Episode(
-        problem_id="p",
-        prompt_ids=[1],
-        segments=[
-            Segment(Author.POLICY, "x", [2, 3, 4]),
-            Segment(Author.TEACHER, "y", [5]),
-            Segment(Author.POLICY, "z", [6, 7, 8, 9]),
-        ],
-        answer="4",
-    )
-    assert relay_outcome(episode, "4") == Outcome(True, 0.125)
-    assert relay_outcome(episode, "5") == Outcome(False, 0.125)

@@ -160,3 +160,35 @@ def test_clean_keeps_a_matrix_row_break() -> None:
 def test_numeric_fast_path(pred: str, gold: str, expected: bool) -> None:
     assert verify_mod._fast_verdict(str(pred), str(gold)) is expected
     assert is_equivalent(pred, gold) is expected
+
+
+@pytest.mark.parametrize(
+    "pred, gold, expected",
+    [
+        ("540", "540", True),
+        ("540.0", "540", True),
+        ("1,234", "1234", True),
+        (r"\frac{3}{4}", "0.75", True),
+        ("-17", "-17", True),
+        ("83 + 31 = 114", "114", True),  # the right side of an equation, as math-verify reads it
+        ("x = 7", "7", True),
+        (r"36 \times 15", "540", False),  # the question echoed back: math-verify's 540
+        ("36 × 15", "540", False),
+        ("8 + 6", "14", False),
+        (r"2^{3}", "8", False),
+        ("114 = 83 + 31", "114", False),
+        ("541", "540", False),
+        ("", "540", False),
+        (None, "540", False),
+    ],
+)
+def test_a_number_answer_must_be_written_as_that_number(
+    pred: str | None, gold: str, expected: bool
+) -> None:
+    assert is_equivalent(pred, gold, answer_type="number") is expected
+
+
+def test_the_math_answer_type_accepts_what_math_verify_evaluates() -> None:
+    """The default rule is unchanged: an equivalent expression is right."""
+    assert is_equivalent(r"36 \times 15", "540") is True
+    assert is_equivalent("8 + 6", "14") is True

@@ -64,6 +64,17 @@ def test_teacher_tokens_are_masked_and_scored_on_the_episode(smol_tokenizer) -> 
     assert out["logprobs"] is None  # the scripted policy reports none; TRL recomputes
 
 
+def test_the_reward_grades_as_the_problems_answer_type(smol_tokenizer) -> None:
+    """An echoed expression earns nothing on a `number` problem: math-verify alone would
+    pay it (`2 + 5` is 7), and GRPO would learn not to compute."""
+    echo = ["It is \\boxed{2 + 5}."] * 2
+    for answer_type, expected in (("math", True), ("number", False)):
+        rollout = _rollout(smol_tokenizer, list(echo))
+        rollout.items = {"p": Item("p", ITEM.problem, "7", answer_type=answer_type)}
+        out = rollout.to_trl(rollout.protocol.run(rollout.tasks(["p", "p"], 0), rollout.params))
+        assert out["correct"] == [expected, expected]
+
+
 def test_sample_indices_count_over_the_whole_batch(smol_tokenizer) -> None:
     rollout = _rollout(smol_tokenizer, [], generations=4)
     tasks = rollout.tasks(["p", "p"], offset=2)  # this process holds samples 2 and 3
