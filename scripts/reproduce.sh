@@ -153,7 +153,11 @@ rsim() {
 }
 
 SERVERS=()
-trap '[ ${#SERVERS[@]} -eq 0 ] || kill "${SERVERS[@]}" 2>/dev/null' EXIT
+stop_servers() {  # the policy servers started so far: they hold 2-3 GB each
+  [ ${#SERVERS[@]} -eq 0 ] || kill "${SERVERS[@]}" 2>/dev/null || true
+  SERVERS=()
+}
+trap stop_servers EXIT
 
 serve() {  # serve MODEL PORT LOG: a policy server, answering when this returns, stopped at exit
   "$COLLAB" serve policy --model "$1" --port "$2" > "$3" 2>&1 &
@@ -224,6 +228,7 @@ apollo() {
       --model http://127.0.0.1:18502/v1 --tokenizer "$out/sft/final" --rounds 2 \
       --branches 1 --max-tokens 160 --temperature 0.7 --set review_max_tokens=64 \
       "${tools[@]}" --out "$out/evolve" 2>&1 | tee "$out/evolve.log"
+    stop_servers  # before training, which needs the memory
   }
   # GRPO with the tool from the warm-up policy, on families it was not warmed up on and
   # where the call itself can go wrong (a negative result, ÷ and precedence written as
