@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from collabrl.engines.reference import Reference
 from collabrl.errors import UserError
-from collabrl.rewards.verify import ANSWER_TYPES, is_equivalent, is_number
+from collabrl.rewards.verify import ANSWER_TYPES, AnswerType, is_equivalent, is_number
 
 if TYPE_CHECKING:
     from collabrl.config import DataColumns
@@ -38,7 +38,7 @@ class Item:
     # A worked solution, where the data has one: what the `reference` stand-in writes.
     solution: str | None = None
     # How answers to it are graded (rewards.verify.ANSWER_TYPES): the row's `answer_type`.
-    answer_type: str = "math"
+    answer_type: AnswerType = "math"
 
     def is_correct(self, answer: str | None) -> bool:
         """Whether `answer` is right, graded as the problem's answer type says: the one
@@ -287,17 +287,18 @@ def _to_item(row: Row, fields: Fields, index: int) -> Item:
                 "name the columns: --set problem_field=COLUMN "
                 "--set answer_field=COLUMN [--set id_field=COLUMN]",
             )
+    answer = _text(row, fields.answer, row.data[fields.answer])
     # Without an id column the 0-based row index is the id.
     return Item(
         id=_text(row, fields.id, row.data.get(fields.id, index)),
         problem=_text(row, fields.problem, row.data[fields.problem]),
-        answer=_text(row, fields.answer, row.data[fields.answer]),
+        answer=answer,
         solution=_optional_text(row, fields.solution),
-        answer_type=_answer_type(row, fields),
+        answer_type=_answer_type(row, fields, answer),
     )
 
 
-def _answer_type(row: Row, fields: Fields) -> str:
+def _answer_type(row: Row, fields: Fields, answer: str) -> AnswerType:
     """The row's answer type, checked: a known one, and a `number` answer is a number."""
     answer_type = _optional_text(row, fields.answer_type) or "math"
     if answer_type not in ANSWER_TYPES:
@@ -305,14 +306,13 @@ def _answer_type(row: Row, fields: Fields) -> str:
             f"{row.where}: unknown {fields.answer_type} '{answer_type}'",
             f"use one of: {', '.join(ANSWER_TYPES)}",
         )
-    answer = str(row.data[fields.answer])
     if answer_type == "number" and not is_number(answer):
         raise UserError(
             f"{row.where}: the answer '{answer}' is not a number, but the row's "
             f"{fields.answer_type} is 'number'",
             "fix the answer, or drop the answer type to grade it as an expression",
         )
-    return answer_type
+    return cast(AnswerType, answer_type)
 
 
 def _optional_text(row: Row, column: str) -> str | None:

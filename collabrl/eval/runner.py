@@ -113,7 +113,7 @@ def run_plan(
         finally:
             protocol.close()
     if config.judge:
-        _judge(config, out_dir)
+        _judge(config, bench, out_dir)
     metrics = compute_metrics(out_dir, bench, config.sampling.n)
     if config.protocol.uses_reference():
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
@@ -202,16 +202,22 @@ def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any
     }
 
 
-def _judge(config: EvalConfig, out_dir: Path) -> None:
-    """Send rule-rejected answers to the judge; verdicts go to judge.jsonl only."""
+def _judge(config: EvalConfig, bench: Benchmark, out_dir: Path) -> None:
+    """Send rule-rejected answers to the judge; verdicts go to judge.jsonl only. Only
+    `math` problems: a `number` problem's rule is the whole answer (a judge would accept
+    the echoed expression that rule exists to refuse)."""
     from collabrl.engines.openai_http import OpenAIEngine
 
     path = out_dir / "judge.jsonl"
     judged = {(r["item_id"], r["sample"]) for r in runs.read_records(path)}
+    expressions = {item.id for item in bench.items if item.answer_type == "math"}
     pending = [
         r
         for r in runs.read_records(out_dir / runs.SAMPLES)
-        if not r["correct"] and r["answer"] and (r["item_id"], r["sample"]) not in judged
+        if not r["correct"]
+        and r["answer"]
+        and r["item_id"] in expressions
+        and (r["item_id"], r["sample"]) not in judged
     ]
     if not pending:
         return

@@ -28,6 +28,7 @@ import re
 import threading
 from concurrent.futures.process import BrokenProcessPool
 from fractions import Fraction
+from typing import Literal, get_args
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ _POOL_SLACK_S = 10.0
 # "math" (the default) accepts any expression equivalent to the gold answer, as math-verify
 # judges; "number" accepts only a number equal to it, for problems whose task is to compute
 # that number (arith), where an unevaluated expression must not earn the reward.
-ANSWER_TYPES = ("math", "number")
+AnswerType = Literal["math", "number"]
+ANSWER_TYPES: tuple[AnswerType, ...] = get_args(AnswerType)
 
 # ----------------------------------------------------------------------------- fast path
 
@@ -281,7 +283,7 @@ def _verify_in_worker(pred: str, gold: str, timeout_s: int, timeout: float) -> b
 
 
 def is_equivalent(
-    pred: str | None, gold: str, timeout: float = 5.0, answer_type: str = "math"
+    pred: str | None, gold: str, timeout: float = 5.0, answer_type: AnswerType = "math"
 ) -> bool:
     """Whether the predicted answer `pred` is mathematically equivalent to `gold`.
 

@@ -146,3 +146,17 @@ def test_eval_grades_each_problem_as_its_answer_type(smol_tokenizer, tmp_path) -
     ]
     assert {s["item_id"]: s["correct"] for s in samples} == {"n": False, "m": True}
     assert result.metrics["pass@1"] == 0.5
+
+
+def test_the_judge_is_not_asked_about_number_problems(smol_tokenizer, tmp_path) -> None:
+    """A `number` row's rule is the whole answer: the judge (here an unreachable one, so
+    that asking it would fail) is never asked to overturn it."""
+    row = {"id": "n", "problem": "What is 36 × 15?", "answer": "540", "answer_type": "number"}
+    data = tmp_path / "echo.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    config = _config("scripted", tmp_path / "run", {"name": "solo"})
+    config.benchmark, config.judge = str(data), "http://127.0.0.1:9/v1"
+    echo = ScriptedEngine(smol_tokenizer, lambda prompt: "It is \\boxed{36 \\times 15}.")
+    result = run_eval(config, engine=echo)
+    assert result.metrics["pass@1"] == 0.0
+    assert not (tmp_path / "run" / "judge.jsonl").exists()
