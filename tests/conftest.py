@@ -49,13 +49,13 @@ def write_tiny_llama(tokenizer, folder: Path, **dims: Any) -> Path:
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "intermediate_size": 128,
+        "max_position_embeddings": 2048,
         # Wider than the default 0.02: varied greedy text with clear top-1 margins,
         # where the default init mostly repeats the last prompt token.
         "initializer_range": 0.2,
     }
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        max_position_embeddings=2048,
         tie_word_embeddings=True,
         **(sizes | dims),
         **ids,

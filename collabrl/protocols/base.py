@@ -125,12 +125,16 @@ class Policy:
         """One policy segment continuing every context, each within its token budget.
 
         A context is the episode's visible ids (or, text-only, its chat prompt). The
-        batch is sampled once with the largest budget (one `generate` call), then
-        every row is cut to its own budget, so episodes of a batch need not agree.
+        batch is one `generate` call in which every row asks for its own budget (the
+        engines' per-prompt `budgets`): sampling every row to the largest one wastes
+        decoding, and a server with a tight `--max-model-len` refuses a long context
+        asked for more than it has room for. Rows are still cut to their budget, for an
+        engine that returns more than it was asked.
         """
         if not contexts:
             return []
-        batch = dataclasses.replace(params, n=1, max_tokens=max(budgets))
+        own = tuple(budgets) if len(set(budgets)) > 1 else ()
+        batch = dataclasses.replace(params, n=1, max_tokens=max(budgets), budgets=own)
         groups = self.engine.generate(contexts, batch)
         return [self._segment(g[0], b) for g, b in zip(groups, budgets, strict=True)]
 
