@@ -78,8 +78,11 @@ eapo() {
   # the evaluation uses.
   local steps="${EAPO_STEPS:-16}" runs=() trained=()
   # The gradient goes over 4 micro-batches of 4 episodes: one batch of 16 held 24 GB.
+  # 256 tokens an episode: one full consult turn (3 calls, 3 answers of at most 16 tokens,
+  # the stand-in's whole reply, and the final answer), the least `train eapo` accepts
+  # since issue 32. The recorded runs (docs/results.md) used 128, before that check.
   local common=(--data "$out/train.jsonl" --steps "$steps" --prompts-per-step 4
-    --num-generations 4 --max-tokens 128 --lr 2e-5
+    --num-generations 4 --max-tokens 256 --lr 2e-5
     --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4
     --eval-data "$out/test.jsonl")
   for setting in "0.7:0:" "1.0:8:-t1-budget8"; do
@@ -87,7 +90,8 @@ eapo() {
     for seed in $SEEDS; do
       local run="$out/eapo$name-seed$seed" base="$out/grpo${name%-budget8}-seed$seed"
       [ -f "$run/eval.json" ] || "$COLLAB" train eapo --model "$out/sft/final" \
-        --expert reference@0.7 "${common[@]}" --temperature "$temperature" \
+        --expert reference@0.7 --set protocol.consult.expert_max_tokens=16 \
+        "${common[@]}" --temperature "$temperature" \
         --set schedule.anneal_steps="$anneal" --set seed="$seed" --out "$run" 2>&1 | tee "$run.log"
       [ -f "$base/eval.json" ] || "$COLLAB" train grpo --model "$out/sft/final" \
         --set prompt=eapo-eval "${common[@]}" --temperature "$temperature" \

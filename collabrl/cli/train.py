@@ -85,6 +85,14 @@ ACCELERATE_CONFIG = typer.Option(
     "ZeRO stage size the batch and memory figures).",
 )
 
+NUM_PROCESSES = typer.Option(
+    None,
+    "--num-processes",
+    min=1,
+    help="With --dry-run: the launch's processes, when `accelerate launch --num_processes` "
+    "overrides the accelerate config file's.",
+)
+
 
 def _options(**options: tuple[Any, Any]) -> list[inspect.Parameter]:
     """Command parameters from `name=(type, typer.Option)` pairs."""
@@ -136,6 +144,7 @@ RUN_OPTIONS = _options(
     set_=(list[str], opt.SET),
     dry_run=(bool, DRY_RUN),
     accelerate_config=(Path, ACCELERATE_CONFIG),
+    num_processes=(int, NUM_PROCESSES),
 )
 
 
@@ -150,9 +159,10 @@ def _method_command(method: str) -> Callable[..., None]:
         set_: list[str] | None,
         dry_run: bool,
         accelerate_config: Path | None,
+        num_processes: int | None,
         **_config_options: Any,
     ) -> None:
-        _train(ctx, config, set_, dry_run, accelerate_config)
+        _train(ctx, config, set_, dry_run, accelerate_config, num_processes)
 
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     ctx = inspect.Parameter("ctx", positional, annotation=typer.Context)
@@ -204,6 +214,7 @@ def _train(
     set_: list[str] | None,
     dry_run: bool,
     accelerate_config: Path | None,
+    num_processes: int | None,
 ) -> None:
     """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
     config through ctx (cli/options.py); the command's name is the method."""
@@ -212,7 +223,7 @@ def _train(
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
     if dry_run:
-        _print_plan(cfg, accelerate_config)
+        _print_plan(cfg, accelerate_config, num_processes)
         return
     main = is_main_process()  # under accelerate launch, one process draws and reports
     with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}", main) as progress:
@@ -256,11 +267,11 @@ def _report(line: str) -> None:
     console.print(line, highlight=False, soft_wrap=True)
 
 
-def _print_plan(cfg: object, accelerate_config: Path | None) -> None:
+def _print_plan(cfg: object, accelerate_config: Path | None, num_processes: int | None) -> None:
     """`--dry-run`: the resolved run, one table per section, then its warnings."""
     from collabrl.train.plan import plan_run
 
-    plan = plan_run(cfg, accelerate_config)  # type: ignore[arg-type]
+    plan = plan_run(cfg, accelerate_config, num_processes)  # type: ignore[arg-type]
     for title, rows in plan.sections.items():
         table = Table(title=title, show_header=False, title_justify="left")
         for key, value in rows:

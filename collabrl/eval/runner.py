@@ -94,31 +94,57 @@ def run_plan(
     `policy_engine` gives the policy's engine (None: the protocol loads its own). It is
     called only when samples are missing, so a finished run loads no model.
     """
-    config, bench = plan.config, plan.bench
     samples_path = out_dir / runs.SAMPLES
-    done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
-    units = units_of(bench.items, config.sampling.n)
+    done = finished_units(out_dir)
+    units = units_of(plan.bench.items, plan.config.sampling.n)
     todo = sum(u.key not in done for u in units)
     if todo:
-        protocol = build_protocol(
-            config.protocol,
-            config.model,
-            config.engine,
-            plan.template,
-            bench.extract_fallback,
-            policy_engine=policy_engine(),
-        )
-        try:
-            _sample(protocol, units, done, config, samples_path, progress)
-        finally:
-            protocol.close()
+        with runs.RecordWriter(samples_path) as writer:
+            sample_units(plan, units, done, policy_engine(), writer.write, progress)
+    return EvalResult(out_dir, score_run(plan, out_dir), todo)
+
+
+def finished_units(out_dir: Path) -> set[tuple[str, int]]:
+    """The (problem, sample) units whose records `out_dir`'s samples.jsonl holds."""
+    return {(r["item_id"], r["sample"]) for r in runs.read_records(out_dir / runs.SAMPLES)}
+
+
+def sample_units(
+    plan: EvalPlan,
+    units: list[Unit],
+    done: set[tuple[str, int]],
+    policy_engine: Engine | None,
+    write: Callable[[dict[str, Any]], None],
+    progress: ProgressFn | None = None,
+) -> None:
+    """Sample the `units` not `done` with the plan's protocol around `policy_engine`
+    (None: the protocol loads its own), handing each scored record to `write` as it
+    finishes (a held-out evaluation on several processes samples a share on each)."""
+    config, bench = plan.config, plan.bench
+    protocol = build_protocol(
+        config.protocol,
+        config.model,
+        config.engine,
+        plan.template,
+        bench.extract_fallback,
+        policy_engine=policy_engine,
+    )
+    try:
+        _sample(protocol, units, done, config, write, progress)
+    finally:
+        protocol.close()
+
+
+def score_run(plan: EvalPlan, out_dir: Path) -> dict[str, Any]:
+    """Judge (when asked) and score the samples in `out_dir` into its metrics.json."""
+    config = plan.config
     if config.judge:
-        _judge(config, bench, out_dir)
-    metrics = compute_metrics(out_dir, bench, config.sampling.n)
+        _judge(config, plan.bench, out_dir)
+    metrics = compute_metrics(out_dir, plan.bench, config.sampling.n)
     if config.protocol.uses_reference():
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     runs.write_json(out_dir / runs.METRICS, metrics)
-    return EvalResult(out_dir, metrics, todo)
+    return metrics
 
 
 def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
@@ -144,27 +170,26 @@ def _sample(
     units: list[Unit],
     done: set[tuple[str, int]],
     config: EvalConfig,
-    samples_path: Path,
+    write: Callable[[dict[str, Any]], None],
     progress: ProgressFn | None,
 ) -> None:
-    """Sample the units not `done` in seeded chunks, appending each to samples.jsonl."""
+    """Sample the units not `done` in seeded chunks, handing each record to `write`."""
     chunk = chunk_size(config.engine, config.model)
     params = SamplingParams.of(config.sampling)
     todo, written = sum(u.key not in done for u in units), 0
     chunks = sample_chunks(protocol, units, chunk, params, done)
-    with runs.RecordWriter(samples_path) as writer:
-        while True:
-            began = time.perf_counter()
-            sampled = next(chunks, None)
-            if sampled is None:
-                break
-            # Per unit: the chunk's time over the units it sampled, kept ones or not.
-            seconds = (time.perf_counter() - began) / max(len(sampled), 1)
-            for unit, episode in sampled:
-                writer.write(sample_record(unit, episode, seconds))
-            written += len(sampled)
-            if progress:
-                progress(written, todo)
+    while True:
+        began = time.perf_counter()
+        sampled = next(chunks, None)
+        if sampled is None:
+            break
+        # Per unit: the chunk's time over the units it sampled, kept ones or not.
+        seconds = (time.perf_counter() - began) / max(len(sampled), 1)
+        for unit, episode in sampled:
+            write(sample_record(unit, episode, seconds))
+        written += len(sampled)
+        if progress:
+            progress(written, todo)
 
 
 CONTINUOUS_CHUNK_BATCHES = 4

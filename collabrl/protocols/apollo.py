@@ -16,7 +16,6 @@ neither carries loss, so the same episodes train a policy with tool-integrated R
 from __future__ import annotations
 
 import json
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from collabrl.protocols.parsing import (
     TOOL_RESPONSE_OPEN,
     ToolCall,
     parse_tool_call,
+    strip_blocks,
 )
 from collabrl.tools.base import ToolResult, ToolSpec
 from collabrl.tools.python import PythonToolConfig
@@ -216,9 +216,6 @@ def format_errors(episode: Episode) -> int:
     return sum(s.meta.get("error") == "format" for s in episode.tool_calls)
 
 
-_CALL_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + ".*?" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
-
-
 def call_text(episode: Episode) -> str:
     """The text that holds the call the last policy segment ended: the segment, after
     the opening tag the protocol wrote when it forced the call."""
@@ -228,11 +225,22 @@ def call_text(episode: Episode) -> str:
     return last.text
 
 
+# The blocks of the policy's own text that are not its answer: its calls (code, not an
+# answer), and responses it wrote itself (an engine that misses the stop string).
+NOT_ANSWER_BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE))
+
+
 def policy_text(episode: Episode) -> str:
     """Where the answer is read: the policy's own text, its tool calls left out (a tool's
-    printed `\\boxed{}`, or one inside a call's code, is not the policy's answer)."""
-    text = "\n".join(s.text for s in episode.segments if s.author is Author.POLICY)
-    return _CALL_BLOCK.sub("", text)
+    printed `\\boxed{}`, or one inside a call's code, is not the policy's answer).
+
+    A forced call's opening tag is protocol text, but it opens the block the policy's
+    first segment closes, so it is kept to cut that block out too; a call cut off by the
+    token budget is cut out to the end."""
+    text = "\n".join(
+        s.text for s in episode.segments if s.author is Author.POLICY or s.meta.get("forced_call")
+    )
+    return strip_blocks(text, *NOT_ANSWER_BLOCKS)
 
 
 # ----------------------------------------------------------------------------- the protocol

@@ -46,9 +46,12 @@ from collabrl.protocols.base import (
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
     AGENT_CALLS_OPEN,
+    AGENT_RETURNS_CLOSE,
+    AGENT_RETURNS_OPEN,
     ExpertQuery,
     agent_returns_pieces,
     parse_agent_calls,
+    strip_blocks,
 )
 
 if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config
@@ -128,6 +131,36 @@ class ConsultConfig:
                 "consult.self_collab needs mode open: the locked mode consults no experts",
                 "drop --self-collab, or --set protocol.consult.mode=open",
             )
+
+
+# What one full turn needs beyond the experts' answers, in policy tokens. Measured in
+# SmolLM2's tokenizer: a call item with a one-line query and its share of the returns
+# scaffolding come to ~55 tokens per expert, a final "Answer: …" line to ~6.
+CALL_TOKENS = 64
+ANSWER_TOKENS = 16
+
+
+def turn_tokens(config: ConsultConfig) -> int:
+    """The fewest episode tokens one full turn of open mode takes: a query to each of the
+    K experts, their K answers of up to `expert_max_tokens`, and the final answer."""
+    return config.num_experts * (config.expert_max_tokens + CALL_TOKENS) + ANSWER_TOKENS
+
+
+def check_turn_fits(config: ConsultConfig, max_tokens: int) -> None:
+    """Refuse an episode budget (`max_tokens`, every author's tokens) that cannot hold one
+    full turn: asking every expert would then end the episode at LENGTH with no returns
+    written, and training would punish the consultation the method is about (issue 32:
+    3 × 8192 answers in a 20480-token episode)."""
+    if config.mode != "open":
+        return
+    need = turn_tokens(config)
+    if need > max_tokens:
+        raise UserError(
+            f"sampling.max_tokens {max_tokens} cannot hold one consult turn of {need} tokens: "
+            f"{config.num_experts} expert answers × {config.expert_max_tokens}, "
+            f"{config.num_experts} calls × {CALL_TOKENS} and a {ANSWER_TOKENS}-token answer",
+            "lower protocol.consult.expert_max_tokens, or raise sampling.max_tokens",
+        )
 
 
 # ----------------------------------------------------------------------------- the prompt
@@ -334,9 +367,24 @@ def over_budget_reply(query: ExpertQuery) -> Reply:
 # ----------------------------------------------------------------------------- episode views
 
 
+# The blocks of the policy's own text that are not its answer: its queries to the experts,
+# and returns it wrote itself (an engine that misses the stop string lets it invent them).
+NOT_ANSWER_BLOCKS = (
+    (AGENT_CALLS_OPEN, AGENT_CALLS_CLOSE),
+    (AGENT_RETURNS_OPEN, AGENT_RETURNS_CLOSE),
+)
+
+
 def policy_text(episode: Episode) -> str:
-    """What the policy wrote, one segment per line: experts' "Answer:" lines must not count."""
-    return "\n".join(s.text for s in episode.segments if s.author is Author.POLICY)
+    """Where the answer is read and the format checked: what the policy wrote, one
+    segment per line, without its call blocks. The experts' "Answer:" lines are not in
+    it (they are expert segments), nor one the policy put in a query ("Please verify.
+    Answer: 42", never answered, would otherwise score F1 1)."""
+    return "\n".join(
+        strip_blocks(s.text, *NOT_ANSWER_BLOCKS)
+        for s in episode.segments
+        if s.author is Author.POLICY
+    )
 
 
 def summary(episode: Episode) -> dict[str, int]:

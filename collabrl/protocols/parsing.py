@@ -128,6 +128,25 @@ def strip_call_commands(text: str) -> str:
     return "".join(out)
 
 
+# ----------------------------------------------------------------------------- answer text
+
+
+def strip_blocks(text: str, *tags: tuple[str, str]) -> str:
+    """`text` without its `OPEN…CLOSE` blocks, for each (OPEN, CLOSE) pair in `tags`.
+
+    What a policy writes inside a call block is a question (or code) for someone else,
+    and a returns block it writes itself is an invented reply: neither is its answer,
+    so answers are read from what is left. A block runs from its opening tag to the
+    nearest close; one left open (cut by the token budget) runs to the end of `text`.
+    """
+    if not tags:
+        return text
+    alternatives = "|".join(
+        re.escape(open_) + r".*?(?:" + re.escape(close) + r"|\Z)" for open_, close in tags
+    )
+    return re.sub(alternatives, "", text, flags=re.DOTALL)
+
+
 # ----------------------------------------------------------------------------- EAPO
 
 

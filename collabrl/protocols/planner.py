@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -54,9 +55,10 @@ class Planner(Protocol):
     """Picks one strategy per context, for a whole batch in one call."""
 
     def choose(
-        self, contexts: list[PlannerContext], seed: int | None = None
+        self, contexts: list[PlannerContext], seeds: Sequence[int] = ()
     ) -> list[PlannerChoice]:
-        """One choice per context, in order; `seed` makes sampling reproducible."""
+        """One choice per context, in order; `seeds`, one per context, makes each draw
+        reproducible on its own, whatever batch it is in (empty: unseeded)."""
         ...
 
     def close(self) -> None:
@@ -77,6 +79,21 @@ def planner_text(context: PlannerContext) -> str:
     lines += [f"Step {i}: {step}" for i, step in enumerate(context.steps, 1)]
     lines.append("Next strategy:")
     return "\n".join(lines)
+
+
+def sample_rows(probs: torch.Tensor, seeds: Sequence[int] = ()) -> torch.Tensor:
+    """One draw per row of `probs` [B, 9]: row i from a generator of its own, seeded with
+    `seeds[i]`, so a draw depends on its row alone, not on the rows beside it (empty
+    `seeds`: torch's global generator)."""
+    if not seeds:
+        return torch.multinomial(probs, 1).squeeze(-1)
+    if len(seeds) != len(probs):
+        raise ValueError(f"seeds: one per context, got {len(seeds)} for {len(probs)}")
+    draws = [
+        torch.multinomial(row, 1, generator=torch.Generator().manual_seed(seed))
+        for row, seed in zip(probs, seeds, strict=True)
+    ]
+    return torch.cat(draws)
 
 
 class RSIMPlanner(nn.Module):
@@ -139,6 +156,25 @@ class RSIMPlanner(nn.Module):
         )
         return self.head(out.last_hidden_state[:, -1])
 
+    def checkpoint_layers(self, kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute each backbone layer in the backward pass instead of keeping its
+        activations (`kwargs`: torch.utils.checkpoint's, as the trainer's for the policy).
+
+        transformers checkpoints a layer only in training mode, and the planner stays
+        in eval mode (no dropout, so a step's first ratio is exactly 1): only the
+        checkpointed layers themselves are flagged as training, the modules inside them
+        (attention, dropout) stay in eval. A later `eval()` undoes it."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        enable = getattr(self.backbone, "activation_checkpointing_enable", None)
+        if enable is not None:  # transformers >= 5.20's name
+            enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        for module in self.backbone.modules():
+            if isinstance(module, GradientCheckpointingLayer) and module.gradient_checkpointing:
+                module.training = True
+
     def encode(self, contexts: list[PlannerContext]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded input ids and attention mask of the contexts, on the model's device."""
         batch = self.tokenizer(
@@ -182,17 +218,13 @@ class RSIMPlanner(nn.Module):
 
     @torch.inference_mode()
     def choose(
-        self, contexts: list[PlannerContext], seed: int | None = None
+        self, contexts: list[PlannerContext], seeds: Sequence[int] = ()
     ) -> list[PlannerChoice]:
         if not contexts:
             return []
         logp = self.policy_log_probs(self.logits(contexts)).cpu()
         probs = logp.exp()
-        if self.temperature == 0:
-            picks = probs.argmax(-1)
-        else:
-            generator = None if seed is None else torch.Generator().manual_seed(seed)
-            picks = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        picks = probs.argmax(-1) if self.temperature == 0 else sample_rows(probs, seeds)
         chosen = logp.gather(-1, picks.unsqueeze(-1)).squeeze(-1)
         return [
             PlannerChoice(index, tuple(row), logprob)
@@ -329,11 +361,13 @@ class PromptingPlanner:
         self.max_tokens = max_tokens  # a name or a number; chattier replies are cut
 
     def choose(
-        self, contexts: list[PlannerContext], seed: int | None = None
+        self, contexts: list[PlannerContext], seeds: Sequence[int] = ()
     ) -> list[PlannerChoice]:
         if not contexts:
             return []
-        params = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, seed=seed)
+        params = SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, seeds=tuple(seeds)
+        )
         try:
             groups = self.engine.generate([planner_messages(c) for c in contexts], params)
         except Exception as exc:  # a planner that is down must not end a run: go on unguided

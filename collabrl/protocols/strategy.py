@@ -27,6 +27,7 @@ The strategy set and its keyword counting live in `strategies.py`; the planners 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,13 +37,14 @@ from collabrl.engines.base import SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import (
+    PLANNER_STREAM,
     Policy,
     Task,
+    episode_seeds,
     finish,
     new_episodes,
     policy_turn,
     remaining,
-    round_seed,
     segment_end,
 )
 from collabrl.protocols.strategies import PlannerContext, observe_step
@@ -222,6 +224,28 @@ class StrategyConfig:
             raise UserError("strategy.masked removes all nine strategies", "keep at least one")
 
 
+# What an rsim planner context holds besides the question and the observed steps
+# (`planner_text`): "Question: " and "\nNext strategy:", and "\nStep 12: " before each
+# step, in tokens, rounded up.
+FRAME_TOKENS, STEP_LABEL_TOKENS = 8, 6
+# Characters per planner token in an observed step, rounded down: BPE averages about 4 on
+# English prose, 1.8 on a LaTeX-dense maths step (SmolLM2's tokenizer, which splits
+# digits one by one as Qwen2.5's does). f_obs cuts a step to characters, so this turns
+# summary_chars into tokens.
+CHARS_PER_TOKEN = 1.5
+
+
+def planner_context_tokens(config: StrategyConfig, question_tokens: int) -> int:
+    """About the most tokens an rsim planner context holds: the question and, before
+    the last decision, max_steps − 1 observed steps, each cut to summary_chars
+    characters (whole steps, up to step_max_tokens, with summary_chars 0). For the
+    memory estimate of a dry run, not a limit the rollout enforces."""
+    step = config.step_max_tokens
+    if config.summary_chars:
+        step = min(step, math.ceil(config.summary_chars / CHARS_PER_TOKEN))
+    return FRAME_TOKENS + question_tokens + (config.max_steps - 1) * (step + STEP_LABEL_TOKENS)
+
+
 class StrategyProtocol:
     name = "strategy"
 
@@ -287,7 +311,11 @@ class StrategyProtocol:
             if not running:
                 break
             contexts = [PlannerContext(e.meta["question"], self._observations(e)) for e in running]
-            choices = planner.choose(contexts, seed=round_seed(params, round_no, stream=1))
+            # Each decision seeded by its own episode (problem, sample, round), as every
+            # other stream is: a seed per batch drew the same strategies on every process
+            # (their first contexts are alike) and moved with an episode's batch position.
+            seeds = episode_seeds(params, running, round_no, PLANNER_STREAM)
+            choices = planner.choose(contexts, seeds=seeds)
             stepping = []
             for episode, choice in zip(running, choices, strict=True):
                 if not self._inject(episode, choice, params):
@@ -383,6 +411,7 @@ __all__ = [
     "STEP_PROMPT",
     "StrategyConfig",
     "StrategyProtocol",
+    "planner_context_tokens",
     "planner_contexts",
     "reasoner_steps",
 ]

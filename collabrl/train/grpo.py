@@ -13,27 +13,39 @@ the config is `train/grpo_config.py`, the trainer `train/trainer.py`.
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from collabrl import runs
+from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Fields, load_benchmark
+from collabrl.engines import resolve_kind
 from collabrl.engines.endpoints import check_collaborator
+from collabrl.errors import UserError
+from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import sign_test
+from collabrl.eval.runner import prepare_run_folder
 from collabrl.models import resolve_model
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import (
     RESUMABLE_KEYS,
     GRPOTrainConfig,
     held_out_config,
+    pin_steps,
     rollout_protocol,
     training_prompt,
 )
+from collabrl.train.plan import model_shape
+from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
 from collabrl.train.run import FINAL, quiet_trl_notices, start_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
+
+EVALUATION = "eval.json"  # the end-of-run evaluation's metrics: start, final, paired
 
 
 def train_grpo(
@@ -50,12 +62,16 @@ def train_grpo(
     for ref in collaborators_of(rollout_protocol(config)):
         check_collaborator(ref, config.engine.api_key)  # down or wrong: before any work
     bench = load_benchmark(config.data, Fields.of(config), config.limit)
+    # Overlong prompts dropped (max_prompt_tokens): before the epoch is counted.
+    bench = training_problems(config, bench, report if is_main_process() else None)
     out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         # A typo or a wrong column fails now, not after training.
         held_out = held_out_config(config, Path("checks-only"), config.model, None)
         load_benchmark(config.eval_data, Fields.of(held_out), config.eval_limit)
-    # "0: the whole run" horizons become numbers in config.yaml: a resume keeps them.
+    # "0: one epoch" steps and "0: the whole run" horizons become numbers in config.yaml:
+    # a resume keeps them.
+    config = pin_steps(config, out, len(bench.items), num_processes())
     config = pin_horizons(config, out)
     checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
     result = run_grpo(config, bench, out, checkpoint, progress, report)
@@ -63,8 +79,9 @@ def train_grpo(
         # The policy is evaluated with the prompt it trained with (none for a protocol
         # that brings its own).
         prompt = training_prompt(config, bench.prompt)
+        free_training_memory()
         result.evaluation = evaluate_run(config, out, prompt, progress, report)
-        runs.write_json(out / "eval.json", result.evaluation)
+        runs.write_json(out / EVALUATION, result.evaluation)
     return result
 
 
@@ -74,11 +91,33 @@ def collaborators_of(protocol: ProtocolConfig) -> list[str]:
     return [ref for ref in (protocol.teacher, *protocol.experts) if ref]
 
 
+def num_processes() -> int:
+    """The processes of this launch (1 without `accelerate launch`)."""
+    from accelerate import PartialState
+
+    return PartialState().num_processes
+
+
 def is_main_process() -> bool:
     """Under `accelerate launch`, whether this is the process that evaluates and prints."""
     from accelerate import PartialState
 
     return PartialState().is_main_process
+
+
+def free_training_memory() -> None:
+    """Return the finished training's memory before the end-of-run evaluation loads its
+    engine: the trainer (with TRL's colocated vLLM, `trainer.vllm_generation.llm`, and
+    the optimizer state) is unreachable once `run_grpo` returns, but held in reference
+    cycles until a collection; then hand the freed blocks back to the CUDA driver, where
+    the engine's start-up check measures what is free."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def evaluate_run(
@@ -90,19 +129,98 @@ def evaluate_run(
 ) -> dict[str, dict[str, Any]]:
     """Greedy held-out metrics of the starting and the trained policy, each in its own
     `collab eval` folder (resumable), with the run's protocol; eapo's channel locked, as
-    the paper evaluates it. `progress` moves over each evaluation's samples."""
+    the paper evaluates it. `progress` moves over each evaluation's samples. An
+    evaluation that fails (a GPU out of memory after hours of training) loses nothing of
+    the run: what finished goes to eval.json, and a one-line UserError says how to
+    evaluate the rest with `collab eval`."""
     from collabrl.eval.runner import run_eval
 
-    results = {}
+    evaluations = {}
     for name, model in (("start", config.model), ("final", str(out / FINAL))):
         # rsim: with the planner that ran beside this reasoner
         planner = config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
-        eval_config = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
+        evaluations[name] = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
+    results: dict[str, dict[str, Any]] = {}
+    for name, eval_config in evaluations.items():
         if report is not None:
             report(f"held-out {config.eval_data}: evaluating the {name} policy")
-        results[name] = run_eval(eval_config, progress=progress).metrics
+        try:
+            engine = end_of_run_engine(eval_config.engine, eval_config.model, report)
+            sized = dataclasses.replace(eval_config, engine=engine)
+            results[name] = run_eval(sized, progress=progress).metrics
+        except Exception as err:
+            unfinished = [c for n, c in evaluations.items() if n not in results]
+            raise evaluation_failed(err, out, results, unfinished) from err
     results["paired"] = paired_change(out / "eval-start", out / "eval-final")
     return results
+
+
+def evaluation_failed(
+    err: Exception, out: Path, finished: dict[str, dict[str, Any]], unfinished: list[EvalConfig]
+) -> UserError:
+    """The one-line error of a failed end-of-run evaluation, after keeping what it has:
+    the finished evaluations in eval.json, and each unfinished one's config.yaml in its
+    folder (with the run's engine settings: a new process has the GPU to itself), which
+    `collab eval BENCH -c` resumes."""
+    if finished:
+        runs.write_json(out / EVALUATION, finished)
+    commands = []
+    for eval_config in unfinished:
+        prepare_run_folder(eval_config)
+        saved = Path(eval_config.out) / runs.CONFIG
+        commands.append(
+            f"collab eval {shlex.quote(eval_config.benchmark)} -c {shlex.quote(str(saved))}"
+        )
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return UserError(
+        f"the end-of-run evaluation failed ({type(err).__name__}: {reason}); the trained "
+        f"run is saved in {out} (final/, metrics.jsonl, curves)",
+        "evaluate it with: " + " && ".join(commands),
+    )
+
+
+# The end-of-run evaluation's vLLM takes what is free after training, less this margin
+# (the CUDA context, fragmentation): vLLM refuses to start when the share of the GPU it
+# is given (gpu_memory_utilization) exceeds the memory free.
+FREE_MARGIN = 0.9
+# ... and only when that share holds its weights twice over (the weights, then as much
+# again for activations and the KV cache); with less the transformers engine evaluates.
+VLLM_ROOM = 2.0
+
+
+def end_of_run_engine(
+    engine: EngineConfig, model: str, report: Callable[[str], None] | None
+) -> EngineConfig:
+    """The engine that evaluates `model` at the end of a run: vLLM (what `auto` picks
+    where it is installed) sized from the GPU memory free now, rather than
+    `engine.gpu_memory_utilization` of the whole GPU; the transformers engine, with a
+    note, when vLLM cannot fit there. Any other engine as configured."""
+    import torch
+
+    if resolve_kind(model, engine) != "vllm" or not torch.cuda.is_available():
+        return engine  # vLLM's CPU build sizes its cache by engine.kv_cache_mb
+    free, total = torch.cuda.mem_get_info()
+    shape = model_shape(model)
+    # vLLM runs a float32 checkpoint in 16 bits under its `auto` dtype.
+    width = 4 if engine.dtype == "float32" else 2
+    weights = shape.parameters * width // engine.tensor_parallel_size if shape else 0
+    sized = sized_engine(engine, weights, free, total)
+    if sized.kind != engine.kind and report is not None:
+        report(
+            f"vLLM does not fit in the {free / 1024**3:.1f} GiB free after training: "
+            "evaluating with the transformers engine"
+        )
+    return sized
+
+
+def sized_engine(engine: EngineConfig, weight_bytes: int, free: int, total: int) -> EngineConfig:
+    """`engine` (vLLM) given the share of a GPU with `free` of `total` bytes free that
+    vLLM may take (at most its configured share), or the transformers engine when that
+    share cannot hold `weight_bytes` and room to run them (`VLLM_ROOM`)."""
+    share = min(engine.gpu_memory_utilization, FREE_MARGIN * free / total)
+    if share * total < VLLM_ROOM * weight_bytes:
+        return dataclasses.replace(engine, kind="transformers")
+    return dataclasses.replace(engine, gpu_memory_utilization=round(share, 3))
 
 
 def paired_change(start: Path, final: Path) -> dict[str, float]:

@@ -15,12 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from collabrl.config import DataColumns, DecodingConfig, EngineConfig, SamplingConfig, option
+from collabrl import runs
+from collabrl.config import (
+    DataColumns,
+    DecodingConfig,
+    EngineConfig,
+    SamplingConfig,
+    build_config,
+    option,
+    read_yaml,
+)
 from collabrl.data.prompts import get_prompt
 from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.consult import check_turn_fits
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim import RSIMConfig
@@ -28,6 +38,7 @@ from collabrl.train.run import CHECKPOINTS, check_report_to, check_trl_keys, tra
 from collabrl.train.schedules import ScheduleConfig
 
 if TYPE_CHECKING:
+    from collabrl.data.prompts import PromptTemplate
     from collabrl.eval.config import EvalConfig
 
 METHODS = ("grpo", "relay", "eapo", "rsim")
@@ -90,7 +101,20 @@ class GRPOTrainConfig(DataColumns):
         "Also score the live policy on eval_data every N steps (eval-step-N/ folders, "
         "eval/pass@1 in metrics.jsonl and the curves); unset: only before and after.",
     )
-    steps: int = option(20, "Optimizer steps (TRL max_steps).")
+    steps: int = option(
+        20,
+        "Optimizer steps (TRL max_steps); 0: one epoch of the training set (after "
+        "max_prompt_tokens), ceil(problems × G / completions per optimizer step over all "
+        "processes) × TRL num_iterations, written into the run's config.yaml as a number "
+        "when it starts (a resume keeps it).",
+    )
+    max_prompt_tokens: int | None = option(
+        None,
+        "Problems whose prompt, rendered as the rollout renders it (its template and "
+        "engine.chat_template_kwargs, in policy tokens), is longer are dropped when the run "
+        "starts (EasyR1/verl's filter_overlong_prompts); also sizes the colocated vLLM "
+        "(trl.vllm_max_model_length = this + sampling.max_tokens); none: no limit.",
+    )
     prompts_per_step: int = option(4, "Problems per step; each gets sampling.n samples.")
     sampling: DecodingConfig = option(
         DecodingConfig(n=4, max_tokens=128, temperature=1.0),
@@ -155,7 +179,11 @@ class GRPOTrainConfig(DataColumns):
             raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
         if self.reward not in ("simple", "difficulty_aware"):
             raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
-        require("steps", self.steps, 1 <= self.steps <= MAX_STEPS, f"in [1, {MAX_STEPS}]")
+        require(
+            "steps", self.steps, 0 <= self.steps <= MAX_STEPS, f"in [0, {MAX_STEPS}] (0: one epoch)"
+        )
+        limit = self.max_prompt_tokens
+        require("max_prompt_tokens", limit, limit is None or limit >= 1, "at least 1 or none")
         self.sampling.check()
         require("sampling.n", self.sampling.n, self.sampling.n >= 2, "at least 2 (a GRPO group)")
         bound = MAX_ROLLOUT // self.sampling.n
@@ -204,6 +232,8 @@ class GRPOTrainConfig(DataColumns):
                 "drop --protocol",
             )
         rollout_protocol(self).check()
+        if self.method == "eapo":  # asking every expert must not end the episode unanswered
+            check_turn_fits(rollout_protocol(self).consult, self.sampling.max_tokens)
         from trl import GRPOConfig
 
         # Checked under the names this transformers reads: either checkpointing name works.
@@ -216,6 +246,8 @@ class GRPOTrainConfig(DataColumns):
                     f"set {field} instead (--set {field}=VALUE)",
                 )
         check_colocated_tensor_parallel(self.trl)
+        if self.max_prompt_tokens is not None:
+            own_template(self)  # refused where the prompt is known only at run time (apollo)
         grpo_args(self, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
 
     def check_eval_steps(self) -> None:
@@ -334,18 +366,55 @@ def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
     tensor-parallel group before each generate, but the rollout calls each process's
     `vllm.LLM` directly with its own prompts, so the group's ranks would generate
     different batches and desynchronise or hang."""
-    from trl import GRPOConfig
-
-    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-    mode = trl.get("vllm_mode", defaults["vllm_mode"])
-    size = trl.get("vllm_tensor_parallel_size", defaults["vllm_tensor_parallel_size"])
-    if trl.get("use_vllm", defaults["use_vllm"]) and mode == "colocate" and size > 1:
+    size = trl_value(trl, "vllm_tensor_parallel_size")
+    if colocated_vllm(trl) and size > 1:
         raise UserError(
             f"trl.vllm_tensor_parallel_size {size} with the colocated vLLM is not supported "
             "(the rollout generates on each process's own vLLM)",
             f"serve the policy with `trl vllm-serve --model PATH --tensor-parallel-size {size}` "
             "and set trl.vllm_mode: server, or use trl.vllm_tensor_parallel_size: 1",
         )
+
+
+def own_template(config: GRPOTrainConfig) -> PromptTemplate | None:
+    """The template of a rollout protocol that brings its paper's prompts (consult in
+    open mode, strategy with a planner; the constructors of `ConsultProtocol` and
+    `StrategyProtocol` choose them so); None for one that answers in the data's or the
+    run's prompt. Apollo's lists its tools' schemas, known once the tools start, so a
+    prompt limit is refused for it."""
+    from collabrl.protocols.consult import training_prompt as consult_prompt
+    from collabrl.protocols.strategy import PS_PLUS_PROMPT, STEP_PROMPT
+
+    protocol = rollout_protocol(config)
+    if not registry.get(protocol.name).own_prompt:
+        return None
+    if protocol.name == "consult" and protocol.consult.mode == "open":
+        return consult_prompt(protocol.consult.num_experts, protocol.consult.query_budget)
+    if protocol.name == "strategy":
+        return PS_PLUS_PROMPT if protocol.strategy.planner_kind == "ps+" else STEP_PROMPT
+    raise UserError(
+        f"max_prompt_tokens is not offered for the {protocol.name} protocol "
+        "(its prompt is known only once its collaborators start)",
+        "drop max_prompt_tokens",
+    )
+
+
+def trl_value(trl: dict[str, Any], key: str) -> Any:
+    """TRL's GRPOConfig argument `key` as the `trl` block sets it, else TRL's default."""
+    from trl import GRPOConfig
+
+    return trl.get(key, next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == key))
+
+
+def colocated_vllm(trl: dict[str, Any]) -> bool:
+    """Whether the rollouts generate on a vLLM in every training process."""
+    return bool(trl_value(trl, "use_vllm")) and trl_value(trl, "vllm_mode") == "colocate"
+
+
+def sizes_vllm(trl: dict[str, Any]) -> bool:
+    """Whether the run's prompt length sizes TRL's vLLM: a colocated one whose length
+    the `trl` block leaves unset."""
+    return colocated_vllm(trl) and "vllm_max_model_length" not in trl
 
 
 # TRL's GRPOConfig arguments that are a run's own fields: TRL reads the argument and the
@@ -374,8 +443,10 @@ def mirrored_value(config: GRPOTrainConfig, key: str) -> Any:
     return max(value, 0) if key == "top_k" else value
 
 
-def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
-    """TRL's GRPOConfig for the run: CPU-safe defaults, then the `trl` block."""
+def grpo_args(config: GRPOTrainConfig, out: Path, prompt_tokens: int | None = None) -> Any:
+    """TRL's GRPOConfig for the run: CPU-safe defaults, then the `trl` block.
+    The colocated vLLM is sized to max_prompt_tokens, else to `prompt_tokens`, the
+    longest prompt of the data (`prompt_length.longest_prompt`)."""
     import torch
     from trl import GRPOConfig
 
@@ -396,11 +467,46 @@ def grpo_args(config: GRPOTrainConfig, out: Path) -> Any:
         "use_cpu": cpu,
         **IS_DEFAULTS,
         **(DAPO_CLIP if config.method == "eapo" else {}),
+        **vllm_length(config, config.max_prompt_tokens or prompt_tokens),
         # Last: the block's checkpointing switch, under either name, decides (off unless
         # it says so; on a CPU it only slows the step).
         **checkpointing_args(config.trl, default=False),
     }
     return trl_args(GRPOConfig, settings)
+
+
+def vllm_length(config: GRPOTrainConfig, prompt_tokens: int | None) -> dict[str, int]:
+    """A colocated vLLM sized to the longest sequence a rollout can write: the prompt and
+    the episode's budget (every author's tokens). Left to TRL, the length is the model's
+    (max_position_embeddings: 131,072 for R1-Distill-7B), and vLLM reserves that context
+    in the KV cache it carves out of vllm_gpu_memory_utilization; the `trl` block may set
+    it."""
+    if prompt_tokens is None or not sizes_vllm(config.trl):
+        return {}
+    return {"vllm_max_model_length": prompt_tokens + config.sampling.max_tokens}
+
+
+def epoch_steps(problems: int, args: Any, world: int, group: int) -> int:
+    """Optimizer steps of one pass over `problems` with TRL's arguments `args` on `world`
+    processes: every problem's `group` samples trained once per TRL num_iterations (TRL
+    trains each generation that many times)."""
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    return math.ceil(problems * group / per_step) * args.num_iterations
+
+
+def pin_steps(config: GRPOTrainConfig, out: Path, problems: int, world: int) -> GRPOTrainConfig:
+    """`config` with steps 0 ("one epoch") as a number: one pass over the `problems`
+    the run trains on, on `world` processes; a resumed run keeps the number its folder's
+    config.yaml holds (as `schedules.pin_horizons` keeps the horizons)."""
+    if config.steps:
+        return config
+    saved = out / runs.CONFIG
+    if config.resume and saved.is_file():
+        before = build_config(type(config), [read_yaml(saved)])
+        if before.steps:
+            return dataclasses.replace(config, steps=before.steps)
+    args = grpo_args(config, Path("checks-only"))
+    return dataclasses.replace(config, steps=epoch_steps(problems, args, world, config.sampling.n))
 
 
 def held_out_config(

@@ -1,6 +1,13 @@
 """Held-out evaluation during training (`eval_steps`): every N steps the live policy is
 scored greedily on `eval_data`, as `collab eval` scores it, into `eval-step-N/`, and
-the scores join metrics.jsonl as `eval/*` (and the curves)."""
+the scores join metrics.jsonl as `eval/*` (and the curves).
+
+Under `accelerate launch` every process evaluates a share of the held-out samples and
+the main process writes them: unwrapping the model for generation gathers ZeRO-3's
+partitioned weights, a collective every process must enter (one process alone would
+wait in it for ever), and under DDP the others would wait for the evaluation in the
+next step's first collective until `ddp_timeout` ended the job.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ if TYPE_CHECKING:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
+    from collabrl.eval.config import EvalConfig
     from collabrl.train.rollout import ProtocolRollout
 
 # What a step's held-out evaluation logs of its metrics, as eval/<key>.
@@ -38,10 +46,12 @@ def held_out_callback(
     class HeldOut(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             step = state.global_step
-            if step % config.eval_steps or not state.is_world_process_zero:
+            if step % config.eval_steps:
                 return
             eval_config = held_out_config(config, out / f"eval-step-{step}", config.model, prompt)
-            metrics = evaluate_live(trainer, rollout, eval_config)
+            metrics = evaluate_live(trainer, rollout, eval_config)  # on every process
+            if metrics is None:  # not the main process
+                return
             writer.write(
                 {"step": step, **{f"eval/{k}": metrics[k] for k in LOGGED if k in metrics}}
             )
@@ -53,9 +63,44 @@ def held_out_callback(
     return HeldOut()
 
 
-def evaluate_live(trainer: GRPOTrainer, rollout: ProtocolRollout, eval_config: Any) -> dict:
-    """`collab eval` of the model being trained, through the rollout's own engine."""
-    from collabrl.eval.runner import run_eval
+def evaluate_live(
+    trainer: GRPOTrainer, rollout: ProtocolRollout, eval_config: EvalConfig
+) -> dict[str, Any] | None:
+    """`collab eval` of the model being trained, through the rollout's own engine. Every
+    process calls it: each samples its share of the units (the i-th of every
+    `num_processes`), the main process writes them all into the folder and returns the
+    metrics; the others return None."""
+    from accelerate.utils import gather_object
 
+    from collabrl.eval.runner import (
+        finished_units,
+        plan_eval,
+        prepare_run_folder,
+        run_eval,
+        sample_units,
+        score_run,
+    )
+    from collabrl.protocols.sampling import units_of
+
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:  # written as they finish, resumable as collab eval
+        with rollout.live_engine(trainer) as engine:
+            return run_eval(eval_config, engine=engine).metrics
+    plan = plan_eval(eval_config, check_model=False)
+    out_dir = Path(eval_config.out)  # held_out_config names it
+    if accelerator.is_main_process:
+        prepare_run_folder(eval_config)
+    accelerator.wait_for_everyone()  # the folder, with what a killed run finished, is there
+    done = finished_units(out_dir)
+    units = units_of(plan.bench.items, eval_config.sampling.n)
+    share = units[accelerator.process_index :: accelerator.num_processes]
+    records: list[dict[str, Any]] = []
     with rollout.live_engine(trainer) as engine:
-        return run_eval(eval_config, engine=engine).metrics
+        sample_units(plan, share, done, engine, records.append)
+    gathered = gather_object(records)  # every process's records, in process order
+    if not accelerator.is_main_process:
+        return None
+    with runs.RecordWriter(out_dir / runs.SAMPLES) as samples:
+        for record in gathered:
+            samples.write(record)
+    return score_run(plan, out_dir)

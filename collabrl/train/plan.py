@@ -5,23 +5,35 @@ read them (not as the YAML spells them), the batch and group sizes per process a
 overall, every collaborator and where it runs, and a memory estimate per device. The
 config's own checks run first, so an inconsistent config is refused with one line here
 as it would be at launch. Nothing is contacted and no weight is read: a model's size
-comes from its config.json (built on torch's meta device) or, for a folder that is not
-on this machine, from a size in its name.
+comes from its config.json (built on torch's meta device); for a folder that is not on
+this machine, from the shape shipped for its name (collabrl/train/shapes/), else from a
+size in its name.
 
-The memory estimate is arithmetic, shown with its terms, not a measurement: AdamW in
-mixed precision holds 16 bytes per parameter (fp32 weights, gradients and two moments;
-ZeRO shards them over the processes), activations are counted per micro-batch at the
-longest sequence, and a colocated vLLM takes its share of the device on top.
+The memory estimate is arithmetic, shown term by term, not a measurement (bench/
+memory_estimate.py holds it against measured peaks, docs/benchmarks.md the results):
+- AdamW holds 16 bytes per parameter (fp32 weights, gradients and two moments; ZeRO
+  shards them over the processes); with LoRA only the weights, as the adapter is small;
+- the reference model, loaded when beta > 0 without LoRA (TRL 1.16 builds it in the
+  policy's dtype, fp32 here; DeepSpeed casts it to bf16 and ZeRO-3 shards it);
+- the activations autograd saves, per micro-batch at the longest sequence, in the dtype
+  the run computes in (bf16 with TRL's bf16, else fp32, as on a CPU);
+- TRL's chunked LM head: it never holds the micro-batch × sequence × vocabulary logits,
+  only tiles of at most 4096 tokens × 32768 vocabulary entries, plus the fp32 gradient
+  of the head's weight;
+- a colocated vLLM takes its share of the device on top.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from collabrl.engines import is_url
 from collabrl.errors import UserError
@@ -32,39 +44,50 @@ if TYPE_CHECKING:
     from collabrl.train.grpo_config import GRPOTrainConfig
 
 GIB = 1024**3
-# Tokens of prompt assumed in the activation estimate: no data is read in a dry run.
+# Tokens of prompt assumed in the activation estimate when max_prompt_tokens is unset: no
+# data is read in a dry run.
 PROMPT_TOKENS = 1024
 # Per parameter, mixed-precision AdamW: fp32 weights (4), fp32 gradients (4), two fp32
 # moments (8).
 WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES = 4, 4, 8
-# Activation bytes per token, hidden unit and layer: one bf16 hidden state per layer
-# kept with checkpointing; about 34 without (a transformer layer's saved tensors in
-# half precision, flash attention's score matrices not counted).
-CHECKPOINTED_BYTES, FULL_LAYER_BYTES = 2, 34
+# Tensors autograd saves per token in one Llama/Qwen decoder layer of transformers 5,
+# counted with saved-tensor hooks (see docs/benchmarks.md): 10 of the hidden width
+# (the norms' inputs and outputs, q, k, v, the attention output, ...) and 4 of the MLP's
+# (gate, up, SiLU(gate), their product). The RMSNorms upcast to fp32 whatever the
+# compute dtype: 4 of the 10 are fp32 in a bf16 run.
+HIDDEN_SAVED, MLP_SAVED, NORM_FP32_SAVED = 10, 4, 4
+# TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py) projects tiles of at most
+# this many tokens × vocabulary entries. Without Triton (a CPU) each tile is folded by
+# torch ops holding about 6 fp32 tile-sized temporaries at once (the backward's); the
+# Triton kernel folds a tile in place.
+TILE_TOKENS, TILE_VOCAB, TORCH_TILE_TEMPORARIES = 4096, 32768, 6
+SHAPES = Path(__file__).parent / "shapes"
 _SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the estimate needs of a model; the three sizes are unknown (None) when only
-    the parameter count could be read off the name."""
+    """What the estimate needs of a model; the sizes are unknown (None) when only the
+    parameter count could be read off the name."""
 
     parameters: int
     hidden_size: int | None = None
     layers: int | None = None
     vocab_size: int | None = None
+    intermediate_size: int | None = None
     source: str = "config.json"
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """GiB per device for the trained policy, with the vLLM share apart."""
+    """GiB per device for the trained policy, term by term, with the vLLM share apart."""
 
     weights: float
     gradients: float
     optimizer: float
     activations: float | None  # None: the model's shape is unknown
-    logits: float | None
+    logits: float | None  # TRL's chunked LM head: tiles and the head's fp32 gradient
+    reference: float = 0.0  # the frozen reference model (beta > 0, no LoRA)
     vllm_fraction: float | None = None  # a colocated vLLM's share of the device
     planner: float = 0.0  # rsim: the planner trained beside the policy, unsharded
 
@@ -75,6 +98,7 @@ class MemoryEstimate:
             + self.weights
             + self.gradients
             + self.optimizer
+            + self.reference
             + (self.activations or 0.0)
             + (self.logits or 0.0)
         )
@@ -92,14 +116,15 @@ class TrainPlan:
 
 
 def model_shape(ref: str) -> ModelShape | None:
-    """The model's size from its config.json, without its weights; from its name (e.g.
-    `Qwen3-1.7B`) when the folder is not on this machine; None when neither says."""
+    """The model's size from its config.json, without its weights; when the folder is
+    not on this machine, from the shape shipped for its name (`shipped_shape`), else
+    from a size in its name (e.g. `Qwen3-1.7B`); None when none of them says."""
     from collabrl.models import resolve_model, weights_dir
 
     try:
         folder = weights_dir(resolve_model(ref))
     except UserError:
-        return shape_from_name(ref)
+        return shipped_shape(ref) or shape_from_name(ref)
     return shape_from_config(folder)
 
 
@@ -117,7 +142,25 @@ def shape_from_config(folder: Path) -> ModelShape:
         hidden_size=getattr(text, "hidden_size", None),
         layers=getattr(text, "num_hidden_layers", None),
         vocab_size=getattr(text, "vocab_size", None),
+        intermediate_size=getattr(text, "intermediate_size", None),
     )
+
+
+def shipped_shape(ref: str) -> ModelShape | None:
+    """The shape shipped in collabrl/train/shapes/ whose name `ref` contains as a whole
+    name (case-insensitive; the longest when several do: `Qwen2.5-0.5B-Instruct` is
+    `Qwen2.5-0.5B`, `runs/sft-relay-qwen3-1.7b/final` is `Qwen3-1.7B`)."""
+    found = [
+        folder
+        for folder in SHAPES.iterdir()
+        if (folder / "config.json").is_file()
+        and re.search(rf"(?<![a-z0-9.]){re.escape(folder.name.lower())}(?![a-z0-9.])", ref.lower())
+    ]
+    if not found:
+        return None
+    folder = max(found, key=lambda f: len(f.name))
+    shape = shape_from_config(folder)
+    return dataclasses.replace(shape, source=f"the shipped shape {SHAPES.name}/{folder.name}")
 
 
 def shape_from_name(ref: str) -> ModelShape | None:
@@ -137,31 +180,51 @@ def estimate_memory(
     world_size: int,
     zero_stage: int,
     vllm_fraction: float | None,
+    bf16: bool = True,
+    reference: bool = False,
+    lora: bool = False,
+    triton: bool = True,
 ) -> MemoryEstimate:
     """GiB per device of training `shape` (see the module's note for the terms). ZeRO
     stage 1 shards the optimizer state over `world_size` processes, 2 the gradients too,
-    3 the weights too."""
+    3 the weights (and the reference model) too. `bf16`: the run computes in bf16 (TRL's
+    bf16), else in fp32; `reference`: a reference model is loaded (beta > 0 without
+    LoRA); `lora`: only an adapter trains; `triton`: the LM head's tiles are folded by
+    TRL's Triton kernel (a GPU), else by torch ops (a CPU)."""
     params = shape.parameters
+    compute = 2 if bf16 else 4
+    # DeepSpeed with bf16 casts the models to bf16 (its optimizer keeps the fp32 master
+    # copy); otherwise they stay fp32 and autocast leaves the residual stream in fp32.
+    stored = 2 if bf16 and zero_stage > 0 else 4
 
     def sharded(bytes_per_param: int, from_stage: int) -> float:
         share = world_size if zero_stage >= from_stage else 1
         return params * bytes_per_param / share / GIB
 
+    trained = 0 if lora else 1  # a LoRA adapter's state is a fraction of a percent
     activations = logits = None
+    tokens = micro_batch * sequence
     if shape.hidden_size and shape.layers:
-        per_layer = CHECKPOINTED_BYTES if checkpointing else FULL_LAYER_BYTES
-        tokens = micro_batch * sequence
-        activations = tokens * shape.hidden_size * shape.layers * per_layer / GIB
-        if checkpointing:  # the one layer being recomputed holds its full activations
-            activations += tokens * shape.hidden_size * FULL_LAYER_BYTES / GIB
-    if shape.vocab_size:
-        logits = micro_batch * sequence * shape.vocab_size * 4 / GIB  # fp32 log-softmax
+        hidden, mlp = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
+        full_layer = (HIDDEN_SAVED * hidden + MLP_SAVED * mlp) * compute
+        full_layer += NORM_FP32_SAVED * hidden * (4 - compute)
+        if checkpointing:  # each layer's input, and the one being recomputed in full
+            activations = tokens * (shape.layers * hidden * stored + full_layer) / GIB
+        else:
+            activations = tokens * shape.layers * full_layer / GIB
+    if shape.vocab_size and shape.hidden_size:
+        tile = min(tokens, TILE_TOKENS) * min(shape.vocab_size, TILE_VOCAB)
+        tile_bytes = compute + (0 if triton else TORCH_TILE_TEMPORARIES * 4)
+        # The backward accumulates the head's gradient and the hidden states' in fp32.
+        head_grad = (shape.vocab_size + tokens) * shape.hidden_size * 4
+        logits = (tile * tile_bytes + head_grad) / GIB
     return MemoryEstimate(
         weights=sharded(WEIGHT_BYTES, 3),
-        gradients=sharded(GRAD_BYTES, 2),
-        optimizer=sharded(ADAM_BYTES, 1),
+        gradients=sharded(GRAD_BYTES * trained, 2),
+        optimizer=sharded(ADAM_BYTES * trained, 1),
         activations=activations,
         logits=logits,
+        reference=sharded(stored, 3) if reference and not lora else 0.0,
         vllm_fraction=vllm_fraction,
     )
 
@@ -204,52 +267,126 @@ def _launch_from_file(path: Path) -> Launch:
     return Launch(processes, stage, str(path))
 
 
-def plan_run(config: GRPOTrainConfig, accelerate_config: Path | None = None) -> TrainPlan:
+def plan_run(
+    config: GRPOTrainConfig,
+    accelerate_config: Path | None = None,
+    num_processes: int | None = None,
+) -> TrainPlan:
     """Resolve `config` as `collab train` would, without loading a weight, for the launch
-    of `accelerate_config` (see `launch_of`)."""
+    of `accelerate_config` (see `launch_of`; `num_processes` as `accelerate launch
+    --num_processes` overrides the file's)."""
     from collabrl.train.grpo_config import grpo_args, rollout_protocol
 
     config.check()
     launch = launch_of(accelerate_config)
-    args = grpo_args(config, Path(config.out or "runs/dry-run"))  # TRL's checks, one line
+    if num_processes is not None:
+        launch = dataclasses.replace(launch, processes=num_processes, source="--num-processes")
     plan = TrainPlan()
-    _run_section(plan, config, launch)
-    _trl_section(plan, args)
+    data = _training_data(plan, config)
+    longest = data.longest_prompt if data is not None else None
+    args = grpo_args(config, Path(config.out or "runs/dry-run"), longest)  # TRL's checks
+    _run_section(plan, config, launch, data, args)
+    _trl_section(plan, config, args)
     _batch_section(plan, config, args, launch.processes)
-    _placement_section(plan, config, rollout_protocol(config), args)
+    _rsim_section(plan, config, args)
+    _placement_section(plan, config, rollout_protocol(config), args, launch)
     _memory_section(plan, config, args, launch)
     return plan
 
 
-def _run_section(plan: TrainPlan, config: GRPOTrainConfig, launch: Launch) -> None:
+@dataclass(frozen=True)
+class TrainingData:
+    """What a dry run reads of the training set, when it is on this machine."""
+
+    total: int  # the problems of the data (`limit` applied)
+    problems: int  # those the run trains on: the ones max_prompt_tokens keeps
+    longest_prompt: int | None = None  # in policy tokens; None: not counted here
+
+
+def _training_data(plan: TrainPlan, config: GRPOTrainConfig) -> TrainingData | None:
+    """The training set opened as the run opens it (a missing column or a bad row is
+    refused here too), its prompts rendered as the rollout renders them where their
+    length matters (max_prompt_tokens, a colocated vLLM) and the tokenizer is here."""
+    from collabrl.data.benchmarks import Fields, load_benchmark
+    from collabrl.train.grpo_config import sizes_vllm
+    from collabrl.train.prompt_length import fit_prompts, prompt_lengths
+
+    if not _data_known(config.data):
+        plan.warnings.append(f"problems '{config.data}' is not on this machine")
+        return None
+    bench = load_benchmark(config.data, Fields.of(config), config.limit)
+    total = len(bench.items)
+    if config.max_prompt_tokens is None and not sizes_vllm(config.trl):
+        return TrainingData(total, total)
+    tokenizer = config.protocol.tokenizer or config.model
+    if not _on_this_machine(tokenizer):
+        plan.warnings.append(
+            f"the tokenizer of '{tokenizer}' is not on this machine: prompt lengths are "
+            "counted when the run starts"
+        )
+        return TrainingData(total, total)
+    if config.max_prompt_tokens is None:
+        return TrainingData(total, total, max(prompt_lengths(config, bench)))
+    fitted = fit_prompts(config, bench)  # none fitting is refused, as at the start
+    return TrainingData(total, len(fitted.bench.items), fitted.longest)
+
+
+def _run_section(
+    plan: TrainPlan,
+    config: GRPOTrainConfig,
+    launch: Launch,
+    data: TrainingData | None,
+    args: Any,
+) -> None:
     section = "run"
     plan.add(section, "method", config.method)
     plan.add(section, "policy", config.model)
     plan.add(
         section, "data", config.data + ("" if config.limit is None else f" (first {config.limit})")
     )
-    plan.add(section, "steps", config.steps)
+    plan.add(section, "steps", _steps(config, data, args, launch.processes))
     plan.add(section, "processes", f"{launch.processes} ({launch.source})")
     plan.add(section, "ZeRO stage", launch.zero_stage or "none")
-    _data_rows(plan, config)
+    _data_rows(plan, config, data)
 
 
-def _data_rows(plan: TrainPlan, config: GRPOTrainConfig) -> None:
-    """The training and held-out sets, opened as the run opens them (a missing column or
-    a bad row is refused here too); one not on this machine is a warning."""
+def _steps(config: GRPOTrainConfig, data: TrainingData | None, args: Any, world: int) -> str:
+    """The optimizer steps, "0: one epoch" counted as the run will count it."""
+    from collabrl.train.grpo_config import epoch_steps
+
+    if config.steps:
+        return str(config.steps)
+    if data is None:
+        return "one epoch (counted when the run starts: the data is not on this machine)"
+    steps = epoch_steps(data.problems, args, world, config.sampling.n)
+    return f"{steps} (one epoch of {data.problems} problems on {world} processes)"
+
+
+def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | None) -> None:
+    """The training set's counts and prompt limit, and the held-out set, opened as the
+    run opens it; one not on this machine is a warning."""
     from collabrl.data.benchmarks import Fields, load_benchmark
     from collabrl.train.grpo_config import held_out_config
 
-    sets = [("problems", config.data, Fields.of(config), config.limit)]
+    limit = config.max_prompt_tokens
+    plan.add("run", "max prompt tokens", "none (no limit)" if limit is None else limit)
+    if data is not None:
+        kept = str(data.total)
+        if limit is not None and data.longest_prompt is not None:
+            kept = f"{data.problems} of {data.total} ({data.total - data.problems} dropped)"
+        elif limit is not None:
+            kept = f"{data.total} before max_prompt_tokens (it drops its share at start)"
+        plan.add("run", "problems", kept)
+        if data.longest_prompt is not None:
+            plan.add("run", "longest prompt", f"{data.longest_prompt} tokens")
     if config.eval_data is not None:
         held_out = held_out_config(config, Path("checks-only"), config.model, None)
-        sets.append(("held-out", config.eval_data, Fields.of(held_out), config.eval_limit))
-    for label, data, fields, limit in sets:
-        if _data_known(data):
-            count = len(load_benchmark(data, fields, limit).items)
-            plan.add("run", label, count if data == config.data else f"{count} ({data})")
+        if _data_known(config.eval_data):
+            fields = Fields.of(held_out)
+            count = len(load_benchmark(config.eval_data, fields, config.eval_limit).items)
+            plan.add("run", "held-out", f"{count} ({config.eval_data})")
         else:
-            plan.warnings.append(f"{label} '{data}' is not on this machine")
+            plan.warnings.append(f"held-out '{config.eval_data}' is not on this machine")
 
 
 def _data_known(data: str) -> bool:
@@ -276,6 +413,7 @@ TRL_KEYS = (
     "vllm_mode",
     "vllm_gpu_memory_utilization",
     "vllm_tensor_parallel_size",
+    "vllm_max_model_length",
     "vllm_importance_sampling_correction",
     "vllm_importance_sampling_mode",
     "vllm_importance_sampling_cap",
@@ -283,13 +421,24 @@ TRL_KEYS = (
 )
 
 
-def _trl_section(plan: TrainPlan, args: Any) -> None:
+def _trl_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
+    from collabrl.train.grpo_config import sizes_vllm
+
     section = "TRL (effective)"
     # TRL reads gradient_checkpointing; transformers >= 5.20 mirrors its new name into it.
     plan.add(section, "gradient checkpointing", args.gradient_checkpointing)
+    shown: dict[str, Any] = {}
+    budget = config.sampling.max_tokens
+    if sizes_vllm(config.trl) and args.vllm_max_model_length is None:
+        # Sized at the start from the data, which is not on this machine.
+        shown["vllm_max_model_length"] = f"the longest prompt + {budget} (counted at start)"
+    if args.use_vllm and args.vllm_mode == "server":
+        prompt = config.max_prompt_tokens
+        longest = "the longest prompt" if prompt is None else str(prompt)
+        shown["vllm_max_model_length"] = f"trl vllm-serve --max-model-len ({longest} + {budget})"
     for key in TRL_KEYS:
         if hasattr(args, key):
-            value = getattr(args, key)
+            value = shown.get(key, getattr(args, key))
             plan.add(section, key, getattr(value, "value", value))  # enums by their value
     if not args.bf16 and not _cuda():
         plan.warnings.append("bf16 is off because this machine has no CUDA GPU; on one it is on")
@@ -323,9 +472,10 @@ def _batch_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, world: i
 
 
 def _placement_section(
-    plan: TrainPlan, config: GRPOTrainConfig, protocol: ProtocolConfig, args: Any
+    plan: TrainPlan, config: GRPOTrainConfig, protocol: ProtocolConfig, args: Any, launch: Launch
 ) -> None:
     section = "who runs where"
+    plan.add(section, "trainer GPUs", _trainer_gpus(plan, launch.processes))
     if args.use_vllm and args.vllm_mode == "colocate":
         rollouts = (
             f"TRL's vLLM in every process, {args.vllm_gpu_memory_utilization:.0%} of its GPU, "
@@ -350,6 +500,63 @@ def _placement_section(
             plan.warnings.append(f"model '{protocol.planner}' is not on this machine")
         where = "trained beside the policy in every process (float32, DDP)"
         plan.add(section, "planner", f"{protocol.planner}: {where}")
+    _shared_gpus(plan, _local_servers(protocol, args), launch.processes)
+
+
+# Host names that put a server on the node the trainer runs on.
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1"})
+
+
+def _visible_gpus() -> list[str] | None:
+    """The GPUs CUDA_VISIBLE_DEVICES lists; None when it is unset (every GPU)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return None if visible is None else [g.strip() for g in visible.split(",") if g.strip()]
+
+
+def _trainer_gpus(plan: TrainPlan, processes: int) -> str:
+    """Where accelerate puts the processes: process i on the i-th visible GPU."""
+    visible = _visible_gpus()
+    if visible is None:
+        return f"CUDA_VISIBLE_DEVICES unset: a node's process k on its GPU k ({_gpus(processes)})"
+    if processes > len(visible):
+        plan.warnings.append(
+            f"{processes} processes but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs: "
+            "processes share GPUs (set --num_processes to the GPUs listed)"
+        )
+    return f"CUDA_VISIBLE_DEVICES={','.join(visible)}: {processes} processes"
+
+
+def _gpus(processes: int) -> str:
+    return "GPU 0" if processes == 1 else f"GPUs 0–{processes - 1}"
+
+
+def _local_servers(protocol: ProtocolConfig, args: Any) -> list[tuple[str, str]]:
+    """(role, URL) of the servers the run calls on this node: teachers and experts at a
+    local address, and TRL's policy server in vllm_mode server."""
+    servers = [(role, ref) for role, ref in _collaborators(protocol) if is_url(ref)]
+    if args.use_vllm and args.vllm_mode == "server":
+        host = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+        servers.append(("trl vllm-serve", args.vllm_server_base_url or host))
+    this_node = socket.gethostname()
+    return [(r, u) for r, u in servers if urlparse(u).hostname in {*LOCAL_HOSTS, this_node}]
+
+
+def _shared_gpus(plan: TrainPlan, servers: list[tuple[str, str]], processes: int) -> None:
+    """Warn when the trainer and a server on this node are likely on the same GPUs. The
+    heuristic: with CUDA_VISIBLE_DEVICES unset, the trainer's processes take GPUs 0 to
+    P-1 (all of a P-GPU node), and a server started on this node without it sits on GPU
+    0; where it is set, the trainer keeps to the GPUs it lists and the servers are
+    trusted to be elsewhere (their own CUDA_VISIBLE_DEVICES is not visible from here)."""
+    if _visible_gpus() is not None:
+        return
+    for role, url in servers:
+        plan.warnings.append(
+            f"the trainer and the {role} at {url} may share GPUs: CUDA_VISIBLE_DEVICES is "
+            f"unset, so the trainer's {processes} processes take {_gpus(processes)} (a "
+            f"{processes}-GPU node: all of them), and a server on this node ({url}) is on "
+            "GPUs of the same node; launch the trainer with CUDA_VISIBLE_DEVICES listing "
+            "only GPUs the server does not use (and run this dry run with it)"
+        )
 
 
 def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
@@ -401,8 +608,9 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
             f"policy '{config.model}' is not on this machine: its size is read from {shape.source}"
         )
     colocated = args.use_vllm and args.vllm_mode == "colocate"
-    sequence = PROMPT_TOKENS + config.sampling.max_tokens
-    memory = estimate_memory(
+    sequence = (config.max_prompt_tokens or PROMPT_TOKENS) + config.sampling.max_tokens
+    terms = functools.partial(
+        estimate_memory,
         shape,
         micro_batch=args.per_device_train_batch_size,
         sequence=sequence,
@@ -410,39 +618,138 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
         world_size=launch.processes,
         zero_stage=launch.zero_stage,
         vllm_fraction=args.vllm_gpu_memory_utilization if colocated else None,
+        reference=args.beta > 0,
+        lora=config.lora.enabled,
     )
+    # The run's own dtype and LM-head kernel on this machine: fp32 and torch ops on a CPU.
+    memory = terms(bf16=args.bf16, triton=_cuda())
+    dtype = "bf16" if args.bf16 else "fp32"
+    tokens = f"{args.per_device_train_batch_size} × {sequence} tokens"
     plan.add(section, "parameters", f"{shape.parameters / 1e9:.2f} B (from {shape.source})")
+    trained = "LoRA: the adapter only" if config.lora.enabled else "16 B a parameter"
     plan.add(
         section,
-        "weights + gradients + AdamW",
+        f"weights + gradients + AdamW ({trained})",
         f"{memory.weights + memory.gradients + memory.optimizer:.1f} GiB",
     )
-    for name, value in (("activations", memory.activations), ("logits", memory.logits)):
+    plan.add(section, "reference model", _reference_row(memory, args, config))
+    for name, value in (
+        (f"activations ({tokens}, {dtype})", memory.activations),
+        (f"log-probs (TRL's chunked LM head, {tokens})", memory.logits),
+    ):
         shown = "unknown (no config.json)" if value is None else f"{value:.1f} GiB"
-        plan.add(section, f"{name} ({args.per_device_train_batch_size} × {sequence} tokens)", shown)
-    memory = _with_planner(plan, config, memory)
+        plan.add(section, name, shown)
+    memory = _with_planner(plan, config, args, memory)
     plan.add(section, "training total", f"{memory.training:.1f} GiB")
+    if not args.bf16 and not _cuda() and "bf16" not in config.trl:
+        # Planned here for a GPU: the same run there computes in bf16 (grpo_args).
+        gpu = dataclasses.replace(terms(bf16=True, triton=True), planner=memory.planner)
+        plan.add(section, "training total on a CUDA GPU (bf16)", f"{gpu.training:.1f} GiB")
     if memory.vllm_fraction is not None:
         plan.add(section, "colocated vLLM", f"+ {memory.vllm_fraction:.0%} of the device")
     _fit(plan, memory)
 
 
+def _reference_row(memory: MemoryEstimate, args: Any, config: GRPOTrainConfig) -> str:
+    """TRL loads a frozen copy of the policy when beta > 0, except under LoRA, where it
+    disables the adapter instead."""
+    if args.beta == 0:
+        return "none (beta 0)"
+    if config.lora.enabled:
+        return "none (LoRA: the adapter is disabled instead)"
+    return f"{memory.reference:.1f} GiB (beta {args.beta})"
+
+
 def _with_planner(
-    plan: TrainPlan, config: GRPOTrainConfig, memory: MemoryEstimate
+    plan: TrainPlan, config: GRPOTrainConfig, args: Any, memory: MemoryEstimate
 ) -> MemoryEstimate:
-    """rsim also trains its planner's backbone, in every process, under DDP."""
+    """rsim also trains its planner, in every process, under DDP: its fp32 weights,
+    gradients and AdamW state, unsharded, and the activations of one chunk of its loss
+    (rsim.planner_chunk decisions at the longest planner context), checkpointed where
+    the policy is."""
+    from collabrl.protocols.strategy import planner_context_tokens
+
     planner = config.protocol.planner
     if config.method != "rsim" or not planner:
         return memory
+    section = "memory per device (estimate)"
     shape = model_shape(planner)
     if shape is None:
-        plan.add("memory per device (estimate)", "planner", "unknown size")
+        plan.add(section, "planner", "unknown size")
         return memory
-    state = shape.parameters * (WEIGHT_BYTES + GRAD_BYTES + ADAM_BYTES) / GIB
-    plan.add(
-        "memory per device (estimate)", "planner weights + gradients + AdamW", f"{state:.1f} GiB"
+    strategy = config.protocol.strategy
+    decisions = args.per_device_train_batch_size * strategy.max_steps
+    chunk = min(config.rsim.planner_chunk, decisions)
+    question = config.max_prompt_tokens or PROMPT_TOKENS
+    context = planner_context_tokens(strategy, question)
+    terms = estimate_memory(
+        shape,
+        micro_batch=chunk,
+        sequence=context,
+        checkpointing=args.gradient_checkpointing,
+        world_size=1,  # DDP: every process holds the whole planner
+        zero_stage=0,
+        vllm_fraction=None,
+        bf16=args.bf16,
     )
-    return dataclasses.replace(memory, planner=state)
+    state = terms.weights + terms.gradients + terms.optimizer
+    plan.add(section, "planner weights + gradients + AdamW", f"{state:.1f} GiB")
+    checkpointed = ", checkpointed" if args.gradient_checkpointing else ""
+    label = (
+        f"planner activations ({chunk} of up to {decisions} decisions × {context} tokens, "
+        f"{'bf16' if args.bf16 else 'fp32'}{checkpointed})"
+    )
+    activations = terms.activations
+    shown = "unknown (no config.json)" if activations is None else f"{activations:.1f} GiB"
+    plan.add(section, label, shown)
+    return dataclasses.replace(memory, planner=state + (activations or 0.0))
+
+
+def _lambda_stages(config: GRPOTrainConfig) -> list[tuple[str, Any]]:
+    """(the steps, each agent's learning-rate factor) of each λ stage of a joint run."""
+    from collabrl.train.rsim import agent_lr_factors, default_switch_step
+
+    rsim, steps = config.rsim, config.steps or None  # 0: one epoch, counted at the start
+    switch = rsim.lambda_switch_step or (default_switch_step(steps) if steps else None)
+    if switch is None:  # half of a run whose length the dry run does not know
+        return [
+            ("the first half", agent_lr_factors(1, rsim, 2)),
+            ("the second half", agent_lr_factors(2, rsim, 2)),
+        ]
+    horizon = max(steps or 0, switch + 1)
+    stages = [(f"steps 1–{switch}", agent_lr_factors(1, rsim, horizon))]
+    if steps is None or switch < steps:
+        last = steps or "the end"
+        stages.append((f"steps {switch + 1}–{last}", agent_lr_factors(switch + 1, rsim, horizon)))
+    return stages
+
+
+def _rsim_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
+    """Each agent's learning rate as RSIMTrainer.create_scheduler applies λ: under joint
+    training the planner's × λ and the reasoner's × (1 − λ), stage by stage, on top of
+    the schedule; otherwise the one agent that trains, at its rate."""
+    if config.method != "rsim":
+        return
+    section = "rsim (λ on the learning rates)"
+    rsim = config.rsim
+    rates = {
+        "planner": rsim.planner_learning_rate or args.learning_rate,
+        "reasoner": args.learning_rate,
+    }
+    kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    schedule = f"then × the {kind} schedule"
+    if rsim.train != "joint":
+        for agent, rate in rates.items():
+            shown = f"{rate:.3g} ({schedule})" if agent == rsim.train else "frozen (rsim.train)"
+            plan.add(section, f"{agent} learning rate", shown)
+        return
+    stages = _lambda_stages(config)
+    for agent, rate in rates.items():
+        parts = []
+        for steps, factors in stages:
+            factor = getattr(factors, agent)
+            parts.append(f"{rate:.3g} × {factor:.2g} = {rate * factor:.3g} ({steps})")
+        plan.add(section, f"{agent} learning rate", "; ".join([*parts, schedule]))
 
 
 def _fit(plan: TrainPlan, memory: MemoryEstimate) -> None:

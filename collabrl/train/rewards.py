@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.rewards.eapo import eapo_reward
@@ -88,7 +89,9 @@ def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
 
 
 def log_episodes(kwargs: dict[str, Any]) -> None:
-    """Batch means of what the episodes did, as TRL metrics (`episodes/...`)."""
+    """Batch means of what the episodes did, as TRL metrics (`episodes/...`), and the
+    share of episodes that ended for each reason (`episodes/end/REASON`, every protocol's
+    `EndReason`: a consult run whose calls end at `length` shows it here)."""
     log = kwargs.get("log_metric")
     if log is None:
         return
@@ -101,6 +104,12 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
         values = [float(v) for v in kwargs[key]]
         name = "accuracy" if key == "correct" else key
         log(f"episodes/{name}", sum(values) / len(values))
+    ends = kwargs.get("end")
+    if ends:
+        # Every reason, 0 included: TRL averages a metric over the steps that logged it,
+        # so one logged only when it occurs would read as if it always did.
+        for reason in EndReason:
+            log(f"episodes/end/{reason}", sum(end == reason for end in ends) / len(ends))
 
 
 def accuracy(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:

@@ -49,6 +49,7 @@ from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.score import score_answer
 from collabrl.train.episodes import check_trainable
+from collabrl.train.schedules import ScheduleCallback
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -101,6 +102,15 @@ def warn_if_all_identical(share: float | None, step: int) -> None:
             "with a different seed per sample",
             step + 1,
         )
+
+
+def schedule_generation(trainer: GRPOTrainer) -> None:
+    """Tell the trainer's schedules (EAPO's ρ_s and turn budget) that a generation starts:
+    TRL generates inside a training step, where no callback event fires, and the
+    schedules count generations, not optimizer steps."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ScheduleCallback):
+            callback.on_generation(trainer.args, trainer.state, trainer._step)
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,7 @@ class ProtocolRollout:
     def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, list[Any]]:
         offset = trainer.accelerator.process_index * len(prompts)
         tasks = self.tasks(prompts, offset)
+        schedule_generation(trainer)
         params = dataclasses.replace(self.params, seed=self._step_seed(trainer))
         began = time.perf_counter()
         if trainer.use_vllm:

@@ -77,6 +77,13 @@ class RSIMConfig:
         None,
         "AdamW learning rate of the planner before λ scales it (default: learning_rate, as in §5).",
     )
+    planner_chunk: int = option(
+        16,
+        "Planner decisions per forward and backward pass of its loss; a micro-batch holds "
+        "up to per_device_train_batch_size × strategy.max_steps of them (16 × 12 at paper "
+        "scale), and the planner's activations peak at one chunk's. Gradients accumulate "
+        "over the chunks, so the update does not depend on it.",
+    )
 
     def check(self) -> None:
         if self.train not in TRAIN_MODES:
@@ -88,6 +95,8 @@ class RSIMConfig:
         require("rsim.lambda_switch_step", step, step >= 0, ">= 0 (0: half the run)")
         lr = self.planner_learning_rate
         require("rsim.planner_learning_rate", lr, lr is None or lr > 0, "> 0")
+        chunk = self.planner_chunk
+        require("rsim.planner_chunk", chunk, chunk >= 1, ">= 1")
 
 
 def default_switch_step(max_steps: int) -> int:
@@ -208,6 +217,51 @@ def planner_token_weights(tokens: Sequence[Sequence[int]]) -> list[float]:
         total = sum(row)
         weights.extend(n / total / samples if total else 0.0 for n in row)
     return weights
+
+
+@dataclass(frozen=True)
+class PlannerBatch:
+    """The planner decisions of a micro-batch, flattened in order, with what the loss
+    gives each: its sampling log-prob, its sample's advantage and its weight."""
+
+    contexts: list[PlannerContext]
+    actions: list[int]
+    old_logps: list[float]
+    advantages: list[float]
+    weights: list[float]
+
+    def chunks(self, size: int) -> list[PlannerBatch]:
+        """Consecutive parts of at most `size` decisions (at least one part)."""
+        starts = range(0, max(len(self.actions), 1), size)
+        return [
+            PlannerBatch(
+                self.contexts[i : i + size],
+                self.actions[i : i + size],
+                self.old_logps[i : i + size],
+                self.advantages[i : i + size],
+                self.weights[i : i + size],
+            )
+            for i in starts
+        ]
+
+
+def planner_batch(inputs: dict[str, Any]) -> PlannerBatch:
+    """The decisions of a TRL micro-batch (`RSIMTrainer` puts them there), each sample's
+    advantage on every one of its decisions (A.8), weighed by `planner_token_weights`.
+    A micro-batch without any decision gets one stand-in, weighed 0: every process then
+    runs the planner forward and backward, and DDP, which all-reduces in it, stays in step."""
+    rows = inputs["planner_contexts"]
+    per_row = inputs["planner_advantages"].tolist()
+    batch = PlannerBatch(
+        [c for row in rows for c in row],
+        [a for row in inputs["planner_actions"] for a in row],
+        [lp for row in inputs["planner_old_logps"] for lp in row],
+        [a for a, row in zip(per_row, rows, strict=True) for _ in row],
+        planner_token_weights(inputs["planner_tokens"]),
+    )
+    if not batch.actions:
+        return PlannerBatch([PlannerContext("")], [0], [0.0], [0.0], [0.0])
+    return batch
 
 
 def planner_clip_loss(

@@ -14,7 +14,9 @@ overrides add the planner (`collabrl.train.rsim` has the rules):
   (contexts, actions, sampling log-probs, guided token counts) join the batch as lists,
   which TRL shuffles and splits together with the tensors;
 - `_compute_loss`: the planner's PPO-clip loss (weighed per token as in §4) + TRL's
-  reasoner loss, unweighted: λ is in the learning rates;
+  reasoner loss, unweighted: λ is in the learning rates. The planner's decisions go
+  through it `rsim.planner_chunk` at a time, forward and backward, so its activations
+  peak at one chunk's; its layers are checkpointed where the reasoner's are;
 - `_clip_grad_norm`: one norm over both policies' gradients, clipped together;
 - `_save_checkpoint`: the planner (backbone and head) into every checkpoint's
   `planner/`, which a resumed run loads.
@@ -26,8 +28,10 @@ and FSDP shard the one model they wrap, so they are refused.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +41,17 @@ from trl import GRPOTrainer
 
 from collabrl.errors import UserError
 from collabrl.protocols.planner import RSIMPlanner
-from collabrl.protocols.strategies import PlannerContext
 from collabrl.rewards.rsim import group_advantages, planner_reward
 from collabrl.strategies import STRATEGY_NAMES
 from collabrl.train.rsim import (
     PLANNER_DIR,
+    PlannerBatch,
     RSIMConfig,
     agent_lr_factors,
     end_shares,
+    planner_batch,
     planner_clip_loss,
     planner_steps,
-    planner_token_weights,
     planner_weight,
 )
 
@@ -71,6 +75,8 @@ class RSIMTrainer(GRPOTrainer):
         planner.requires_grad_(self.trains_planner)
         if self.trains_planner:
             _freeze_unused_output_head(planner)
+            if self.args.gradient_checkpointing:  # where the reasoner recomputes, so does it
+                planner.checkpoint_layers(self.args.gradient_checkpointing_kwargs)
         if rsim.train == "planner":
             self.model.requires_grad_(False)  # the plug-in setting: a frozen reasoner
         self.planner_model = self.accelerator.prepare_model(planner)
@@ -212,43 +218,53 @@ class RSIMTrainer(GRPOTrainer):
 
     def _planner_loss(self, inputs: dict[str, Any]) -> torch.Tensor:
         """The planner's PPO-clip loss over every decision in the micro-batch, each
-        weighed by the reasoner tokens it guided, averaged per sample (§4's equation)."""
-        rows = inputs["planner_contexts"]
-        contexts = [c for row in rows for c in row]
-        actions = [a for row in inputs["planner_actions"] for a in row]
-        old = [lp for row in inputs["planner_old_logps"] for lp in row]
-        per_row = inputs["planner_advantages"].tolist()
-        advantages = [a for a, row in zip(per_row, rows, strict=True) for _ in row]
-        weights = planner_token_weights(inputs["planner_tokens"])
-        if not contexts:
-            # One forward pass on every process, whatever its batch holds: DDP all-reduces
-            # in it. A stand-in decision, weighed 0, keeps the processes in step.
-            contexts, actions, old, advantages, weights = (
-                [PlannerContext("")],
-                [0],
-                [0.0],
-                [0.0],
-                [0.0],
-            )
-        ids, mask = self.planner.encode(contexts)
+        weighed by the reasoner tokens it guided, averaged per sample (§4's equation).
+
+        A micro-batch holds up to 16 samples × 12 decisions at paper scale, each a
+        context of hundreds of tokens: they go through the planner `rsim.planner_chunk`
+        at a time, forward and backward, so its activations peak at one chunk's while
+        the gradients accumulate. The last chunk's loss keeps its graph for TRL's
+        backward; the earlier ones run under DDP's no_sync, so the planner's gradients
+        are all-reduced once per micro-batch on every process, however many chunks each
+        process has. The value returned is the whole loss (the earlier chunks detached).
+        """
+        chunks = planner_batch(inputs).chunks(self.rsim.planner_chunk)
+        scale = self.current_gradient_accumulation_steps
+        done: list[_ChunkLoss] = []
+        with self.accelerator.no_sync(self.planner_model):
+            for chunk in chunks[:-1]:
+                part = self._planner_chunk_loss(chunk)
+                self.accelerator.backward(part.loss / scale)
+                done.append(part.detached())
+        last = self._planner_chunk_loss(chunks[-1])
+        parts = [*done, last]
+        decisions = sum(len(chunk.actions) for chunk in chunks)
+        metrics = self._metrics["train"]
+        metrics["planner/loss"].append(sum(p.loss.item() for p in parts))
+        metrics["planner/clip_ratio"].append(sum(p.clipped for p in parts) / decisions)
+        metrics["planner/entropy"].append(sum(p.entropy for p in parts) / decisions)
+        earlier = sum((p.loss for p in done), torch.zeros((), device=last.loss.device))
+        return (last.loss + earlier) / scale
+
+    def _planner_chunk_loss(self, chunk: PlannerBatch) -> _ChunkLoss:
+        """One chunk's share of the planner loss (its weights are fractions of the whole
+        micro-batch's), with the chunk's clipped decisions and summed entropy."""
+        ids, mask = self.planner.encode(chunk.contexts)
         logits = self.planner_model(ids, mask)
-        new = self.planner.action_log_probs(logits, actions)
+        new = self.planner.action_log_probs(logits, chunk.actions)
         device = new.device
         loss, clipped = planner_clip_loss(
             new,
-            torch.tensor(old, device=device),
-            torch.tensor(advantages, device=device),
+            torch.tensor(chunk.old_logps, device=device),
+            torch.tensor(chunk.advantages, device=device),
             self.epsilon_low,
             self.epsilon_high,
-            torch.tensor(weights, device=device, dtype=new.dtype),
+            torch.tensor(chunk.weights, device=device, dtype=new.dtype),
         )
         probs = self.planner.policy_log_probs(logits.detach()).exp()
-        entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1).mean()
-        metrics = self._metrics["train"]
-        metrics["planner/loss"].append(loss.item())
-        metrics["planner/clip_ratio"].append(clipped.item())
-        metrics["planner/entropy"].append(entropy.item())
-        return loss / self.current_gradient_accumulation_steps
+        entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1).sum()
+        size = len(chunk.actions)
+        return _ChunkLoss(loss, clipped.item() * size, entropy.item())
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -269,6 +285,19 @@ class RSIMTrainer(GRPOTrainer):
         self.planner.save(tmp, with_backbone=True)
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
+
+
+@dataclass(frozen=True)
+class _ChunkLoss:
+    """A chunk's planner loss, the number of its decisions clipped, its summed entropy."""
+
+    loss: torch.Tensor
+    clipped: float
+    entropy: float
+
+    def detached(self) -> _ChunkLoss:
+        """The same, its loss cut from the graph (its backward has run)."""
+        return dataclasses.replace(self, loss=self.loss.detach())
 
 
 def _freeze_unused_output_head(planner: RSIMPlanner) -> None:

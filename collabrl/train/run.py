@@ -218,20 +218,31 @@ def save_final(
     trainer gathers sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main
     process. `dtype` other than auto rewrites the weights in it (the trainer holds
     float32 master weights). Written aside and renamed into place, so a kill while
-    saving leaves no half model in `final`."""
+    saving leaves no half model in `final`.
+
+    The merge reads the adapter back from disk, saved as the trainer saves any model,
+    and merges it into the base weights loaded anew on the CPU: merging the live model
+    would meet ZeRO-3's partitioned parameters (each process holds a slice; the merged
+    weights would be empty or wrong). The same path serves every launch."""
     tmp = final.with_name(final.name + ".tmp")
+    saved_adapter = final.with_name(final.name + ".adapter")
     main = trainer.is_world_process_zero()
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.config.use_cache = True  # training turns the cache off; generation wants it
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(saved_adapter, ignore_errors=True)
     adapter = lora is not None and lora.enabled  # what the trainer trained
-    if adapter and lora.merge:
-        if main:
-            model.merge_and_unload().save_pretrained(tmp)
-            trainer.processing_class.save_pretrained(tmp)
-    else:
-        trainer.save_model(str(tmp))  # with the tokenizer (the trainer's processing_class)
+    merge = adapter and lora.merge
+    # With the tokenizer (the trainer's processing_class).
+    trainer.save_model(str(saved_adapter if merge else tmp))
+    if main and merge:
+        from collabrl.models import load_model
+
+        # float32 on the CPU (load_model's defaults), as the trainer holds the weights.
+        load_model(str(saved_adapter)).save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
+        shutil.rmtree(saved_adapter)
     if main and dtype != "auto" and not (adapter and not lora.merge):  # an adapter stays
         cast_saved(tmp, dtype)
     if main:

@@ -6,11 +6,19 @@ experts taught it: an expert answer that came back enters the history with proba
 initial value toward the evaluation budget". The paper gives neither the turn budget's
 values nor the shape of its schedule; here it shrinks linearly (see `turn_budget`).
 
-`accept_prob` and `turn_budget` are pure functions of the 1-based step, so a schedule can
-be read, plotted and tested without a trainer. `ScheduleCallback` is the one place they
-meet TRL: before each optimizer step it writes both values into the protocol's config,
-which the consult protocol reads on every `run`. A trainer whose protocol has no
-schedule (relay, solo) is simply not given the callback.
+The paper's training step samples one batch and learns from it, so s counts rollout
+*generations*, not optimizer steps: a run that trains each generation in several
+optimizer steps (TRL's `steps_per_generation` above `gradient_accumulation_steps`, as
+the shipped EAPO config does, 3 updates a generation) still sees ρ = 1, 1/2, 1/3, not
+1, 1/4, 1/7. Horizons are given in optimizer steps (the unit of --steps) and cover the
+generations those steps train on (`generations_in`).
+
+`accept_prob` and `turn_budget` are pure functions of the 1-based generation, so a
+schedule can be read, plotted and tested without a trainer. `ScheduleCallback` is the one
+place they meet TRL: when the rollout generates (`on_generation`, called by
+`train/rollout.py`), it writes both values into the protocol's config, which the consult
+protocol reads on every `run`. A trainer whose protocol has no schedule (relay, solo) is
+simply not given the callback.
 
 `pin_horizons` fixes every "0: the whole run" step count of a training run — these two
 windows and rSIM's λ switch — to a number when the run starts, so that the config saved
@@ -42,31 +50,35 @@ class ScheduleConfig:
 
     accept: str = option(
         "inverse",
-        "rho_s at global step s (1-based): inverse: 1/s (EAPO §2); constant: accept_value; "
-        "linear: from 1 at step 1 to accept_end at step accept_steps, then held; "
-        "off: 0, every returned expert answer reads unavailable.",
+        "rho_s at training step s, counted in rollout generations from 1 (EAPO's step "
+        "samples a batch, then learns from it): inverse: 1/s (EAPO §2); constant: "
+        "accept_value; linear: from 1 at the first generation to accept_end at the last of "
+        "accept_steps, then held; off: 0, every returned expert answer reads unavailable.",
     )
     accept_value: float = option(1.0, "rho for accept=constant, in [0, 1].")
     accept_end: float = option(0.0, "rho reached by accept=linear at step accept_steps, in [0, 1].")
     accept_steps: int = option(
         0,
-        "Steps over which accept=linear goes from 1 to accept_end; 0: the whole run, "
+        "Optimizer steps over which accept=linear goes from 1 to accept_end (the "
+        "generations they train on); 0: the whole run, "
         "written into the run's config.yaml as a number when it starts (a resume with "
         "another --steps keeps it).",
     )
     turn_budget_start: int = option(
         6,
-        "Policy turns per episode at step 1 (the training value; the paper gives none, "
+        "Policy turns per episode at the first generation (the training value; the paper "
+        "gives none, "
         "this is consult.turn_budget's default).",
     )
     turn_budget_end: int = option(
         1,
-        "Policy turns per episode from step anneal_steps on: the evaluation value "
+        "Policy turns per episode from the end of anneal_steps on: the evaluation value "
         "(consult's locked mode is one turn). Equal to turn_budget_start: no annealing.",
     )
     anneal_steps: int = option(
         0,
-        "Steps over which the turn budget shrinks from start to end; 0: the whole run, "
+        "Optimizer steps over which the turn budget shrinks from start to end (the "
+        "generations they train on); 0: the whole run, "
         "written into the run's config.yaml as a number when it starts (a resume with "
         "another --steps keeps it).",
     )
@@ -93,13 +105,45 @@ class ScheduleConfig:
             f">= schedule.turn_budget_end ({end}): the budget only shrinks",
         )
 
-    def for_run(self, max_steps: int) -> ScheduleConfig:
-        """A copy whose 0 ("the whole run") step counts read `max_steps`."""
+    def for_run(self, max_steps: int, clock: Clock | None = None) -> ScheduleConfig:
+        """A copy whose 0 ("the whole run") step counts read `max_steps`, and whose
+        horizons count the generations of `clock` (optimizer steps when it is None)."""
+        clock = clock or Clock()
         return replace(
             self,
-            accept_steps=self.accept_steps or max_steps,
-            anneal_steps=self.anneal_steps or max_steps,
+            accept_steps=clock.generations_in(self.accept_steps or max_steps),
+            anneal_steps=clock.generations_in(self.anneal_steps or max_steps),
         )
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How a trainer's micro-batches group into optimizer steps and rollout generations:
+    TRL's `gradient_accumulation_steps`, and `steps_per_generation` × `num_iterations`
+    (the micro-batches trained on one generation's completions)."""
+
+    accumulation: int = 1
+    per_generation: int = 1
+
+    @classmethod
+    def of(cls, args: Any) -> Clock:
+        """The clock of TRL's GRPOConfig (`steps_per_generation` defaults to accumulation)."""
+        accumulation = args.gradient_accumulation_steps
+        per_generation = getattr(args, "steps_per_generation", None) or accumulation
+        return cls(accumulation, per_generation * getattr(args, "num_iterations", 1))
+
+    def generation(self, global_step: int, micro_step: int) -> int:
+        """The 1-based number of the generation that starts at this micro-batch:
+        `global_step` optimizer steps done, `micro_step` micro-batches into the next.
+
+        A resumed run (TRL restarts its micro-batch count, and generates on its first
+        batch) counts on: resumed between two generations, its first one is the next."""
+        done = global_step * self.accumulation + micro_step % self.accumulation
+        return -(-done // self.per_generation) + 1
+
+    def generations_in(self, steps: int) -> int:
+        """The generations that `steps` optimizer steps train on (a part one counts)."""
+        return -(-steps * self.accumulation // self.per_generation)
 
 
 def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
@@ -135,7 +179,7 @@ def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
 
 
 def _check_step(step: int) -> None:
-    """s is 1-based, as in ρ_s = 1/s; a 0 would be the trainer's 0-based global_step."""
+    """s is 1-based, as in ρ_s = 1/s; a 0 would be a 0-based count."""
     if step < 1:
         raise ValueError(f"training steps count from 1, got {step}")
 
@@ -152,7 +196,8 @@ def _elapsed(step: int, steps: int) -> tuple[int, int]:
 
 
 def accept_prob(step: int, config: ScheduleConfig) -> float:
-    """ρ at global step `step` (1-based: ρ_1 = 1 under inverse and linear)."""
+    """ρ at training step `step`, a 1-based generation (ρ_1 = 1 under inverse and linear);
+    the horizons of `config` count generations too (`for_run`)."""
     _check_step(step)
     if config.accept == "inverse":
         return 1.0 / step
@@ -167,8 +212,9 @@ def accept_prob(step: int, config: ScheduleConfig) -> float:
 
 
 def turn_budget(step: int, config: ScheduleConfig) -> int:
-    """The turn budget at global step `step`: linear from start (step 1) to end
-    (step anneal_steps and after), rounded to the nearest integer, halves towards end.
+    """The turn budget at training step `step` (a 1-based generation): linear from start
+    (step 1) to end (step anneal_steps and after), rounded to the nearest integer,
+    halves towards end.
 
     Integer arithmetic, so the rounding is exact and the budget never rises.
     """
@@ -195,13 +241,11 @@ class Scheduled(Protocol):
 
 
 class ScheduleCallback(TrainerCallback):
-    """Sets ρ and the turn budget of `target.config` before each training step.
+    """Sets ρ and the turn budget of `target.config` when the rollout generates.
 
-    The trainer's rollouts for step s = state.global_step + 1 are generated after
-    `on_step_begin`, so they see that step's values. A run of 0 steps ("the whole run")
-    reads the trainer's `state.max_steps`. A trainer that generates several steps'
-    rollouts at once (TRL's `steps_per_generation` above `gradient_accumulation_steps`)
-    uses the values of the step that generated them.
+    The rollout calls `on_generation` before it runs the protocol (TRL calls no callback
+    there): the values are those of that generation, s = generations so far + 1, with
+    "0: the whole run" horizons read from the trainer's `state.max_steps`.
     """
 
     def __init__(self, config: ScheduleConfig, target: Scheduled) -> None:
@@ -209,17 +253,14 @@ class ScheduleCallback(TrainerCallback):
         self.config = config
         self.target = target
 
-    def on_step_begin(
-        self,
-        args: TrainingArguments | None,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
-    ) -> None:
-        step = state.global_step + 1
-        schedule = self.config.for_run(state.max_steps)
-        self.target.config.accept_prob = accept_prob(step, schedule)
-        self.target.config.turn_budget = turn_budget(step, schedule)
+    def on_generation(self, args: Any, state: TrainerState, micro_step: int) -> None:
+        """Before a rollout: `micro_step` is the trainer's count of micro-batches trained
+        in this process (TRL's `_step`), `args` its GRPOConfig."""
+        clock = Clock.of(args)
+        generation = clock.generation(state.global_step, micro_step)
+        schedule = self.config.for_run(state.max_steps, clock)
+        self.target.config.accept_prob = accept_prob(generation, schedule)
+        self.target.config.turn_budget = turn_budget(generation, schedule)
 
     def on_log(
         self,

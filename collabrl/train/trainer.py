@@ -131,14 +131,17 @@ def build_trainer(
     from collabrl.models import load_model, load_tokenizer, resolve_model
     from collabrl.train.grpo_config import grpo_args
     from collabrl.train.importance import watch_sequence_mask
+    from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import RolloutLog
     from collabrl.train.schedules import ScheduleCallback
 
+    if config.steps == 0:  # TRL would read max_steps 0 as num_train_epochs (3)
+        raise ValueError("steps 0 (one epoch) is resolved by grpo_config.pin_steps first")
     # TRL's arguments set up the distributed state, which makes "cuda" (engine.device auto)
     # this process's own GPU under `accelerate launch`: built before the collaborators
     # load, so that they do not all land on GPU 0.
-    args = grpo_args(config, out)
+    args = grpo_args(config, out, longest_prompt(config, bench))
     ref = resolve_model(config.model)
     # float32 master weights on the CPU, whatever engine.dtype and engine.device say:
     # accelerate moves the model, and TRL's bf16 setting casts in mixed precision.

@@ -221,7 +221,7 @@ def test_config_show_reads_a_config_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "setting", "problem"),
     [
-        ("train-grpo", "steps=0", "steps must be in [1, 10000000], got 0"),
+        ("train-grpo", "steps=-1", "steps must be in [0, 10000000] (0: one epoch), got -1"),
         ("train-grpo", "trl.nonexistent=1", "trl.nonexistent is not a TRL GRPOConfig argument"),
         ("train-grpo", "reward=simple", "reward is read by collab train relay only"),
         ("eval", "sampling.n=0", "sampling.n must be between 1 and 1024"),

@@ -244,3 +244,20 @@ def test_smollm2_calls_python_when_the_call_is_forced(smol_tokenizer):
         protocol.close()
     # Measured: SmolLM2-135M writes the JSON call and reads the result back.
     assert episode.tool_calls and episode.tool_calls[0].text == "645498", episode.response_text
+
+
+def test_a_forced_calls_code_is_not_read_for_the_answer(smol_tokenizer, router):
+    """With force_call the opening tag is protocol text: the policy's first segment holds
+    the call's body and its close tag only, and a `\\boxed{}` in that code is no answer."""
+    config = ApolloConfig(tools=["python"], force_call=True)
+    body = json.dumps({"name": "python", "arguments": {"code": "print('\\\\boxed{99}')"}})
+    replies = [f"{body}\n{TOOL_CALL_CLOSE}", "I am done."]
+    [episode], _ = run(smol_tokenizer, router, replies, config)
+    assert episode.tool_calls[0].text == "\\boxed{99}" and episode.answer is None
+
+
+def test_an_unanswered_call_is_not_read_for_the_answer(smol_tokenizer, router):
+    """A call cut off by the token budget (no close tag) holds code, not an answer."""
+    body = json.dumps({"name": "python", "arguments": {"code": "print('\\\\boxed{99}')"}})
+    [episode], _ = run(smol_tokenizer, router, [f"{TOOL_CALL_OPEN}\n{body}"])
+    assert episode.answer is None

@@ -10,6 +10,7 @@ SmolLM2-135M as the policy and as an expert behind a real `collab serve` process
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -26,15 +27,19 @@ from collabrl.episode import Author, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.consult import (
+    ANSWER_TOKENS,
+    CALL_TOKENS,
     QUERY_BUDGET_SPENT,
     ConsultConfig,
     ConsultProtocol,
     ConsultTurn,
     accepts,
+    check_turn_fits,
     consult_turn,
     expert_messages,
     policy_text,
     training_prompt,
+    turn_tokens,
 )
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
@@ -621,3 +626,71 @@ def test_smollm2_policy_and_expert_over_a_real_server(smol_tokenizer):
         assert block.startswith("\n" + AGENT_RETURNS_OPEN)
         assert block.rstrip().endswith(AGENT_RETURNS_CLOSE)
         protocol.close()
+
+
+# ----------------------------------------------------------------------------- what is graded
+
+
+def test_an_answer_written_inside_a_call_is_not_the_policys_answer(smol_tokenizer, pool):
+    """Issue 32: a query that reads "Answer: 42", never answered (the turn budget ends
+    the episode at the call), scored F1 1 and reward 1; it is a question, not an answer."""
+    from collabrl.data.benchmarks import Item
+    from collabrl.rewards.eapo import eapo_reward
+    from collabrl.train.rollout import episode_extras
+
+    config = ConsultConfig(expert_max_tokens=6, turn_budget=1)
+    episode, _ = run_one(smol_tokenizer, pool, [calls((1, "Please verify. Answer: 42"))], config)
+    assert episode.end == "turn_budget" and episode.answer is None
+    extras = episode_extras(episode, Item("p", "What is 6 * 7?", "42", None))
+    assert (extras["f1"], extras["format_ok"], extras["correct"]) == (0.0, False, False)
+    assert eapo_reward(extras["f1"], extras["format_ok"]) == 0.0
+
+
+def test_an_answer_after_a_call_block_still_counts(smol_tokenizer, pool):
+    script = [
+        calls((1, "Is it 41? Answer: 41")),
+        "The experts disagree; I computed it.\nAnswer: 42",
+    ]
+    episode, _ = run_one(smol_tokenizer, pool, script)
+    assert episode.answer == "42" and episode.end == "eos"
+
+
+def test_returns_the_policy_writes_itself_are_not_its_answer():
+    """An engine that ignores the stop string lets the policy invent the experts' returns:
+    their "Answer:" lines are not the policy's either."""
+    episode = Episode("p", [1])
+    invented = format_agent_returns([(1, "Answer: 42")])
+    episode.add(Segment(Author.POLICY, calls((1, "q")) + "\n" + invented + "\nHmm.", [2]))
+    assert "42" not in policy_text(episode) and policy_text(episode).strip() == "Hmm."
+
+
+def test_an_unclosed_call_block_is_not_read_for_an_answer():
+    episode = Episode("p", [1])
+    episode.add(Segment(Author.POLICY, f'{AGENT_CALLS_OPEN}\n[{{"query": "Answer: 42', [2]))
+    assert policy_text(episode) == ""
+
+
+# ----------------------------------------------------------------------------- turn arithmetic
+
+
+def test_a_budget_that_cannot_hold_one_full_turn_is_refused():
+    """Issue 32: 3 experts × 8192-token answers in a 20480-token episode: asking every
+    expert ended the episode with no returns. The error names the numbers."""
+    paper = ConsultConfig(expert_max_tokens=8192)
+    with pytest.raises(UserError, match=r"sampling.max_tokens 20480 .* 24784 tokens: 3 .* 8192"):
+        check_turn_fits(paper, 20480)
+    check_turn_fits(ConsultConfig(expert_max_tokens=4096), 20480)
+    check_turn_fits(dataclasses.replace(paper, mode="locked"), 20480)  # no experts to ask
+    assert turn_tokens(paper) == 3 * (8192 + CALL_TOKENS) + ANSWER_TOKENS
+
+
+def test_a_budget_of_one_full_turn_holds_the_turn(smol_tokenizer, pool):
+    """The arithmetic is what the protocol needs: at exactly `turn_tokens`, a K-expert
+    call with a one-line query gets its answers back and the policy still answers."""
+    config = ConsultConfig(expert_max_tokens=6)
+    query = "Find the minimal n guaranteeing the second player can remove 2 cards."
+    script = [calls(*[(k, query) for k in range(1, K + 1)]), "Answer: 42"]
+    params = SamplingParams(max_tokens=turn_tokens(config), seed=0)
+    check_turn_fits(config, params.max_tokens)
+    episode, _ = run_one(smol_tokenizer, pool, script, config, params)
+    assert len(episode.calls) == K and episode.end == "eos" and episode.answer == "42"

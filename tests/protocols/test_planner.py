@@ -24,11 +24,13 @@ from collabrl.protocols.planner import (
     parse_strategy,
     planner_messages,
     planner_text,
+    sample_rows,
 )
 from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import StrategyConfig, StrategyProtocol
 from collabrl.strategies import CONTINUATION, STRATEGY_NAMES
 from tests.protocols.scripted import ScriptedEngine
+from tests.saved_activations import SavedActivations
 from tests.servers import ServerProcess
 
 CONTEXTS = [
@@ -70,18 +72,31 @@ def test_a_context_scores_the_same_alone_or_in_a_padded_batch(planner: RSIMPlann
 
 def test_argmax_at_temperature_zero_is_deterministic(tiny_model_dir: Path) -> None:
     greedy = RSIMPlanner.from_ref(str(tiny_model_dir), temperature=0.0)
-    first = greedy.choose(CONTEXTS, seed=1)
-    assert [c.index for c in first] == [c.index for c in greedy.choose(CONTEXTS, seed=2)]
+    first = greedy.choose(CONTEXTS, seeds=(1, 1, 1))
+    assert [c.index for c in first] == [c.index for c in greedy.choose(CONTEXTS, seeds=(2, 2, 2))]
     with torch.no_grad():
         assert [c.index for c in first] == greedy.logits(CONTEXTS).argmax(-1).tolist()
 
 
 def test_sampling_is_reproducible_with_a_seed(planner: RSIMPlanner) -> None:
     many = CONTEXTS * 8
-    first = planner.choose(many, seed=5)
-    assert first == planner.choose(many, seed=5)
+    seeds = tuple(range(5, 5 + len(many)))
+    first = planner.choose(many, seeds=seeds)
+    assert first == planner.choose(many, seeds=seeds)
     assert all(0 <= c.index < 9 and abs(sum(c.probs) - 1) < 1e-5 for c in first)
     assert planner.choose([]) == []
+
+
+def test_each_draw_depends_on_its_own_seed_not_on_its_row(planner: RSIMPlanner) -> None:
+    contexts, seeds = CONTEXTS * 4, tuple(range(100, 112))
+    drawn = planner.choose(contexts, seeds=seeds)
+    reversed_ = planner.choose(contexts[::-1], seeds=seeds[::-1])[::-1]
+    assert [c.index for c in drawn] == [c.index for c in reversed_]
+    uniform = torch.full((64, 9), 1 / 9)
+    assert len(set(sample_rows(uniform, [7] * 64).tolist())) == 1  # one seed, one draw
+    assert len(set(sample_rows(uniform, range(64)).tolist())) > 1
+    with pytest.raises(ValueError, match="one per context"):
+        sample_rows(uniform, (1, 2))
 
 
 def test_the_head_is_seeded_and_leaves_the_global_rng_alone(tiny_model_dir: Path) -> None:
@@ -95,7 +110,7 @@ def test_the_head_is_seeded_and_leaves_the_global_rng_alone(tiny_model_dir: Path
 
 
 def test_log_probs_match_the_sampling_distribution_and_train(planner: RSIMPlanner) -> None:
-    choices = planner.choose(CONTEXTS, seed=0)
+    choices = planner.choose(CONTEXTS, seeds=(0, 1, 2))
     actions = [c.index for c in choices]
     logp = planner.log_probs(CONTEXTS, actions)
     expected = torch.tensor([c.probs[c.index] for c in choices]).log()
@@ -107,6 +122,33 @@ def test_log_probs_match_the_sampling_distribution_and_train(planner: RSIMPlanne
     (-logp.sum()).backward()
     assert planner.head.weight.grad is not None and planner.head.weight.grad.abs().sum() > 0
     planner.zero_grad()
+
+
+def _planner_pass(planner: RSIMPlanner) -> tuple[int, list[torch.Tensor]]:
+    """Peak bytes kept for backward by the log-probs of CONTEXTS, and the gradients."""
+    planner.zero_grad()
+    with SavedActivations(planner) as saved:
+        planner.log_probs(CONTEXTS, [0, 4, 8]).sum().backward()
+    grads = [p.grad.clone() for p in planner.parameters() if p.grad is not None]
+    planner.zero_grad()
+    return saved.peak, grads
+
+
+def test_checkpointed_layers_keep_less_and_give_the_same_gradients(tiny_model_dir: Path) -> None:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    plain = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0).eval()
+    checkpointed = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0).eval()
+    checkpointed.checkpoint_layers()
+    layers = [m for m in checkpointed.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert layers and all(m.training for m in layers)  # what makes transformers checkpoint
+    others = [m for m in checkpointed.modules() if not isinstance(m, GradientCheckpointingLayer)]
+    assert not any(m.training for m in others)  # no dropout: the first ratio stays 1
+    full, expected = _planner_pass(plain)
+    kept, grads = _planner_pass(checkpointed)
+    assert kept < full / 2
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 def test_save_and_load_restore_identical_logits(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -245,7 +287,7 @@ def test_smollm2_prompting_planner_served_over_http(tiny_engine) -> None:
 def test_a_masked_strategy_is_never_chosen_and_has_no_probability(tiny_model_dir: Path) -> None:
     masked = tuple(range(8))  # only terminal (index 8) is left
     planner = RSIMPlanner.from_ref(str(tiny_model_dir), head_seed=0, masked=masked)
-    choices = planner.choose(CONTEXTS * 4, seed=0)
+    choices = planner.choose(CONTEXTS * 4, seeds=tuple(range(12)))
     assert {c.index for c in choices} == {8}
     assert all(c.probs[8] == pytest.approx(1.0) for c in choices)
     assert all(c.logprob == pytest.approx(0.0) for c in choices)

@@ -434,3 +434,15 @@ def test_the_teacher_samples_with_its_own_settings(smol_tokenizer) -> None:
 def test_a_negative_teacher_temperature_is_refused() -> None:
     with pytest.raises(UserError, match="teacher_temperature"):
         RelayConfig(teacher_temperature=-1.0).check()
+
+
+def test_a_call_commands_number_is_never_read_as_the_answer(smol_tokenizer) -> None:
+    """The n of `<call>n</call>` is a request, not an answer, even for a last-number
+    extractor (arith benchmarks fall back to it): the answer is read with commands cut."""
+    script = ScriptedEngine(smol_tokenizer, ["I need help <call>42</call>", " I give up."])
+    cfg = RelayConfig(teacher_timeout=5.0)
+    teacher = RelayProtocol.teacher_pool(f"http://127.0.0.1:{free_port()}/v1", cfg)
+    relay = RelayProtocol(Policy(script, smol_tokenizer), teacher, TEMPLATE, cfg, ("last_number",))
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay.close()
+    assert episode.calls[0].meta["outcome"] == "unavailable" and episode.answer is None

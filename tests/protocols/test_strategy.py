@@ -9,12 +9,13 @@ from collabrl.engines.base import SamplingParams
 from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
-from collabrl.protocols.planner import PlannerChoice, RSIMPlanner
+from collabrl.protocols.planner import PlannerChoice, RSIMPlanner, planner_text
 from collabrl.protocols.strategies import PlannerContext, observe_step
 from collabrl.protocols.strategy import (
     PS_PLUS_TRIGGER,
     StrategyConfig,
     StrategyProtocol,
+    planner_context_tokens,
     planner_contexts,
 )
 from collabrl.strategies import (
@@ -180,7 +181,7 @@ class FixedPlanner:
         self.plan = [INDEX.get(x, x) for x in names_or_indices]
         self.seen: list[list[PlannerContext]] = []
 
-    def choose(self, contexts: list[PlannerContext], seed: int | None = None):
+    def choose(self, contexts: list[PlannerContext], seeds: tuple[int, ...] = ()):
         round_no = len(self.seen)
         self.seen.append(list(contexts))
         index = self.plan[min(round_no, len(self.plan) - 1)]
@@ -413,6 +414,54 @@ def test_rsim_planner_runs_are_reproducible_with_a_seed(tiny_engine, tiny_model_
     for episode in first:
         for g in (s for s in episode.segments if s.author is Author.GUIDANCE):
             assert len(g.meta["probs"]) == 9 and abs(sum(g.meta["probs"]) - 1) < 1e-5
+
+
+def _drawn(smol_tokenizer, planner, tasks: list[Task]) -> dict[tuple[str, int], list[str]]:
+    """The strategies of each episode (by problem and sample) of one seeded run, with a
+    reasoner that writes the same step every time: only the planner's draws differ."""
+    engine = ScriptedEngine(smol_tokenizer, lambda prompt: " We add the numbers.\n\n")
+    protocol = _protocol(engine, planner, max_steps=3, step_max_tokens=8)
+    params = SamplingParams(max_tokens=200, temperature=1.0, seed=4)
+    return {
+        (e.problem_id, e.meta["sample"]): e.meta["strategies"] for e in protocol.run(tasks, params)
+    }
+
+
+def test_planner_draws_differ_across_processes_and_problems(smol_tokenizer, tiny_model_dir) -> None:
+    planner = RSIMPlanner.from_ref(str(tiny_model_dir), temperature=1.0, head_seed=0)
+    # Two processes holding samples 0-7 and 8-15 of one problem's group (TRL splits a
+    # group so), under the run's one seed: a seed per batch drew the same strategies on
+    # both (their contexts are alike), and so did two batches of different problems.
+    first = _drawn(smol_tokenizer, planner, [Task("a", QUESTION, s) for s in range(8)])
+    other = _drawn(smol_tokenizer, planner, [Task("a", QUESTION, s) for s in range(8, 16)])
+    problem = _drawn(smol_tokenizer, planner, [Task("b", QUESTION, s) for s in range(8)])
+    assert list(first.values()) != list(other.values())
+    assert list(first.values()) != list(problem.values())
+
+
+def test_a_planner_draw_is_the_episodes_wherever_it_sits_in_a_batch(
+    smol_tokenizer, tiny_model_dir
+) -> None:
+    planner = RSIMPlanner.from_ref(str(tiny_model_dir), temperature=1.0, head_seed=0)
+    tasks = [Task(problem, QUESTION, s) for problem in "ab" for s in range(3)]
+    forward = _drawn(smol_tokenizer, planner, tasks)
+    assert forward == _drawn(smol_tokenizer, planner, tasks[::-1])
+    assert len({tuple(v) for v in forward.values()}) > 1  # the draws do differ
+
+
+def test_the_planner_context_estimate_holds_a_full_maths_context(smol_tokenizer) -> None:
+    step = (
+        "We compute $\\frac{3x^2+2}{7} = 14$, so $3x^2 = 96$ and $x^2 = 32$, hence "
+        "$x = \\pm 4\\sqrt{2}$. Checking: $3 \\cdot 32 + 2 = 98$, which holds. " * 3
+    )
+    config = StrategyConfig()  # 12 strategies, steps cut to 200 characters
+    steps = tuple(observe_step(step, config.summary_chars) for _ in range(config.max_steps - 1))
+    text = planner_text(PlannerContext(QUESTION, steps))  # before the last decision
+    question = len(smol_tokenizer(QUESTION)["input_ids"])
+    tokens = len(smol_tokenizer(text)["input_ids"])
+    assert tokens <= planner_context_tokens(config, question) < 1.5 * tokens
+    whole = StrategyConfig(summary_chars=0, step_max_tokens=40, max_steps=3)
+    assert planner_context_tokens(whole, 10) == 8 + 10 + 2 * (40 + 6)
 
 
 def test_ps_plus_is_one_response_to_the_ps_plus_prompt(tiny_engine) -> None:

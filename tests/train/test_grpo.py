@@ -13,6 +13,7 @@ from collabrl.config import DecodingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.consult import ConsultConfig, turn_tokens
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
@@ -121,14 +122,30 @@ def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -
         train_grpo(_config(tiny_model_dir, tmp_path, resume=True))
 
 
+def test_eapo_refuses_a_budget_that_cannot_hold_one_consult_turn(
+    tiny_model_dir: Path, tmp_path
+) -> None:
+    """3 experts × 512 tokens cannot fit a 16-token episode: asking them all would end it
+    unanswered, so the run (and its dry run, which runs the same check) refuses."""
+    config = _config(
+        tiny_model_dir, tmp_path, method="eapo", protocol=ProtocolConfig(experts=["reference"])
+    )
+    with pytest.raises(UserError, match="cannot hold one consult turn of 1744 tokens"):
+        config.check()
+
+
 def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
     tiny_model_dir: Path, tmp_path
 ) -> None:
+    # One expert writing 8 tokens: a budget of one full consult turn (query, answer, final
+    # answer), the least `collab train eapo` accepts.
+    consult = ConsultConfig(num_experts=1, expert_max_tokens=8)
     config = _config(
         tiny_model_dir,
         tmp_path,
         method="eapo",
-        protocol=ProtocolConfig(experts=["reference"]),
+        protocol=ProtocolConfig(experts=["reference"], consult=consult),
+        sampling=DecodingConfig(n=2, max_tokens=turn_tokens(consult), temperature=1.0),
     )
     train_grpo(config)
     logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
@@ -381,3 +398,87 @@ def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_p
 def test_eval_steps_it_cannot_serve_are_refused(changes, problem, tmp_path) -> None:
     with pytest.raises(UserError, match=problem):
         _config(Path("m"), tmp_path, **changes).check()
+
+
+def test_a_failed_end_of_run_evaluation_keeps_the_run_and_says_how_to_evaluate_it(
+    tiny_model_dir: Path, tmp_path, monkeypatch
+) -> None:
+    """The trained policy's evaluation runs out of GPU memory (simulated: this CPU has
+    none to run out of): final/, metrics.jsonl and the start's scores stay, the error is
+    one line, and the command it names evaluates the trained policy."""
+    import shlex
+
+    import torch
+    from typer.testing import CliRunner
+
+    from collabrl.cli.main import app
+    from collabrl.eval import runner
+
+    real_run_eval = runner.run_eval
+
+    def out_of_memory_on_final(config, **kwargs):
+        if config.model.endswith("final"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\n...")
+        return real_run_eval(config, **kwargs)
+
+    monkeypatch.setattr(runner, "run_eval", out_of_memory_on_final)
+    config = _config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=2)
+    with pytest.raises(UserError) as failed:
+        train_grpo(config)
+    message = str(failed.value)
+    assert "\n" not in message and "OutOfMemoryError: CUDA out of memory" in message
+    assert (tmp_path / "final" / "model.safetensors").is_file()
+    assert any("reward" in json.loads(line) for line in (tmp_path / METRICS).open())
+    assert (tmp_path / CURVES).is_file()
+    assert json.loads((tmp_path / "eval.json").read_text()).keys() == {"start"}
+    command = message.split("evaluate it with: ")[1]
+    assert command.startswith("collab eval arith -c ") and "&&" not in command
+    monkeypatch.undo()
+    rerun = CliRunner().invoke(app, shlex.split(command)[1:])  # after "collab"
+    assert rerun.exit_code == 0, rerun.output
+    assert json.loads((tmp_path / "eval-final" / "metrics.json").read_text())["problems"] == 2
+
+
+def test_the_trainer_is_freed_before_the_end_of_run_evaluation(
+    tiny_model_dir: Path, tmp_path, monkeypatch
+) -> None:
+    """Nothing holds the trainer (TRL's colocated vLLM with it) once the evaluation's
+    engine loads: its memory is free for that engine."""
+    import gc
+
+    from trl import GRPOTrainer
+
+    from collabrl.eval import runner
+
+    real_run_eval = runner.run_eval
+    alive: list[int] = []
+
+    def count_trainers(config, **kwargs):
+        alive.append(sum(isinstance(o, GRPOTrainer) for o in gc.get_objects()))
+        return real_run_eval(config, **kwargs)
+
+    monkeypatch.setattr(runner, "run_eval", count_trainers)
+    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=1))
+    assert alive == [0, 0]  # start, final
+
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("free", "kind", "share"),
+    [
+        (78 * GIB, "vllm", 0.8),  # an idle GPU: the configured share
+        (40 * GIB, "vllm", 0.45),  # after training: 0.9 of what is free
+        (20 * GIB, "transformers", None),  # 18 GiB would not hold 7.6B weights twice
+    ],
+)
+def test_vllm_at_the_end_of_a_run_takes_the_memory_free_or_gives_way(free, kind, share) -> None:
+    from collabrl.config import EngineConfig
+    from collabrl.train.grpo import sized_engine
+
+    engine = EngineConfig(kind="vllm", gpu_memory_utilization=0.8)
+    sized = sized_engine(engine, weight_bytes=int(7.6e9) * 2, free=free, total=80 * GIB)
+    assert sized.kind == kind
+    if share is not None:
+        assert sized.gpu_memory_utilization == pytest.approx(share)

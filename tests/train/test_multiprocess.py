@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "cpu-2proc.yaml"
+# The held-out problems of the --eval-steps run: odd, so the two processes' shares differ.
+HELD_OUT = 5
 
 
 @pytest.mark.slow
@@ -63,3 +65,33 @@ def test_rsim_trains_planner_and_reasoner_on_two_processes(
     assert (
         tmp_path / "run" / "checkpoints" / "checkpoint-2" / "planner" / "planner.json"
     ).is_file()
+
+
+@pytest.mark.slow
+def test_held_out_evaluation_during_training_runs_on_every_process(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """`--eval-steps` on two processes: each samples its share of the held-out set inside
+    the unwrapped model (under ZeRO-3 that gathers the weights, a collective both must
+    enter: one process alone waits in it for ever) and the main process writes them all,
+    once. The subprocess timeout turns a hang into a failure."""
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
+    assert accelerate is not None
+    args = [
+        accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "grpo",
+        "--model", str(tiny_model_dir), "--data", "arith_train", "--limit", "8", "--steps", "2",
+        "--prompts-per-step", "2", "--num-generations", "2", "--max-tokens", "8",
+        "--eval-data", "arith", "--eval-limit", str(HELD_OUT), "--eval-steps", "1",
+        "--out", "run",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [h["step"] for h in logged if "eval/pass@1" in h] == [1, 2]  # once a step
+    for step in (1, 2):
+        folder = tmp_path / "run" / f"eval-step-{step}"
+        samples = [json.loads(line) for line in (folder / "samples.jsonl").open()]
+        assert len(samples) == len({s["item_id"] for s in samples}) == HELD_OUT
+        assert json.loads((folder / "metrics.json").read_text())["problems"] == HELD_OUT
+    assert done.stdout.count("held-out arith at step 2: pass@1 ") == 1

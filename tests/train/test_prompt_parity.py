@@ -25,6 +25,7 @@ from collabrl.models import load_model, load_tokenizer
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import GRPOTrainConfig, rollout_protocol, training_prompt
+from collabrl.train.prompt_length import prompt_lengths
 from collabrl.train.trainer import training_rollout
 from tests.engines.templates import EMPTY_THINK, thinking_model_dir
 from tests.engines.test_vllm import _stand_in, _StandInLLM
@@ -72,6 +73,8 @@ def _trainer(model, use_vllm: bool = False) -> SimpleNamespace:
         args=SimpleNamespace(gradient_checkpointing_kwargs=None, vllm_mode="colocate"),
         vllm_generation=SimpleNamespace(llm=_StandInLLM()),
         state=SimpleNamespace(global_step=0),
+        callback_handler=SimpleNamespace(callbacks=[]),
+        _step=0,
     )
 
 
@@ -126,3 +129,15 @@ def test_with_trls_vllm_the_prompts_are_the_evaluation_prompts(
     config = _config(thinking_dir, "grpo", ProtocolConfig())
     trained = _training_prompt_ids(config, use_vllm=True)
     assert trained == _eval_prompt_ids(config, tmp_path / "eval")
+
+
+@pytest.mark.parametrize("protocol", ["solo", "relay", "consult", "strategy"])
+def test_the_prompt_limit_counts_the_ids_the_rollout_gives_trl(
+    thinking_dir: Path, tiny_model_dir: Path, protocol: str
+) -> None:
+    """max_prompt_tokens drops a problem on the length of the very prompt the rollout
+    renders for it (the protocol's template, the chat-template options)."""
+    method, protocol_config = _protocols(tiny_model_dir)[protocol]
+    config = _config(thinking_dir, method, protocol_config)
+    bench = load_benchmark(config.data, limit=config.limit)
+    assert prompt_lengths(config, bench) == [len(_training_prompt_ids(config))]

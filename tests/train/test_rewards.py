@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rewards import accuracy, load_reward_func, reward_functions
@@ -66,3 +67,17 @@ def test_the_evidence_call_cost_loads_as_a_users_reward() -> None:
     assert call_cost(["p"] * 3, ["c"] * 3, calls=[0, 1, 3], correct=[True] * 3) == pytest.approx(
         [0.0, -0.1, -0.3]
     )
+
+
+def test_end_reasons_are_logged_as_shares_of_the_batch() -> None:
+    """Issue 32: why episodes ended was in the rollout's extras but never logged, so a
+    run whose consultations all ended at `length` looked healthy."""
+    logged: dict[str, float] = {}
+    ends = ["eos", "length", "length", "turn_budget"]
+    accuracy([], [], correct=[True] * 4, end=ends, log_metric=logged.__setitem__)
+    shares = {k.removeprefix("episodes/end/"): v for k, v in logged.items() if "/end/" in k}
+    assert shares == {reason.value: 0.0 for reason in EndReason} | {
+        "eos": 0.25,
+        "length": 0.5,
+        "turn_budget": 0.25,
+    }

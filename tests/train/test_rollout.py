@@ -180,6 +180,8 @@ def _vllm_trainer(**args) -> SimpleNamespace:
         vllm_generation=SimpleNamespace(llm=_StandInLLM()),
         accelerator=SimpleNamespace(process_index=0),
         state=SimpleNamespace(global_step=0),
+        callback_handler=SimpleNamespace(callbacks=[]),
+        _step=0,
     )
 
 

@@ -51,6 +51,7 @@ def test_steps_count_from_one() -> None:
         ({"lambda_after": -0.1}, "rsim.lambda_after"),
         ({"lambda_switch_step": -1}, "rsim.lambda_switch_step"),
         ({"planner_learning_rate": 0.0}, "rsim.planner_learning_rate"),
+        ({"planner_chunk": 0}, "rsim.planner_chunk"),
     ],
 )
 def test_bad_settings_are_refused(changes, fragment) -> None:

@@ -26,6 +26,7 @@ from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, RSIMConfig
 from collabrl.train.run import METRICS
 from collabrl.train.trainer import build_trainer
+from tests.saved_activations import SavedActivations
 from tests.train.test_grpo import _config as grpo_config
 
 CONTEXTS = [PlannerContext("What is 2+3?"), PlannerContext("What is 7*6?", ("7*6 is 42.",))]
@@ -89,7 +90,6 @@ def test_a_batch_carries_the_planner_decisions_and_group_advantages(batch) -> No
 def test_the_losses_add_up_and_clipping_covers_the_planner(batch) -> None:
     trainer, inputs = batch
     assert trainer.planner_weight() == 0.7  # step 1 of 2: the planner's stage
-    assert inputs["planner_advantages"].abs().sum() > 0
     inputs = with_advantages(inputs)
     reasoner = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
     planner = trainer._planner_loss(inputs)
@@ -153,10 +153,83 @@ def test_lambda_scales_each_agents_learning_rate_step_by_step(batch) -> None:
 
 
 def with_advantages(inputs: dict) -> dict:
-    """The batch with reasoner advantages of ±1: the tiny model's rewards are often all
-    equal (advantages 0), which would hide every gradient the tests look at."""
-    signs = torch.tensor([1.0, -1.0]).repeat(len(inputs["advantages"]) // 2)
-    return {**inputs, "advantages": signs.to(inputs["advantages"])}
+    """The batch with reasoner advantages of ±1 and planner ones of 1 and −0.5 (a sum
+    that is not 0, so the planner loss is not 0 at ratio 1): the tiny model's rewards
+    are often all equal (advantages 0), which would hide every gradient the tests look at."""
+    pairs = len(inputs["advantages"]) // 2
+    signs = torch.tensor([1.0, -1.0]).repeat(pairs)
+    planner = torch.tensor([1.0, -0.5]).repeat(pairs)
+    return {
+        **inputs,
+        "advantages": signs.to(inputs["advantages"]),
+        "planner_advantages": planner.to(inputs["planner_advantages"]),
+    }
+
+
+def _planner_gradients(trainer, inputs: dict, chunk: int) -> tuple[float, list[torch.Tensor]]:
+    """The planner loss of `inputs` in chunks of `chunk` decisions, and the gradients it
+    leaves on the planner once TRL's backward has run on what it returns."""
+    trainer.rsim.planner_chunk = chunk
+    trainer.planner.zero_grad()
+    try:
+        loss = trainer._planner_loss(inputs)
+        loss.backward()
+    finally:
+        trainer.rsim.planner_chunk = RSIMConfig().planner_chunk
+    grads = [p.grad.clone() for p in trainer.planner.parameters() if p.grad is not None]
+    trainer.planner.zero_grad()
+    return loss.item(), grads
+
+
+def _decisions(inputs: dict) -> int:
+    return sum(len(row) for row in inputs["planner_actions"])
+
+
+def test_the_chunked_planner_loss_gives_the_unchunked_gradients(batch) -> None:
+    trainer, inputs = batch
+    inputs = with_advantages(inputs)
+    assert _decisions(inputs) > 2  # chunks of 1 and 2 do split it
+    whole_loss, whole = _planner_gradients(trainer, inputs, chunk=1000)
+    assert whole_loss != 0 and whole
+    for chunk in (1, 2):
+        loss, grads = _planner_gradients(trainer, inputs, chunk)
+        assert loss == pytest.approx(whole_loss, rel=1e-5)
+        assert len(grads) == len(whole)
+        for got, expected in zip(grads, whole, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7)
+
+
+def _peak_planner_activations(trainer, inputs: dict, chunk: int) -> int:
+    trainer.rsim.planner_chunk = chunk
+    try:
+        with SavedActivations(trainer.planner) as saved:
+            trainer._planner_loss(inputs).backward()
+    finally:
+        trainer.rsim.planner_chunk = RSIMConfig().planner_chunk
+        trainer.planner.zero_grad()
+    assert saved.live == 0  # every graph was freed
+    return saved.peak
+
+
+def _twice(inputs: dict) -> dict:
+    """The micro-batch with every sample twice: twice the planner decisions."""
+    keys = ("planner_contexts", "planner_actions", "planner_old_logps", "planner_tokens")
+    doubled = {key: inputs[key] + inputs[key] for key in keys}
+    advantages = inputs["planner_advantages"]
+    return {**inputs, **doubled, "planner_advantages": torch.cat([advantages, advantages])}
+
+
+def test_the_planner_activations_scale_with_the_chunk_not_the_decisions(batch) -> None:
+    trainer, inputs = batch
+    inputs = with_advantages(inputs)
+    doubled = _twice(inputs)
+    # One pass over every decision (the old loss): twice the decisions, twice the bytes.
+    unchunked = _peak_planner_activations(trainer, inputs, chunk=1000)
+    assert _peak_planner_activations(trainer, doubled, chunk=1000) > 1.8 * unchunked
+    # In chunks of one decision: the peak is the longest context's, however many there are.
+    one = _peak_planner_activations(trainer, inputs, chunk=1)
+    assert _peak_planner_activations(trainer, doubled, chunk=1) == one
+    assert one < unchunked / 2
 
 
 def test_guidance_tokens_get_no_reasoner_gradient(batch) -> None:
@@ -238,7 +311,14 @@ def test_resume_starts_from_the_checkpoint_planner(tiny_model_dir: Path, tmp_pat
 def test_one_agent_trains_while_the_other_stays_frozen(
     train: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, rsim=RSIMConfig(train=train)))
+    # Eight episodes of up to 48 tokens, room for a second strategy: some groups' rewards
+    # differ, for either agent (with four of 24 tokens, every planner reward could tie).
+    sampling = DecodingConfig(n=2, max_tokens=48, temperature=1.0)
+    rsim = RSIMConfig(train=train)
+    config = _config(
+        tiny_model_dir, tmp_path, steps=1, rsim=rsim, sampling=sampling, prompts_per_step=4
+    )
+    train_grpo(config)
     start = load_file(str(tiny_model_dir / "model.safetensors"))
     final = load_file(str(tmp_path / "final" / "model.safetensors"))
     reasoner_moved = any(not torch.equal(start[k], final[k]) for k in start)
@@ -247,6 +327,21 @@ def test_one_agent_trains_while_the_other_stays_frozen(
     planner_moved = not torch.equal(trained, fresh)
     expected = (False, True) if train == "planner" else (True, False)
     assert (reasoner_moved, planner_moved) == expected
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_the_planner_checkpoints_where_the_reasoner_does(
+    checkpointing: bool, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    trl = {"gradient_checkpointing": checkpointing}
+    config = _config(tiny_model_dir, tmp_path, trl=trl)
+    bench = load_benchmark(config.data, limit=config.limit)
+    trainer, protocol = build_trainer(config, bench, tmp_path, None)
+    protocol.close()
+    layers = trainer.planner.backbone.model.layers
+    assert trainer.args.gradient_checkpointing is checkpointing
+    assert all(layer.gradient_checkpointing is checkpointing for layer in layers)
+    assert all(layer.training is checkpointing for layer in layers)
 
 
 def test_a_prompted_planner_is_refused_before_any_model_loads(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -18,7 +19,13 @@ from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.consult import ConsultConfig, ConsultProtocol
-from collabrl.train.schedules import ScheduleCallback, ScheduleConfig, accept_prob, turn_budget
+from collabrl.train.schedules import (
+    Clock,
+    ScheduleCallback,
+    ScheduleConfig,
+    accept_prob,
+    turn_budget,
+)
 from tests.protocols.scripted import ScriptedEngine
 from tests.protocols.test_consult import calls
 
@@ -126,9 +133,10 @@ def test_defaults_pass_check() -> None:
 
 
 def _step(callback: ScheduleCallback, step: int, max_steps: int) -> None:
-    """What the Trainer does before optimizer step `step`: global_step counts steps done."""
+    """What the rollout does when it generates for optimizer step `step`, one generation
+    per step: global_step counts steps done, no micro-batch of this one is."""
     state = TrainerState(global_step=step - 1, max_steps=max_steps)
-    callback.on_step_begin(None, state, TrainerControl())
+    callback.on_generation(SimpleNamespace(gradient_accumulation_steps=1), state, 0)
 
 
 def test_callback_drives_a_consult_protocol_and_logs(smol_tokenizer) -> None:
@@ -168,8 +176,8 @@ def test_logs_reach_the_callbacks_after_it(smol_tokenizer) -> None:
     callback = ScheduleCallback(ScheduleConfig(anneal_steps=3), protocol)
     recorder = LogRecorder()
     handler = CallbackHandler([DefaultFlowCallback(), callback, recorder], None, None, None, None)
-    state = TrainerState(global_step=2, max_steps=3)
-    handler.on_step_begin(None, state, TrainerControl())
+    _step(callback, 3, max_steps=3)
+    state = TrainerState(global_step=3, max_steps=3)
     handler.on_log(None, state, TrainerControl(), {"loss": 0.5})
     assert recorder.logs == [{"loss": 0.5, "accept_prob": 1 / 3, "turn_budget": 1}]
 
@@ -233,3 +241,75 @@ def test_a_resume_with_more_steps_keeps_the_saved_horizons(method: str, tmp_path
     # Without pinning, the resumed run's horizons would have followed --steps 40.
     fresh = pin_horizons(_run_config(method, steps=40), tmp_path)
     assert (fresh.schedule, fresh.rsim) != (first.schedule, first.rsim)
+
+
+# ----------------------------------------------------------------------------- generations
+
+
+def test_the_clock_counts_generations_not_optimizer_steps() -> None:
+    """The shipped EAPO config: 32 micro-batches a step, 96 a generation (3 updates)."""
+    clock = Clock(accumulation=32, per_generation=96)
+    assert [clock.generation(step, 0) for step in (0, 3, 6)] == [1, 2, 3]
+    assert clock.generation(4, 0) == 3  # resumed mid-generation: the next one starts
+    assert clock.generations_in(20) == 7  # 20 steps train on 6⅔ generations: 7 begin
+    # Several generations within one optimizer step (steps_per_generation below accumulation).
+    small = Clock(accumulation=4, per_generation=2)
+    assert [small.generation(1, micro) for micro in (0, 2)] == [3, 4]
+    args = SimpleNamespace(gradient_accumulation_steps=2, steps_per_generation=6, num_iterations=2)
+    assert Clock.of(args) == Clock(2, 12)  # μ passes over a generation reuse it
+    assert Clock.of(SimpleNamespace(gradient_accumulation_steps=2)) == Clock(2, 2)
+
+
+def _trl_rollouts(callback: ScheduleCallback, clock: Clock, first_step: int, steps: int):
+    """ρ of each generation, as TRL makes them: micro-batches counted from 0 in this
+    process (a resumed one too), a generation each `per_generation` of them."""
+    seen = []
+    for micro in range((steps - first_step) * clock.accumulation):
+        if micro % clock.per_generation == 0:
+            state = TrainerState(
+                global_step=first_step + micro // clock.accumulation, max_steps=steps
+            )
+            args = SimpleNamespace(
+                gradient_accumulation_steps=clock.accumulation,
+                steps_per_generation=clock.per_generation,
+                num_iterations=1,
+            )
+            callback.on_generation(args, state, micro)
+            seen.append(callback.target.config.accept_prob)
+    return seen
+
+
+def test_rho_is_one_over_the_generation_with_three_updates_a_generation(smol_tokenizer) -> None:
+    """Issue 32: with steps_per_generation = 3 × accumulation, ρ ran 1, 1/4, 1/7 (optimizer
+    steps); EAPO's step samples a batch and learns from it: 1, 1/2, 1/3."""
+    protocol = ConsultProtocol(
+        Policy(ScriptedEngine(smol_tokenizer, []), smol_tokenizer),
+        None,
+        ConsultConfig(mode="locked"),
+    )
+    callback = ScheduleCallback(ScheduleConfig(), protocol)
+    clock = Clock(accumulation=2, per_generation=6)
+    assert _trl_rollouts(callback, clock, 0, 9) == [1.0, 1 / 2, 1 / 3]
+    # A run resumed from checkpoint 6 (a generation's end) generates the third.
+    assert _trl_rollouts(callback, clock, 6, 9) == [1 / 3]
+    # One resumed mid-generation (step 4) regenerates: that is the third, then the fourth.
+    assert _trl_rollouts(callback, clock, 4, 9) == [1 / 3, 1 / 4]
+
+
+def test_horizons_in_steps_cover_the_generations_they_train_on(smol_tokenizer) -> None:
+    """anneal_steps (and its "whole run" 0) count optimizer steps: over a 9-step run of
+    3 updates a generation, the budget reaches its end at the third, last generation."""
+    protocol = ConsultProtocol(
+        Policy(ScriptedEngine(smol_tokenizer, []), smol_tokenizer),
+        None,
+        ConsultConfig(mode="locked"),
+    )
+    config = ScheduleConfig(turn_budget_start=5, turn_budget_end=1)
+    callback = ScheduleCallback(config, protocol)
+    budgets = []
+    for step in (0, 3, 6):
+        state = TrainerState(global_step=step, max_steps=9)
+        args = SimpleNamespace(gradient_accumulation_steps=1, steps_per_generation=3)
+        callback.on_generation(args, state, 0)
+        budgets.append(protocol.config.turn_budget)
+    assert budgets == [5, 3, 1]

@@ -18,6 +18,7 @@ import yaml
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
+from collabrl.protocols.consult import check_turn_fits
 from collabrl.train.grpo_config import METHODS, GRPOTrainConfig, grpo_args
 
 TRAIN_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
@@ -103,7 +104,9 @@ def test_eapo_trains_with_dapos_clip_and_samples_its_experts_as_qwq_asks(tmp_pat
     assert (args.epsilon, args.epsilon_high) == (0.2, 0.28)
     consult = config.protocol.consult
     assert (consult.expert_temperature, consult.expert_top_p) == (0.6, 0.95)
-    assert consult.expert_max_tokens >= 8192
+    # One full turn of K answers fits the episode (issue 32: 3 × 8192 did not).
+    check_turn_fits(consult, config.sampling.max_tokens)
+    assert consult.expert_max_tokens >= 4096  # room for QwQ's thinking
     assert args.max_completion_length == 20480 and args.warmup_steps == 10
     assert args.lr_scheduler_type == "constant_with_warmup"  # Table 4: warm up, then 1e-6
 
@@ -113,7 +116,9 @@ def test_relay_keeps_table_7(tmp_path) -> None:
     assert (args.learning_rate, args.weight_decay, args.beta) == (1e-6, 0.01, 0.01)
     assert (args.num_generations, args.max_completion_length) == (8, 8192)
     assert args.lr_scheduler_type == "constant"
-    assert args.epsilon_high is None or args.epsilon_high == args.epsilon  # no DAPO clip
+    # The clip of the authors' EasyR1 actor: clip_ratio_low/high 0.2/0.3, dual clip 3.
+    assert (args.epsilon, args.epsilon_high, args.delta) == (0.2, 0.3, 3.0)
+    assert (args.loss_type, args.top_p) == ("dapo", 1.0)  # loss_avg_mode token; rollout top_p
 
 
 def test_rsim_paper_config_follows_section_5(tmp_path) -> None:
