@@ -91,6 +91,7 @@ PROTOCOL_KEY = "protocol.name"
 PROTOCOL = config_option(PROTOCOL_KEY, "--protocol", "-p")
 TEACHER = config_option("protocol.teacher", "--teacher")
 EXPERT = config_option("protocol.experts", "--expert")
+EXPERT_MAX_TOKENS = config_option("protocol.consult.expert_max_tokens", "--expert-max-tokens")
 SELF_COLLAB = config_option("protocol.consult.self_collab", "--self-collab")
 PLANNER = config_option("protocol.planner", "--planner")
 PLANNER_KIND = config_option("protocol.strategy.planner_kind", "--planner-kind")

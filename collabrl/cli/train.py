@@ -39,12 +39,16 @@ def sft(
 ) -> None:
     """RelayLLM §3.1 warm-up: supervised fine-tuning on prompt/completion rows (from
     `collab build-warmup`), the loss on the completion only. OUT/final is the model."""
+    from collabrl.train.run import is_main_process
     from collabrl.train.sft import train_sft
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
-    with progress_bar(console, f"SFT · {cfg.model} on {cfg.data}") as progress:
+    main = is_main_process()  # under accelerate launch, one process draws and reports
+    with progress_bar(console, f"SFT · {cfg.model} on {cfg.data}", main) as progress:
         result = train_sft(cfg, progress, _report)
+    if not main:
+        return
     m = result.metrics
     loss = "n/a" if m["final_loss"] is None else f"{m['final_loss']:.4f}"
     resumed = f" (resumed at step {m['resumed_from']})" if m["resumed_from"] is not None else ""
@@ -117,7 +121,11 @@ METHOD_OPTIONS = {
         reward=(str, opt.config_option("reward", "--reward")),
         eval_steps=EVAL_STEPS,
     ),
-    "eapo": _options(expert=(list[str], opt.EXPERT), eval_steps=EVAL_STEPS),
+    "eapo": _options(
+        expert=(list[str], opt.EXPERT),
+        expert_max_tokens=(int, opt.EXPERT_MAX_TOKENS),
+        eval_steps=EVAL_STEPS,
+    ),
     "rsim": _options(
         planner=(str, opt.PLANNER), train=(str, opt.config_option("rsim.train", "--train"))
     ),
@@ -218,7 +226,8 @@ def _train(
 ) -> None:
     """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
     config through ctx (cli/options.py); the command's name is the method."""
-    from collabrl.train.grpo import is_main_process, train_grpo
+    from collabrl.train.grpo import train_grpo
+    from collabrl.train.run import is_main_process
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)

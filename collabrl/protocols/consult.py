@@ -159,7 +159,8 @@ def check_turn_fits(config: ConsultConfig, max_tokens: int) -> None:
             f"sampling.max_tokens {max_tokens} cannot hold one consult turn of {need} tokens: "
             f"{config.num_experts} expert answers × {config.expert_max_tokens}, "
             f"{config.num_experts} calls × {CALL_TOKENS} and a {ANSWER_TOKENS}-token answer",
-            "lower protocol.consult.expert_max_tokens, or raise sampling.max_tokens",
+            "lower protocol.consult.expert_max_tokens (--expert-max-tokens) or "
+            "num_experts, or raise sampling.max_tokens (--max-tokens)",
         )
 
 

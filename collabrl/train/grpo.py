@@ -41,7 +41,7 @@ from collabrl.train.grpo_config import (
 from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
-from collabrl.train.run import FINAL, quiet_trl_notices, start_run
+from collabrl.train.run import FINAL, is_main_process, num_processes, quiet_trl_notices, start_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 
@@ -89,20 +89,6 @@ def collaborators_of(protocol: ProtocolConfig) -> list[str]:
     """The models the rollout protocol calls beside the policy: relay's teacher, consult's
     experts (rsim's planner trains in-process; the protocol's own check reads it)."""
     return [ref for ref in (protocol.teacher, *protocol.experts) if ref]
-
-
-def num_processes() -> int:
-    """The processes of this launch (1 without `accelerate launch`)."""
-    from accelerate import PartialState
-
-    return PartialState().num_processes
-
-
-def is_main_process() -> bool:
-    """Under `accelerate launch`, whether this is the process that evaluates and prints."""
-    from accelerate import PartialState
-
-    return PartialState().is_main_process
 
 
 def free_training_memory() -> None:

@@ -9,8 +9,8 @@ comes from its config.json (built on torch's meta device); for a folder that is 
 this machine, from the shape shipped for its name (collabrl/train/shapes/), else from a
 size in its name.
 
-The memory estimate is arithmetic, shown term by term, not a measurement (bench/
-memory_estimate.py holds it against measured peaks, docs/benchmarks.md the results):
+The memory estimate is arithmetic, shown term by term, not a measurement
+(bench/memory_estimate.py holds it against measured peaks; docs/benchmarks.md has them):
 - AdamW holds 16 bytes per parameter (fp32 weights, gradients and two moments; ZeRO
   shards them over the processes); with LoRA only the weights, as the adapter is small;
 - the reference model, loaded when beta > 0 without LoRA (TRL 1.16 builds it in the
@@ -359,7 +359,8 @@ def _steps(config: GRPOTrainConfig, data: TrainingData | None, args: Any, world:
     if data is None:
         return "one epoch (counted when the run starts: the data is not on this machine)"
     steps = epoch_steps(data.problems, args, world, config.sampling.n)
-    return f"{steps} (one epoch of {data.problems} problems on {world} processes)"
+    processes = f"{world} processes" if world > 1 else "1 process"
+    return f"{steps} (one epoch of {data.problems} problems on {processes})"
 
 
 def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | None) -> None:

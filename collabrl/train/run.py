@@ -41,6 +41,22 @@ CURVES = "train_curves.png"
 OWNED_TRL_KEYS = frozenset({"output_dir"})
 
 
+# Read from the launcher's environment, not from accelerate's `PartialState()`: that is a
+# singleton whose first construction sets up the process group, so building it before
+# TRL's arguments do would fix the group's timeout at accelerate's default and drop
+# `trl.ddp_timeout` (transformers passes it only to the first construction).
+
+
+def num_processes() -> int:
+    """The processes of this launch (1 without `accelerate launch`)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Under `accelerate launch`, whether this is the process that evaluates and prints."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
     """TRL's arguments object (`GRPOConfig`, `SFTConfig`) from `settings`; what TRL
     refuses there (e.g. a generation batch that splits a group) is a one-line UserError."""

@@ -91,7 +91,19 @@ def test_relay_trains_with_the_reference_teacher(tiny_model_dir: Path, tmp_path:
         (["relay", "--teacher", "reference", "-c", str(GRPO_CONFIG)], "config sets method grpo"),
         # collaborators that cannot serve, found before any model loads
         (["relay", "--teacher", "http://127.0.0.1:9/v1"], "cannot reach http://127.0.0.1:9/v1"),
-        (["eapo", "--expert", "no-such-expert"], "unknown model 'no-such-expert'"),
+        (
+            [
+                "eapo",
+                "--expert",
+                "no-such-expert",
+                "--expert-max-tokens",
+                "16",
+                "--max-tokens",
+                "256",
+            ],
+            "unknown model 'no-such-expert'",
+        ),
+        (["eapo", "--expert", "reference"], "cannot hold one consult turn of 1744 tokens"),
     ],
 )
 def test_bad_runs_are_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:

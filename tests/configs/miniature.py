@@ -19,12 +19,14 @@ DeepSpeed (the miniature runs under configs/accelerate/cpu-2proc.yaml, two gloo 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
+from collabrl.protocols.consult import turn_tokens
 from collabrl.train.grpo_config import PROTOCOL_OF
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -95,6 +97,11 @@ def _grpo_miniature(path: Path, model: Path) -> dict[str, Any]:
         value = getattr(getattr(resolved.protocol, block), key)
         scaled = max(1, math.ceil(value * MAX_TOKENS / resolved.sampling.max_tokens))
         mini.setdefault("protocol", {}).setdefault(block, {})[key] = scaled
+    if block == "consult":
+        # A turn's calls and answer take fixed tokens that do not shrink: the episode
+        # holds one full turn of the scaled answers, and MAX_TOKENS of the policy's own.
+        consult = dataclasses.replace(resolved.protocol.consult, **mini["protocol"]["consult"])
+        mini["sampling"]["max_tokens"] = MAX_TOKENS + turn_tokens(consult)
     _stand_in_collaborators(mini.setdefault("protocol", {}), model)
     mini.update(HELD_OUT)
     if resolved.method in EVALUATES_DURING_TRAINING or resolved.eval_steps is not None:

@@ -482,3 +482,20 @@ def test_vllm_at_the_end_of_a_run_takes_the_memory_free_or_gives_way(free, kind,
     assert sized.kind == kind
     if share is not None:
         assert sized.gpu_memory_utilization == pytest.approx(share)
+
+
+def test_finding_the_main_process_leaves_the_process_group_to_trl() -> None:
+    """accelerate's state is a singleton set up once: built before TRL's arguments (which
+    pass it `trl.ddp_timeout`), it would fix the process group's timeout at the default."""
+    import subprocess
+    import sys
+
+    code = (
+        "from accelerate import PartialState\n"
+        "from collabrl.train.run import is_main_process, num_processes\n"
+        "assert is_main_process() and num_processes() == 1\n"
+        "print(bool(PartialState._shared_state))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

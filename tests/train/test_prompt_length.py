@@ -54,7 +54,7 @@ def test_the_colocated_vllm_holds_the_prompt_limit_and_the_episode(tmp_path: Pat
     config = _paper("eapo-r1-distill-7b.yaml", max_prompt_tokens=2048)
     assert grpo_args(config, tmp_path).vllm_max_model_length == 2048 + 20480
     # Without a limit, the longest prompt of the data (counted when the run starts).
-    unlimited = _paper("eapo-r1-distill-7b.yaml")
+    unlimited = _paper("eapo-r1-distill-7b.yaml", max_prompt_tokens=None)
     assert grpo_args(unlimited, tmp_path, 300).vllm_max_model_length == 300 + 20480
     # The trl block decides where it says; a vLLM server is sized by its own command.
     trl = {**unlimited.trl, "vllm_max_model_length": 4096}
@@ -68,7 +68,7 @@ def test_the_dry_run_shows_the_vllm_length_trl_is_given() -> None:
     assert rows["vllm_max_model_length"] == str(2048 + 20480)
     assert rows["max prompt tokens"] == "2048"
     # The policy's tokenizer is on the cluster only: sized when the run starts.
-    rows = _rows(plan_run(_paper("eapo-r1-distill-7b.yaml")))
+    rows = _rows(plan_run(_paper("eapo-r1-distill-7b.yaml", max_prompt_tokens=None)))
     assert rows["vllm_max_model_length"] == "the longest prompt + 20480 (counted at start)"
     server = _paper("eapo-r1-distill-7b.yaml", max_prompt_tokens=2048)
     server.trl["vllm_mode"] = "server"
