@@ -81,28 +81,13 @@ class Result:
 
 
 def write_model(folder: Path, size: str) -> Path:
-    """A random tiny Llama of `size` with the SmolLM2 tokenizer (as tests/conftest.py)."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
+    """A random tiny Llama of `size` with the SmolLM2 tokenizer, written as the tests
+    write theirs (tests/conftest.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo: tests/
     from collabrl.models import load_tokenizer
+    from tests.conftest import write_tiny_llama
 
-    tokenizer = load_tokenizer("smollm2-135m")
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), tie_word_embeddings=True, initializer_range=0.2,
-        max_position_embeddings=2048, **SIZES[size], **ids,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(**ids)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return write_tiny_llama(load_tokenizer("smollm2-135m"), folder, **SIZES[size])
 
 
 def run_config(method: str, model: Path, small: Path, out: Path, args: argparse.Namespace) -> dict:

@@ -45,22 +45,27 @@ def test_rsim_trains_planner_and_reasoner_on_two_processes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """The planner is prepared through accelerate (DDP over gloo): planner rewards are
-    gathered into groups across processes, and the run ends with one saved planner."""
+    gathered into groups across processes, and the run ends with one saved planner. Its
+    loss runs in chunks of one decision with both agents checkpointed: the processes hold
+    different numbers of decisions, hence of chunks, and must still meet in the same
+    all-reduces (a process left waiting in one would hang: the timeout fails it)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     assert accelerate is not None
     args = [
         accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "rsim",
         "--model", str(tiny_model_dir), "--planner", str(tiny_model_dir), "--data", "arith_train",
         "--limit", "16", "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2",
-        "--max-tokens", "16", "--set", "protocol.strategy.max_steps=2", "--set", "save_steps=1",
-        "--out", "run",
+        "--max-tokens", "16", "--set", "protocol.strategy.max_steps=3", "--set", "save_steps=1",
+        "--set", "protocol.strategy.end=eos", "--set", "rsim.planner_chunk=1",
+        "--set", "trl.gradient_checkpointing=true", "--out", "run",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     rows = [h for h in logged if "reward" in h]
-    assert [h["step"] for h in rows] == [1, 2] and "planner/reward" in rows[0]
+    assert [h["step"] for h in rows] == [1, 2]
+    assert "planner/reward" in rows[0] and "planner/loss" in rows[0]
     assert (tmp_path / "run" / "planner" / "planner.json").is_file()
     assert (
         tmp_path / "run" / "checkpoints" / "checkpoint-2" / "planner" / "planner.json"
