@@ -19,6 +19,7 @@ from collabrl.episode import Episode
 from collabrl.errors import MissingInput
 
 if TYPE_CHECKING:
+    from collabrl.data.prompts import PromptTemplate
     from collabrl.protocols.base import CollabProtocol
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.protocols.registry import BuildContext
@@ -99,6 +100,12 @@ def build_consult(ctx: BuildContext) -> CollabProtocol:
     return ConsultProtocol(ctx.policy, pool, config.consult, ctx.extract_fallback)
 
 
+def consult_template(config: ProtocolConfig) -> PromptTemplate:
+    from collabrl.protocols.consult import policy_template
+
+    return policy_template(config.consult)
+
+
 def check_consult(config: ProtocolConfig) -> None:
     has_experts = bool(config.experts) or config.consult.self_collab
     if config.consult.mode == "open" and not has_experts:
@@ -144,6 +151,12 @@ def build_strategy(ctx: BuildContext) -> CollabProtocol:
             strategy.masked_indices(),
         )
     return StrategyProtocol(ctx.policy, planner, strategy, ctx.extract_fallback)
+
+
+def strategy_template(config: ProtocolConfig) -> PromptTemplate:
+    from collabrl.protocols.strategy import policy_template
+
+    return policy_template(config.strategy)
 
 
 def check_strategy(config: ProtocolConfig) -> None:

@@ -240,6 +240,14 @@ def training_prompt(num_experts: int, query_budget: int) -> PromptTemplate:
     )
 
 
+def policy_template(config: ConsultConfig) -> PromptTemplate:
+    """The prompt the policy answers in: appendix D's training prompt in open mode, the
+    evaluation prompt (no experts) locked."""
+    if config.mode == "open":
+        return training_prompt(config.num_experts, config.query_budget)
+    return get_prompt("eapo-eval")
+
+
 def expert_messages(query: str) -> list[ChatMessage]:
     """An expert's prompt: the paper's evaluation system prompt, the query as the user turn.
 
@@ -435,9 +443,7 @@ class ConsultProtocol:
                     f"{pool.config.num_experts}",
                     "give consult.num_experts and the pool's num_experts the same K",
                 )
-            self.template = training_prompt(config.num_experts, config.query_budget)
-        else:
-            self.template = get_prompt("eapo-eval")
+        self.template = policy_template(config)
         self.policy = policy
         self.pool = pool
         self.config = config

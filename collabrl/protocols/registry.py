@@ -86,6 +86,11 @@ class ProtocolSpec:
     # The ProtocolConfig section of its options (relay, consult, …); None: none of its own.
     section: str | None = None
     prompt: PolicyPrompt = PolicyPrompt.BENCHMARK
+    # For a protocol that brings its own prompt: that prompt, from its config, as the
+    # protocol itself picks it (a trainer counts the prompt's tokens before any model
+    # loads); None where it is known only once the protocol runs (apollo's lists its
+    # tools' schemas).
+    template: Callable[[ProtocolConfig], PromptTemplate] | None = None
     # What it may bring in beside the policy (names from COLLABORATORS): the dry run lists
     # the models under the ProtocolConfig keys of the same names (teacher, experts, planner).
     collaborators: tuple[str, ...] = ()
@@ -206,6 +211,7 @@ BUILTIN: tuple[ProtocolSpec, ...] = (
         build=builtin.build_consult,
         section="consult",
         prompt=PolicyPrompt.OWN,
+        template=builtin.consult_template,
         collaborators=("experts",),
         check=builtin.check_consult,
         uses_reference=builtin.consult_uses_reference,
@@ -219,6 +225,7 @@ BUILTIN: tuple[ProtocolSpec, ...] = (
         build=builtin.build_strategy,
         section="strategy",
         prompt=PolicyPrompt.OWN,
+        template=builtin.strategy_template,
         collaborators=("planner",),
         check=builtin.check_strategy,
         episode_extras=strategy_extras,

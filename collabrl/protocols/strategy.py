@@ -246,6 +246,11 @@ def planner_context_tokens(config: StrategyConfig, question_tokens: int) -> int:
     return FRAME_TOKENS + question_tokens + (config.max_steps - 1) * (step + STEP_LABEL_TOKENS)
 
 
+def policy_template(config: StrategyConfig) -> PromptTemplate:
+    """The prompt the reasoner answers in: the step prompt under a planner, PS+ alone."""
+    return PS_PLUS_PROMPT if config.planner_kind == "ps+" else STEP_PROMPT
+
+
 class StrategyProtocol:
     name = "strategy"
 
@@ -263,7 +268,7 @@ class StrategyProtocol:
                 + ("takes no planner" if planner is not None else "needs a planner"),
                 "pass --planner MODEL_OR_URL, or --planner-kind ps+ without one",
             )
-        self.template = PS_PLUS_PROMPT if planner is None else STEP_PROMPT
+        self.template = policy_template(config)  # the check above: ps+ has no planner
         if planner is not None:
             policy.require_tokenizer(self.name)  # guidance is appended in policy ids
         self.policy = policy
@@ -412,6 +417,7 @@ __all__ = [
     "StrategyConfig",
     "StrategyProtocol",
     "planner_context_tokens",
+    "policy_template",
     "planner_contexts",
     "reasoner_steps",
 ]

@@ -377,21 +377,16 @@ def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
 
 
 def own_template(config: GRPOTrainConfig) -> PromptTemplate | None:
-    """The template of a rollout protocol that brings its paper's prompts (consult in
-    open mode, strategy with a planner; the constructors of `ConsultProtocol` and
-    `StrategyProtocol` choose them so); None for one that answers in the data's or the
-    run's prompt. Apollo's lists its tools' schemas, known once the tools start, so a
-    prompt limit is refused for it."""
-    from collabrl.protocols.consult import training_prompt as consult_prompt
-    from collabrl.protocols.strategy import PS_PLUS_PROMPT, STEP_PROMPT
-
+    """The template of a rollout protocol that brings its paper's prompts, as its spec
+    says the protocol picks it; None for one that answers in the data's or the run's
+    prompt. A protocol whose prompt is known only once it runs (apollo's lists its tools'
+    schemas) is refused: its prompt length cannot be counted."""
     protocol = rollout_protocol(config)
-    if not registry.get(protocol.name).own_prompt:
+    spec = registry.get(protocol.name)
+    if not spec.own_prompt:
         return None
-    if protocol.name == "consult" and protocol.consult.mode == "open":
-        return consult_prompt(protocol.consult.num_experts, protocol.consult.query_budget)
-    if protocol.name == "strategy":
-        return PS_PLUS_PROMPT if protocol.strategy.planner_kind == "ps+" else STEP_PROMPT
+    if spec.template is not None:
+        return spec.template(protocol)
     raise UserError(
         f"max_prompt_tokens is not offered for the {protocol.name} protocol "
         "(its prompt is known only once its collaborators start)",
