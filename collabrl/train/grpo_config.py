@@ -15,16 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from collabrl import runs
-from collabrl.config import (
-    DataColumns,
-    DecodingConfig,
-    EngineConfig,
-    SamplingConfig,
-    build_config,
-    option,
-    read_yaml,
-)
+from collabrl.config import DataColumns, DecodingConfig, EngineConfig, SamplingConfig, option
 from collabrl.data.prompts import get_prompt
 from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
@@ -34,7 +25,14 @@ from collabrl.protocols.consult import check_turn_fits
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim import RSIMConfig
-from collabrl.train.run import CHECKPOINTS, check_report_to, check_trl_keys, trackers, trl_args
+from collabrl.train.run import (
+    CHECKPOINTS,
+    check_report_to,
+    check_trl_keys,
+    resumed_config,
+    trackers,
+    trl_args,
+)
 from collabrl.train.schedules import ScheduleConfig
 
 if TYPE_CHECKING:
@@ -495,11 +493,9 @@ def pin_steps(config: GRPOTrainConfig, out: Path, problems: int, world: int) -> 
     config.yaml holds (as `schedules.pin_horizons` keeps the horizons)."""
     if config.steps:
         return config
-    saved = out / runs.CONFIG
-    if config.resume and saved.is_file():
-        before = build_config(type(config), [read_yaml(saved)])
-        if before.steps:
-            return dataclasses.replace(config, steps=before.steps)
+    before = resumed_config(config, out)
+    if before is not None and before.steps:
+        return dataclasses.replace(config, steps=before.steps)
     args = grpo_args(config, Path("checks-only"))
     return dataclasses.replace(config, steps=epoch_steps(problems, args, world, config.sampling.n))
 

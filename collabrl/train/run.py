@@ -141,6 +141,17 @@ def start_run(
     return checkpoint
 
 
+def resumed_config(config: T, out: Path) -> T | None:
+    """The config a run resumed into `out` was started with (its config.yaml, as the run
+    folder saved it), whose pinned numbers it keeps; None for a fresh run."""
+    from collabrl.config import build_config, read_yaml
+
+    saved = out / runs.CONFIG
+    if not (getattr(config, "resume", False) and saved.is_file()):
+        return None
+    return build_config(type(config), [read_yaml(saved)])
+
+
 def last_checkpoint(checkpoints: Path, resume: bool) -> str | None:
     """The checkpoint to resume from; a fresh run must not overwrite another's checkpoints."""
     from transformers.trainer_utils import get_last_checkpoint

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from collabrl import runs
-from collabrl.config import build_config, option, read_yaml
+from collabrl.config import option
 from collabrl.errors import UserError, require
 from collabrl.train.rsim import default_switch_step
+from collabrl.train.run import resumed_config
 
 if TYPE_CHECKING:
     from collabrl.train.grpo_config import GRPOTrainConfig
@@ -157,9 +157,8 @@ def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
     differs from the saved run's is then refused by the run folder, like any change. A
     run saved before horizons were pinned keeps its 0s: they still follow --steps.
     """
-    saved = out / runs.CONFIG
-    if config.resume and saved.is_file():
-        before = build_config(type(config), [read_yaml(saved)])
+    before = resumed_config(config, out)
+    if before is not None:
         accept, anneal = before.schedule.accept_steps, before.schedule.anneal_steps
         switch = before.rsim.lambda_switch_step
     else:
