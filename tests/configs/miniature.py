@@ -30,8 +30,6 @@ from collabrl.protocols.consult import turn_tokens
 from collabrl.train.grpo_config import PROTOCOL_OF
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-ACCELERATE = CONFIGS / "accelerate" / "cpu-2proc.yaml"
-PROCESSES = 2  # ACCELERATE's num_processes
 
 # Every config in configs/train/ that is not a CPU demo stands for a paper-scale run.
 PAPER_CONFIGS = sorted(p for p in (CONFIGS / "train").glob("*.yaml") if "-cpu-" not in p.name)

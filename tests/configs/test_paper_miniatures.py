@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +23,6 @@ from collabrl.engines import is_url
 from collabrl.engines.reference import is_stand_in
 from collabrl.train.grpo_config import PROTOCOL_OF, changed_keys, grpo_args
 from tests.configs.miniature import (
-    ACCELERATE,
     GROUP,
     MAX_TOKENS,
     PAPER_CONFIGS,
@@ -36,6 +30,7 @@ from tests.configs.miniature import (
     command_of,
     miniature,
 )
+from tests.launch import launch_two
 
 GRPO_PAPER_CONFIGS = [p for p in PAPER_CONFIGS if command_of(p) != "train-sft"]
 SFT_PAPER_CONFIGS = [p for p in PAPER_CONFIGS if command_of(p) == "train-sft"]
@@ -72,6 +67,11 @@ def _loaded(path: Path, config_path: Path) -> Any:
     return load_config(command_of(path), config_path, given, [])
 
 
+def _shipped_and_miniature(path: Path, model: Path, folder: Path) -> tuple[Any, Any]:
+    """The shipped config at `path` and its miniature on `model`, both resolved."""
+    return _loaded(path, path), _loaded(path, _write(miniature(path, model), folder))
+
+
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=lambda p: p.name)
 def test_every_paper_config_has_a_miniature_that_passes_its_checks(
     path: Path, tiny_model_dir: Path, tmp_path: Path
@@ -90,8 +90,7 @@ def test_every_paper_config_has_a_miniature_that_passes_its_checks(
 def test_a_miniature_keeps_its_paper_configs_structure(
     path: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    shipped = _loaded(path, path)
-    mini = _loaded(path, _write(miniature(path, tiny_model_dir), tmp_path))
+    shipped, mini = _shipped_and_miniature(path, tiny_model_dir, tmp_path)
     assert set(changed_keys(mini, shipped, "")) <= SCALE_KEYS
     paper, small = grpo_args(shipped, tmp_path), grpo_args(mini, tmp_path)
     # Every other TRL argument as TRL reads it: loss type, clip, β, num_iterations,
@@ -123,8 +122,7 @@ def test_a_miniature_keeps_its_paper_configs_structure(
 def test_an_sft_miniature_keeps_its_paper_configs_structure(
     path: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    shipped = _loaded(path, path)
-    mini = _loaded(path, _write(miniature(path, tiny_model_dir), tmp_path))
+    shipped, mini = _shipped_and_miniature(path, tiny_model_dir, tmp_path)
     assert set(changed_keys(mini, shipped, "")) <= SFT_SCALE_KEYS
     assert (mini.gradient_accumulation_steps > 1) == (shipped.gradient_accumulation_steps > 1)
 
@@ -136,31 +134,6 @@ def _updates(args: Any) -> int:
     )
 
 
-def _launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`accelerate launch` on the two CPU processes; a run past TIMEOUT is a hang: its
-    whole process group (the launcher and both ranks) is killed and the test fails."""
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate is not None
-    command = [accelerate, "launch", "--config_file", str(ACCELERATE), "-m", "collabrl", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"hung: no end after {TIMEOUT} s\n{stdout[-2000:]}\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", GRPO_PAPER_CONFIGS, ids=lambda p: p.name)
 def test_a_paper_config_runs_in_miniature_on_two_processes(
@@ -169,7 +142,7 @@ def test_a_paper_config_runs_in_miniature_on_two_processes(
     config = miniature(path, tiny_model_dir)
     method = config["method"]
     args = ["train", method, "-c", str(_write(config, tmp_path)), "--out", "run"]
-    done = _launch(args, tmp_path)
+    done = launch_two(["-m", "collabrl", *args], tmp_path, TIMEOUT)
     assert done.returncode == 0, done.stderr[-4000:]
     run = tmp_path / "run"
     logged = [json.loads(line) for line in (run / "metrics.jsonl").open()]
@@ -205,7 +178,7 @@ def test_a_warmup_config_runs_in_miniature_on_two_processes(
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = _write(miniature(path, tiny_model_dir), tmp_path)
     args = ["train", "sft", "-c", str(config), "--data", "rows.jsonl", "--out", "run"]
-    done = _launch(args, tmp_path)
+    done = launch_two(["-m", "collabrl", *args], tmp_path, TIMEOUT)
     assert done.returncode == 0, done.stderr[-4000:]
     # 16 rows, 2 per process and micro-batch, 2 accumulated, 2 processes: 2 updates.
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]

@@ -3,15 +3,13 @@ command's checks: a renamed key or a TRL argument that no longer exists fails he
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from collabrl.cli.options import load_config
+from tests.launch import launch_two
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -46,15 +44,11 @@ def test_the_cpu_launch_starts_two_processes(tmp_path: Path) -> None:
     """`accelerate launch --config_file cpu-2proc.yaml` starts two ranks of one world;
     a MULTI_CPU config without mpirun starts a single process and says nothing, and every
     two-process test would then run one."""
-    config = CONFIGS / "accelerate" / "cpu-2proc.yaml"
     probe = tmp_path / "probe.py"
     probe.write_text(
         'import os\nprint("rank", os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))\n'
     )
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate is not None
-    command = [accelerate, "launch", "--config_file", str(config), str(probe)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = launch_two([str(probe)], tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     ranks = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
     assert ranks == ["rank 0 2", "rank 1 2"]

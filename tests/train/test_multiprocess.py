@@ -5,31 +5,25 @@ sample before deciding a group's scenario, one process evaluates and reports."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "cpu-2proc.yaml"
+from tests.launch import launch_two
+
 # The held-out problems of the --eval-steps run: odd, so the two processes' shares differ.
 HELD_OUT = 5
 
 
 @pytest.mark.slow
 def test_relay_trains_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate is not None
     args = [
-        accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "relay",
+        "-m", "collabrl", "train", "relay",
         "--model", str(tiny_model_dir), "--teacher", "reference", "--data", "arith_train",
         "--limit", "16", "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2",
         "--max-tokens", "12", "--eval-data", "arith", "--eval-limit", "2", "--out", "run",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = launch_two(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [h["step"] for h in logged if "reward" in h] == [1, 2]  # one writer, not two
@@ -49,18 +43,15 @@ def test_rsim_trains_planner_and_reasoner_on_two_processes(
     loss runs in chunks of one decision with both agents checkpointed: the processes hold
     different numbers of decisions, hence of chunks, and must still meet in the same
     all-reduces (a process left waiting in one would hang: the timeout fails it)."""
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate is not None
     args = [
-        accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "rsim",
+        "-m", "collabrl", "train", "rsim",
         "--model", str(tiny_model_dir), "--planner", str(tiny_model_dir), "--data", "arith_train",
         "--limit", "16", "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2",
         "--max-tokens", "16", "--set", "protocol.strategy.max_steps=3", "--set", "save_steps=1",
         "--set", "protocol.strategy.end=eos", "--set", "rsim.planner_chunk=1",
         "--set", "trl.gradient_checkpointing=true", "--out", "run",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    done = launch_two(args, tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     rows = [h for h in logged if "reward" in h]
@@ -80,17 +71,14 @@ def test_held_out_evaluation_during_training_runs_on_every_process(
     the unwrapped model (under ZeRO-3 that gathers the weights, a collective both must
     enter: one process alone waits in it for ever) and the main process writes them all,
     once. The subprocess timeout turns a hang into a failure."""
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate is not None
     args = [
-        accelerate, "launch", "--config_file", str(CONFIG), "-m", "collabrl", "train", "grpo",
+        "-m", "collabrl", "train", "grpo",
         "--model", str(tiny_model_dir), "--data", "arith_train", "--limit", "8", "--steps", "2",
         "--prompts-per-step", "2", "--num-generations", "2", "--max-tokens", "8",
         "--eval-data", "arith", "--eval-limit", str(HELD_OUT), "--eval-steps", "1",
         "--out", "run",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = launch_two(args, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [h["step"] for h in logged if "eval/pass@1" in h] == [1, 2]  # once a step
