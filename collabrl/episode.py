@@ -43,6 +43,11 @@ class EndReason(StrEnum):
     # answered EOS at once): nothing to train on. Trainers send it masked and count it
     # (`collabrl.train.episodes`).
     EMPTY = "empty"
+    # Serving one of its pauses (a tool run, a teacher's or expert's reply, a planner
+    # step) or reading its segment raised: the episode stops there, the error in
+    # `meta["error"]`, with no answer; the rest of its batch goes on. Trainers send it
+    # masked, as EMPTY, and count it (`collabrl.train.episodes`).
+    ERROR = "error"
 
     @property
     def truncated(self) -> bool:

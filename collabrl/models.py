@@ -233,6 +233,17 @@ def load_model(
     return model
 
 
+def meta_model(folder: Path) -> PreTrainedModel:
+    """The architecture of the Hugging Face folder `folder` built on torch's meta device
+    from its config.json: its modules and their sizes, no weight read or allocated."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def _torch_dtype(name: str):
     import torch
 

@@ -4,8 +4,8 @@ folders through here (builders' folders, `collabrl.builders.folder`, open the sa
 so none of them imports another for it.
 
 Samples are appended one JSON line at a time and flushed, so a run killed with
-`kill -9` keeps every finished sample; at worst the last line is cut short,
-and `read_records` drops (and truncates away) that partial line on resume.
+`kill -9` keeps every finished sample; at worst the last line is cut short:
+`read_records` skips it, and the resumed run's `RecordWriter` cuts it off before appending.
 """
 
 from __future__ import annotations
@@ -14,13 +14,21 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from collabrl.config import build_config, read_yaml, save_config, to_dict
+from collabrl.config import (
+    build_config,
+    parse_json,
+    read_user_bytes,
+    read_yaml,
+    save_config,
+    to_dict,
+)
 from collabrl.errors import UserError
 
 SAMPLES = "samples.jsonl"
@@ -31,41 +39,94 @@ DATASET = "dataset"
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """All complete JSON lines of `path`; a torn final line is cut off the file."""
+    """The JSON records of `path`, one a line, read without ever writing to it: a live
+    run may be appending (`collab train rollouts`, `collab eval report` on a running
+    job). A torn last line (its writer killed, or still writing it) is skipped with a
+    note; a valid last line without its newline is a complete record. Only a resuming
+    writer repairs the file (`RecordWriter`)."""
     if not path.exists():
         return []
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):  # the writer was killed mid-line
-        with path.open("r+b") as f:
-            f.truncate(end)
+    lines = read_user_bytes(path, "run file").split(b"\n")
     records = []
-    # "\n" only: splitlines() would also split inside a completion holding U+2028.
-    for number, line in enumerate(data[:end].decode("utf-8").split("\n"), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise UserError(
-                    f"{path}:{number} is not valid JSON ({err.msg})",
-                    "delete that line (its sample is regenerated) or use a new --out folder",
-                ) from err
+    # b"\n" only: splitlines() would also split inside a completion holding U+2028.
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_parse_record(line, path, number))
+        except UserError:
+            if number < len(lines):  # a line that ends: damaged, not torn
+                raise
+            _note_torn(path, number)
     return records
+
+
+def _parse_record(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    where = f"{path}:{number}"
+    fix = "delete that line (its sample is regenerated) or use a new --out folder"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where} is not UTF-8 text", fix) from err
+    record = parse_json(text, where, fix)
+    if not isinstance(record, dict):
+        raise UserError(f"{where} is not a JSON object", fix)
+    return record
+
+
+# Torn lines already noted by this process: a command reads a file several times.
+_noted: set[tuple[Path, int]] = set()
+
+
+def _note_torn(path: Path, number: int) -> None:
+    if (path, number) not in _noted:
+        _noted.add((path, number))
+        print(
+            f"note: {path}:{number} is cut short (a run still writing it, or killed "
+            "mid-line); skipped, and a resumed run writes that record again",
+            file=sys.stderr,
+        )
+
+
+def _repair_tail(path: Path) -> None:
+    """Before appending: end a valid last line that lacks its newline, and cut a torn one
+    off (its unit of work is redone), so the next record starts a line of its own."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    start = data.rfind(b"\n") + 1
+    if start == len(data):
+        return
+    try:
+        _parse_record(data[start:], path, data.count(b"\n") + 1)
+    except UserError:
+        with path.open("r+b") as f:
+            f.truncate(start)
+    else:
+        with path.open("ab") as f:
+            f.write(b"\n")
 
 
 def samples_by_item(out_dir: Path, n: int) -> dict[str, list[dict[str, Any]]]:
     """The samples.jsonl of a run folder by problem id: each problem's first `n` samples,
     in sample order (what its metrics are computed over)."""
+    return group_by_item(read_records(out_dir / SAMPLES), n)
+
+
+def group_by_item(records: list[dict[str, Any]], n: int) -> dict[str, list[dict[str, Any]]]:
+    """Sample records by problem id: each problem's first `n`, in sample order."""
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for record in read_records(out_dir / SAMPLES):
+    for record in records:
         grouped.setdefault(record["item_id"], []).append(record)
     return {item: sorted(found, key=lambda r: r["sample"])[:n] for item, found in grouped.items()}
 
 
 class RecordWriter:
-    """Appends JSON records to a file, each flushed to the OS before returning."""
+    """Appends JSON records to a file, each flushed to the OS before returning; a file
+    left with a torn or unended last line (a killed run) is repaired first."""
 
     def __init__(self, path: Path) -> None:
+        _repair_tail(path)
         self._file: TextIO = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:

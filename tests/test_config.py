@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -203,6 +204,69 @@ def test_binary_file_as_yaml_is_a_user_error(tmp_path: Path) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00")
     with pytest.raises(UserError, match="not UTF-8"):
         read_yaml(path)
+
+
+# Nine anchors, each aliasing the one before nine times: 9^9 values in ~300 bytes.
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (LAUGHS.encode(), ":6 is not valid YAML (its aliases expand to over 100,000 values)"),
+        (b"model: &m [*m]\n", ":1 is not valid YAML (an alias refers to the value that holds it)"),
+        (b"model: " + b"[" * 5000 + b"]" * 5000, ":1 is not valid YAML (nested deeper than 64"),
+        (b"seed: " + b"7" * 5000 + b"\n", ":1 is not valid YAML (an integer of 5,000 digits)"),
+        (b"sampling:\n\tn: 4\n", ":2 is not valid YAML (found character '\\t' that cannot"),
+        (b"model: !!python/object/apply:os.system [ls]\n", ":1 is not valid YAML (could not"),
+        (b"model: m\nlimit: caf\xe9\n", ":2 is not UTF-8 text"),
+        (b"model: " + b"x" * (1 << 20) + b"\n", " is over 1,048,576 bytes"),
+    ],
+)
+def test_a_hostile_config_is_one_line_naming_file_and_line(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "hostile.yaml"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as info:
+        read_yaml(path)
+    assert f"config {path}{problem}" in info.value.problem
+    assert "\n" not in str(info.value)
+
+
+def test_anchors_and_merge_keys_within_the_bound_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &b {n: 4, max_tokens: 64}\nsampling:\n  <<: *b\n  n: 8\n")
+    assert read_yaml(path)["sampling"] == {"n": 8, "max_tokens": 64}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_config_that_is_no_regular_file_is_refused_unopened(tmp_path: Path, kind: str) -> None:
+    path = Path(os.devnull)  # a device: reading /dev/zero the same way would never end
+    if kind == "fifo":
+        path = tmp_path / "config.yaml"
+        os.mkfifo(path)  # opening it would wait for a writer forever
+    with pytest.raises(UserError, match=f"cannot read config {path}: not a regular file"):
+        read_yaml(path)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "problem"),
+    [
+        (
+            "engine.chat_template_kwargs." + ".".join(["k"] * 5000) + "=1",
+            "5002 levels deep, over 64",
+        ),
+        ("sampling.seed=" + "7" * 5000, "--set sampling.seed=777"),
+        ("engine.chat_template_kwargs.x=" + "[" * 5000, "is not a valid value"),
+    ],
+)
+def test_a_hostile_set_is_one_line(assignment: str, problem: str) -> None:
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [], [assignment])
+    assert problem in info.value.problem
 
 
 # --- --set parsing -------------------------------------------------------------------------------

@@ -99,3 +99,65 @@ def test_a_parent_another_run_writes_in_is_kept(tmp_path: Path) -> None:
         (tmp_path / "runs" / "b").mkdir()  # another run, started meanwhile
         raise UserError("refused")
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["b"]
+
+
+# --- reading records never writes; a resuming writer repairs (issue 33) -------------------------
+
+WHOLE = b'{"id": 1}\n{"id": 2}\n'
+
+
+@pytest.mark.parametrize(
+    ("tail", "read"),
+    [
+        (b'{"id": 3, "te', [1, 2]),  # torn: the writer was killed, or is mid-line now
+        (b'{"id": 3}', [1, 2, 3]),  # whole, its newline not written yet
+        (b'{"id": 3, "caf\xc3', [1, 2]),  # torn inside a UTF-8 character
+    ],
+)
+def test_reading_a_file_with_an_unended_last_line_leaves_it_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tail: bytes, read: list[int]
+) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(WHOLE + tail)
+
+    assert [r["id"] for r in runs.read_records(path)] == read
+    assert [r["id"] for r in runs.read_records(path)] == read
+    assert path.read_bytes() == WHOLE + tail
+    noted = capsys.readouterr().err.splitlines()
+    assert noted == ([] if read == [1, 2, 3] else [noted[0]])  # said once, if skipped
+    if noted:
+        assert f"{path}:3 is cut short" in noted[0] and "skipped" in noted[0]
+
+
+@pytest.mark.parametrize(
+    ("tail", "kept"),
+    [(b'{"id": 3, "te', b""), (b'{"id": 3}', b'{"id": 3}\n')],
+)
+def test_a_resuming_writer_cuts_a_torn_line_and_ends_a_whole_one(
+    tmp_path: Path, tail: bytes, kept: bytes
+) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(WHOLE + tail)
+    with runs.RecordWriter(path) as writer:
+        writer.write({"id": 4})
+    assert path.read_bytes() == WHOLE + kept + b'{"id": 4}\n'
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (b'{"id": \xff}', ":2 is not UTF-8 text"),
+        (b"[" * 100_000, ":2 is nested too deeply"),
+        (b'{"id": ' + b"7" * 5000 + b"}", ":2 holds an integer of over"),
+        (b"[1, 2]", ":2 is not a JSON object"),
+    ],
+)
+def test_a_damaged_line_before_the_last_is_one_line(
+    tmp_path: Path, line: bytes, problem: str
+) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(b'{"id": 1}\n' + line + b'\n{"id": 3}\n')
+    with pytest.raises(UserError) as refused:
+        runs.read_records(path)
+    assert f"{path}{problem}" in refused.value.problem and "\n" not in str(refused.value)
+    assert path.read_bytes().startswith(b'{"id": 1}\n' + line)

@@ -38,7 +38,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-HEADLINE_PREFIXES = ("pass@", "avg@", "maj@", "f1@")
+HEADLINE_PREFIXES = ("pass@", "avg@", "maj@", "strict-match", "flexible-extract", "f1@")
 COLLAB_KEYS = (
     "call_ratio_requested",
     "calls_per_sample",

@@ -53,9 +53,12 @@ def evolve(
     """K models × R rounds over a shared state of verified candidates; writes state.json,
     round-R.jsonl and curve.png."""
     from collabrl.evolve.runner import run_evolve
+    from collabrl.evolve.state import check_resumable
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
+    if resume:
+        check_resumable(cfg.out)
     result = run_evolve(cfg, resume, on_round=_print_round)
     console.print(_table(result.rounds, cfg.select))
     console.print(f"{result.new_rounds} new rounds · run folder: {result.out_dir}")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from collabrl import __version__
 from collabrl.cli import build as build_cli
@@ -22,7 +24,39 @@ from collabrl.cli.options import config_command
 from collabrl.cli.serve import serve
 from collabrl.errors import UserError
 
+# What a Ctrl-C leaves, by command: the long jobs keep what they finished in their run
+# folder (--out) and continue from it when run again.
+RESUME_HINTS = {
+    **dict.fromkeys(
+        ("eval", "build-warmup", "filter"),
+        "finished work is saved: re-run the same command with the same --out to resume",
+    ),
+    **dict.fromkeys(
+        ("train", "evolve"),
+        "finished work is saved: re-run the same command with --resume and the same --out",
+    ),
+}
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a command, carried past Typer, which turns a KeyboardInterrupt into a
+    silent exit 130 before `main` could say what was kept."""
+
+    def __init__(self, command: str | None) -> None:
+        super().__init__(command)
+        self.command = command
+
+
+class _Root(TyperGroup):
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as err:
+            raise Interrupted(ctx.invoked_subcommand) from err
+
+
 app = typer.Typer(
+    cls=_Root,
     name="collab",
     help="Multi-model collaborative reasoning: train and evaluate policies that call on "
     "experts, teachers, planners and tools.",
@@ -94,8 +128,11 @@ def main() -> None:
         _fail(str(err), 2)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
+    except Interrupted as err:
+        hint = RESUME_HINTS.get(err.command or "")
+        _fail(f"interrupted; {hint}" if hint else "interrupted", 130)
     except (typer.Abort, KeyboardInterrupt):
-        _fail("interrupted; finished work is saved, re-run the same command to resume", 130)
+        _fail("interrupted", 130)  # before or after any command ran
     except Exception as err:
         if type(err).__name__ == "NoArgsIsHelpError":
             sys.exit(0)  # the help text was already printed

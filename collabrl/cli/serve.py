@@ -37,7 +37,7 @@ def serve(
     `collab serve tools` serves the Python and retrieval tools over MCP instead."""
     from collabrl.errors import UserError
     from collabrl.serve.config import ROLES
-    from collabrl.serve.server import choose_engine, resolve_api_key, serve_embedded
+    from collabrl.serve.server import choose_engine, serve_embedded
 
     opt.note_renamed("--max-batch-size", "--batch-size", max_batch_size)
     # The options above reach the config through ctx (see cli/options.py), by their keys.
@@ -45,6 +45,7 @@ def serve(
     opt.check(ctx, cfg.check)
     if cfg.role not in ROLES:
         raise UserError(f"unknown role '{cfg.role}'", f"use one of {', '.join(ROLES)}")
+    _warn_if_open(cfg)
     if cfg.role == "tools":
         _serve_tools(cfg, dry_run)
         return
@@ -56,7 +57,7 @@ def serve(
         console.print(
             f"embedded server: {cfg.model} as '{cfg.name}' on {cfg.host}:{cfg.port}, "
             f"batches of up to {cfg.engine.batch_size}, auth "
-            f"{'on' if resolve_api_key(cfg) else 'off'}"
+            f"{'on' if cfg.resolved_api_key() else 'off'}"
         )
         return
     console.print(f"loading {cfg.model} …")
@@ -69,11 +70,28 @@ def serve(
     console.print("stopped")
 
 
+def _warn_if_open(cfg) -> None:
+    """One line on stderr when the server takes anyone's requests: reachable from other
+    machines (--host 0.0.0.0) and no key asked for."""
+    from collabrl.serve.config import API_KEY_ENV
+
+    stdio = cfg.role == "tools" and cfg.transport == "stdio"  # only its launcher talks to it
+    if stdio or not cfg.exposed or cfg.resolved_api_key() is not None:
+        return
+    what = "run code in the python tool" if cfg.role == "tools" else "use the model"
+    Console(stderr=True).print(
+        f"[yellow]warning:[/] --host {cfg.host} without an API key: anyone who can reach this "
+        f"machine can {what}; pass --api-key or set {API_KEY_ENV}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _serve_tools(cfg, dry_run: bool) -> None:
     """The tools over MCP: stdio for a client that launches us, HTTP for anyone else."""
     from collabrl.errors import UserError
     from collabrl.serve.config import TRANSPORTS
-    from collabrl.serve.server import check_address, resolve_api_key
+    from collabrl.serve.server import check_address
     from collabrl.tools.mcp_server import serve_tools
     from collabrl.tools.toolset import build_tools, check_tool_names
 
@@ -95,12 +113,14 @@ def _serve_tools(cfg, dry_run: bool) -> None:
             cfg.transport,
             cfg.host,
             cfg.port,
-            resolve_api_key(cfg),
+            cfg.resolved_api_key(),
             on_ready=lambda address: say.print(
                 f"ready: {address} (tools {', '.join(cfg.tools)}; Ctrl-C to stop)",
                 highlight=False,
             ),
         )
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how this server is meant to stop (uvicorn re-raises it once drained)
     finally:
         for tool in tools:
             tool.close()
@@ -109,7 +129,6 @@ def _serve_tools(cfg, dry_run: bool) -> None:
 
 def _serve_vllm(cfg, dry_run: bool) -> None:
     from collabrl.engines.vllm import installed_vllm
-    from collabrl.serve.server import resolve_api_key
     from collabrl.serve.vllm_launcher import (
         check_vllm_ready,
         launch_vllm,
@@ -128,7 +147,7 @@ def _serve_vllm(cfg, dry_run: bool) -> None:
         cfg,
         model_path_for(cfg.model, convert=not dry_run),
         version,
-        api_key=resolve_api_key(cfg),
+        api_key=cfg.resolved_api_key(),
         lora=lora,
         distribution=distribution,
     )

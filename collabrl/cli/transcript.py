@@ -1,4 +1,9 @@
-"""Print an Episode as a transcript, each segment coloured by its author."""
+"""Print an Episode as a transcript, each segment coloured by its author.
+
+What a model wrote reaches the terminal only through `printable`: an ESC sequence, NUL
+or bidi override (RLO) in a policy's text, an answer or a tool's output would otherwise
+clear the screen, retitle the window or reorder what the reader sees.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from collabrl.episode import HELPERS, Author, Episode
+from collabrl.tools.base import printable
 
 STYLES = {
     Author.POLICY: "default",
@@ -25,7 +31,7 @@ def transcript(episode: Episode) -> Text:
         if segment.is_helper and not shown:
             error = segment.meta.get("error") or "no answer"
             shown = f"[{segment.author} unavailable: {error}]"
-        text.append(shown, style=STYLES[segment.author])
+        text.append(printable(shown), style=STYLES[segment.author])
     return text
 
 
@@ -38,7 +44,8 @@ def legend() -> Text:
 
 def print_episode(console: Console, episode: Episode, seconds: float | None = None) -> None:
     console.print(legend())
-    console.rule(f"{episode.meta.get('protocol', '')} · {episode.problem_id}")
+    title = f"{episode.meta.get('protocol', '')} · {episode.problem_id}"
+    console.rule(Text(printable(title)))  # a Text: the id's brackets are not markup
     console.print(transcript(episode), highlight=False)
     console.rule()
     summary = Table.grid(padding=(0, 2))
@@ -61,7 +68,7 @@ def print_episode(console: Console, episode: Episode, seconds: float | None = No
     if "strategies" in episode.meta:
         rows.append(("strategies", ", ".join(episode.meta["strategies"])))
     for key, value in rows:
-        summary.add_row(Text(key, style="bold"), Text(value))
+        summary.add_row(Text(key, style="bold"), Text(printable(value)))
     console.print(summary)
 
 

@@ -7,7 +7,6 @@ problem and an answer column works too (column names are configurable).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
+from collabrl.config import check_regular_file, parse_json, read_user_text
 from collabrl.engines.reference import Reference
 from collabrl.errors import UserError
 from collabrl.rewards.verify import ANSWER_TYPES, AnswerType, is_equivalent, is_number
@@ -178,6 +178,8 @@ class Row:
 def _read_rows(path: Path, split: str | None = None) -> list[Row]:
     if path.is_dir():
         return _numbered(path, _read_dataset_folder(path, split))
+    # A regular file only: a FIFO named data.jsonl would block the reader forever.
+    check_regular_file(path, "data file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path)
@@ -201,10 +203,7 @@ def _numbered(path: Path, rows: list[Any]) -> list[Row]:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read {path}: {err}", "check the path and encoding") from err
+    return read_user_text(path, "data file")
 
 
 def _read_jsonl(path: Path) -> list[Row]:
@@ -219,11 +218,7 @@ def _read_jsonl(path: Path) -> list[Row]:
 
 
 def _load_json(path: Path, text: str, line: int | None = None) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        where = f"{path}:{line}" if line else str(path)
-        raise UserError(f"{where} is not valid JSON ({err.msg})", "fix the file") from err
+    return parse_json(text, f"{path}:{line}" if line else str(path))
 
 
 def _read_dataset_folder(path: Path, split: str | None) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from collabrl.config import EngineConfig
+from collabrl.config import ENGINE_KINDS, EngineConfig
 from collabrl.engines.base import Completion, Engine, Prompt, SamplingParams
 from collabrl.errors import UserError
 
@@ -18,7 +18,6 @@ __all__ = [
     "resolve_kind",
 ]
 
-ENGINE_KINDS = ("auto", "transformers", "vllm", "openai")
 # `engine: auto` for a local model: "transformers" keeps it off vLLM even where vLLM runs.
 AUTO_ENGINE_ENV = "COLLABRL_AUTO_ENGINE"
 

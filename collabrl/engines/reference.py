@@ -58,6 +58,12 @@ def stand_in_accuracy(ref: str) -> float | None:
         return 1.0
     match = _FALLIBLE.fullmatch(ref)
     if match is None:
+        if ref.lower() == REFERENCE or _FALLIBLE.fullmatch(ref.lower()):
+            # Not a model either: a typo of the stand-in, which would fail as a path.
+            raise UserError(
+                f"'{ref}' is not a collaborator: the stand-in is written in lower case",
+                f"write {ref.lower()}",
+            )
         return None
     try:
         accuracy = float(match.group(1))

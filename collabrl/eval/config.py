@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
-from collabrl.protocols.config import ProtocolConfig
+from collabrl.engines import is_url
+from collabrl.engines.endpoints import check_collaborator, check_reachable
+from collabrl.errors import UserError
+from collabrl.protocols.config import ProtocolConfig, collaborators_of
 
 
 @dataclass
@@ -43,9 +46,24 @@ class EvalConfig(DataColumns):
     def check(self) -> None:
         """Refuse values no run can use, before the benchmark or any model is loaded (the
         benchmark, the prompt and the run folder are checked as the run opens them)."""
+        if self.judge is not None and not is_url(self.judge):
+            raise UserError(
+                f"judge '{self.judge}' is not a base URL",
+                "pass the judge's OpenAI-compatible server, e.g. --judge http://HOST:8000/v1",
+            )
         self.sampling.check()
         self.engine.check()
         self.protocol.check()
+
+    def check_collaborators(self) -> None:
+        """One request to each server the run calls beside the policy (its teacher or
+        experts, the judge) and a local collaborator resolved, before any work: one that
+        is down or mistyped would otherwise fail the run's calls, or its scoring, after
+        the folder is written (`collab train` probes them the same way)."""
+        for ref in collaborators_of(self.protocol):
+            check_collaborator(ref, self.engine.api_key)
+        if self.judge is not None:
+            check_reachable(self.judge, self.engine.api_key)
 
 
 # Keys that may change between a run and its resumption without changing what

@@ -25,6 +25,12 @@ Chen et al. (2021) pass@k              ``pass@k``            unbiased estimate o
 ``summarize`` also reports ``maj@N`` (majority vote), ``var`` (the same variance as ``var_f1`` but
 over correctness), ``stderr`` (standard error of ``avg@N``), ``problems`` and
 ``samples_per_problem``.
+
+Every metric above grades an answer however it was found, the benchmark's last-number fallback
+included. Where the samples also say whether their answer was in the format the prompt asks for,
+``summarize`` reports lm-eval's two GSM8K numbers beside them: ``strict-match`` (the ``avg@N`` of
+the answers in that format: ``\boxed{}``, an ``Answer:`` line) and ``flexible-extract`` (the
+``avg@N`` of every answer, the last number of the text included, which is ``avg@N`` itself).
 """
 
 from __future__ import annotations
@@ -146,6 +152,8 @@ class ProblemSamples:
         answers: per-sample extracted answers (``None`` when nothing was extracted).
         majority_correct: whether the majority answer is correct. Filled by the caller, which
             owns the answer checker; ``None`` means "not judged" and suppresses ``maj@n``.
+        strict: per-sample correctness of answers in the prompt's format only (lm-eval's
+            strict-match); ``None`` (samples written before it was recorded) suppresses it.
     """
 
     item_id: str
@@ -153,6 +161,7 @@ class ProblemSamples:
     f1: list[float]
     answers: list[str | None]
     majority_correct: bool | None = None
+    strict: list[bool] | None = None
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -181,10 +190,12 @@ def _check_aligned(problem: ProblemSamples) -> None:
     m = len(problem.correct)
     if m == 0:
         raise ValueError(f"problem {problem.item_id!r} has no samples")
-    if len(problem.f1) != m or len(problem.answers) != m:
+    lengths = [len(problem.f1), len(problem.answers)]
+    lengths += [] if problem.strict is None else [len(problem.strict)]
+    if any(length != m for length in lengths):
         raise ValueError(
-            f"problem {problem.item_id!r}: correct/f1/answers lengths differ "
-            f"({m}/{len(problem.f1)}/{len(problem.answers)})"
+            f"problem {problem.item_id!r}: correct/f1/answers/strict lengths differ "
+            f"({'/'.join(map(str, [m, *lengths]))})"
         )
 
 
@@ -197,7 +208,8 @@ def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
     ``majority_correct`` verdict as given, so callers should vote over the first ``n`` answers.
 
     Returns keys ``pass@k`` for every ``k <= n``, ``avg@n``, ``maj@n`` (only when every problem
-    has ``majority_correct`` set), ``f1@n``, ``var``, ``var_f1``, ``stderr``, ``problems`` and
+    has ``majority_correct`` set), ``strict-match`` and ``flexible-extract`` (only when every
+    problem has ``strict`` set), ``f1@n``, ``var``, ``var_f1``, ``stderr``, ``problems`` and
     ``samples_per_problem``.
 
     Raises:
@@ -220,6 +232,10 @@ def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
     verdicts = [p.majority_correct for p in problems]
     if all(v is not None for v in verdicts):
         out[f"maj@{n}"] = _mean([float(bool(v)) for v in verdicts])
+    strict = [p.strict[:n] for p in problems if p.strict is not None]
+    if len(strict) == len(problems):
+        out["strict-match"] = _mean([sum(s) / n for s in strict])
+        out["flexible-extract"] = out[f"avg@{n}"]
     out[f"f1@{n}"] = _mean(mean_f1)
     out["var"] = _population_variance(mean_correct)
     out["var_f1"] = _population_variance(mean_f1)

@@ -3,60 +3,103 @@ pass@k curves."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.config import read_yaml
+from collabrl.config import read_json, read_yaml
 from collabrl.errors import UserError
 from collabrl.eval.metrics import log2_ks, pass_at_k
+from collabrl.eval.routers import paired_outcomes, router_table
+from collabrl.eval.samples import NOT_A_RUN, read_samples, short
 
-# Columns shown by default, in order; `{n}` is each run's samples per problem.
-HEADLINE = ("pass@1", "avg@{n}", "maj@{n}", "f1@{n}", "var", "stderr", "call_ratio")
+# Columns shown by default, in order; `{n}` is each run's samples per problem. strict-match
+# and flexible-extract are lm-eval's two gradings (metrics.py); older runs have neither.
+HEADLINE = (
+    *("pass@1", "strict-match", "flexible-extract", "avg@{n}", "maj@{n}", "f1@{n}"),
+    *("var", "stderr", "call_ratio"),
+)
 # The columns before the metrics: what tells one run from another.
 IDENTITY = ("run", "model", "protocol", "benchmark", "n", "problems")
+# The image formats `--plot` writes, by the path's suffix.
+PLOT_FORMATS = (".png", ".pdf", ".svg")
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
     """A run's identity (model, protocol, benchmark, n, temperature) and its metrics.
 
     The identity comes from the run's saved config.yaml ('?' where it has none); a folder
-    without a metrics.json written by `collab eval` is refused.
+    without a metrics.json written by `collab eval`, or whose config.yaml holds values of
+    the wrong type, is refused.
     """
     if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is not a folder", "pass the run folders of `collab eval`")
+        raise UserError(f"{run_dir} is not a folder", NOT_A_RUN)
     metrics = _read_metrics(run_dir)
-    config = read_yaml(run_dir / runs.CONFIG) if (run_dir / runs.CONFIG).exists() else {}
-    sampling = config.get("sampling", {})
+    path = run_dir / runs.CONFIG
+    config = read_yaml(path) if path.exists() else {}
+    protocol = _typed(config, "protocol", dict, {}, path)
+    sampling = _typed(config, "sampling", dict, {}, path)
     return {
         "run": str(run_dir),
-        "model": config.get("model", "?"),
-        "protocol": config.get("protocol", {}).get("name", "?"),
-        "benchmark": config.get("benchmark", "?"),
+        "model": _typed(config, "model", str, "?", path),
+        "protocol": _typed(protocol, "name", str, "?", path, "protocol.name"),
+        "benchmark": _typed(config, "benchmark", str, "?", path),
         "n": int(metrics["samples_per_problem"]),
-        "temperature": sampling.get("temperature"),
+        "temperature": _typed(sampling, "temperature", (int, float), None, path),
         "metrics": metrics,
     }
 
 
+def _typed(
+    mapping: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    default: Any,
+    path: Path,
+    name: str | None = None,
+) -> Any:
+    """`mapping[key]` if it is a `kind`, `default` when it is missing (or null); a value of
+    another type is refused, since `collab eval` never writes one."""
+    value = mapping.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise UserError(f"{path}: {name or key} is {short(value)}, of the wrong type", NOT_A_RUN)
+    return value
+
+
 def _read_metrics(run_dir: Path) -> dict[str, Any]:
-    """The run's metrics.json, refused unless it holds the metrics `collab eval` writes."""
+    """The run's metrics.json, refused unless it holds the metrics `collab eval` writes:
+    a whole number of samples per problem, and a finite number for every metric the
+    report reads."""
     path = run_dir / runs.METRICS
     if not path.is_file():
         raise UserError(f"{run_dir} has no {runs.METRICS}", "is it a finished `collab eval` run?")
-    try:
-        metrics = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path} is not valid JSON", "re-run the eval to rewrite it") from err
+    metrics = read_json(path, "metrics", "re-run the eval to rewrite it")
     if not isinstance(metrics, dict) or "samples_per_problem" not in metrics:
         raise UserError(
-            f"{path} was not written by `collab eval` (it has no samples_per_problem)",
-            "pass the run folders of `collab eval`",
+            f"{path} was not written by `collab eval` (it has no samples_per_problem)", NOT_A_RUN
         )
+    n = metrics["samples_per_problem"]
+    if not _is_number(n) or n < 1 or n != int(n):
+        raise UserError(f"{path}: samples_per_problem is {short(n)}, not a count", NOT_A_RUN)
+    for key, value in metrics.items():
+        if _is_metric(key) and not _is_number(value):
+            raise UserError(f"{path}: {key} is {short(value)}, not a number", NOT_A_RUN)
     return metrics
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (a JSON `true` is no number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_metric(key: str) -> bool:
+    """A key the report reads as a number: the headline's, any pass@k, and problems."""
+    heads = tuple(label.split("@")[0] + "@" if "@" in label else label for label in HEADLINE)
+    return key == "problems" or key.startswith(heads)
 
 
 def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -90,9 +133,11 @@ def group_rows(loaded: list[dict[str, Any]], by: str) -> tuple[list[str], list[l
     rows = []
     for run, name in zip(loaded, run_names(loaded), strict=True):
         groups: dict[str, list[dict[str, Any]]] = {}
-        for item, samples in runs.samples_by_item(Path(run["run"]), run["n"]).items():
+        for item, samples in samples_by_item(run).items():
             match = pattern.search(item)
-            groups.setdefault(match.group(1) if match else "(other)", []).extend(samples)
+            # An optional group (`(x)?`, `(x)|y`) may match without capturing: no group.
+            group = match.group(1) if match else None
+            groups.setdefault(group if group is not None else "(other)", []).extend(samples)
         rows += [[name, group, *_group_cells(samples)] for group, samples in groups.items()]
     return list(GROUP_COLUMNS), rows
 
@@ -105,6 +150,11 @@ def _group_pattern(by: str) -> re.Pattern[str]:
     if pattern.groups < 1:
         raise UserError(f"--by '{by}' captures nothing", "put the group's part in (…)")
     return pattern
+
+
+def samples_by_item(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The loaded run's checked samples by problem: each problem's first n, in order."""
+    return runs.group_by_item(read_samples(Path(run["run"])), run["n"])
 
 
 def _group_cells(samples: list[dict[str, Any]]) -> list[str]:
@@ -166,8 +216,6 @@ def router_rows(
     student: Path, teacher: Path, runs: list[dict[str, Any]]
 ) -> tuple[list[str], list[list[str]]]:
     """RelayLLM's router baselines from two solo runs, against the collaborative runs."""
-    from collabrl.eval.routers import paired_outcomes, router_table
-
     pairs = paired_outcomes(student, teacher)
     collab = [
         (Path(r["run"]).name, r["metrics"][f"avg@{r['n']}"], r["metrics"]["call_ratio"])
@@ -186,7 +234,7 @@ def pass_curve(run: dict[str, Any]) -> list[tuple[int, float]]:
     n by sample index), averaged over those problems, as `summarize` computes pass@k.
     """
     n = run["n"]
-    by_item = runs.samples_by_item(Path(run["run"]), n)
+    by_item = samples_by_item(run)
     counts = [
         sum(bool(r["correct"]) for r in found) for found in by_item.values() if len(found) == n
     ]
@@ -214,8 +262,21 @@ def _short_model(model: str) -> str:
 
 def plot_pass_at_k(loaded: list[dict[str, Any]], path: Path) -> None:
     """The runs' pass@k curves drawn into `path` (its suffix picks the format)."""
+    check_plot_path(path)
     curves = [pass_curve(run) for run in loaded]  # every run's samples read before drawing
     _draw_curves(list(zip(curve_labels(loaded), curves, strict=True)), path)
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse a `--plot` path that would not be the file written: matplotlib adds `.png`
+    to a name without a suffix (a folder's name included)."""
+    if path.is_dir():
+        raise UserError(f"--plot {path} is a folder", "name the image file, e.g. passk.png")
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise UserError(
+            f"--plot {path} does not end in {', '.join(PLOT_FORMATS)}",
+            "name the image file with the suffix of its format, e.g. passk.png",
+        )
 
 
 def _draw_curves(curves: list[tuple[str, list[tuple[int, float]]]], path: Path) -> None:

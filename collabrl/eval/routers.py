@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from collabrl import runs
 from collabrl.errors import UserError
+from collabrl.eval.samples import read_samples
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,11 @@ def paired_outcomes(student: Path, teacher: Path) -> list[tuple[Outcome, Outcome
 
 
 def _outcomes(run_dir: Path) -> dict[tuple[str, int], Outcome]:
-    rows = runs.read_records(run_dir / runs.SAMPLES)
+    rows = read_samples(run_dir, needs=("completion_tokens",))
     if not rows:
         raise UserError(f"{run_dir} has no finished samples", "is it a `collab eval` run?")
     return {
-        (r["item_id"], int(r["sample"])): Outcome(bool(r["correct"]), int(r["completion_tokens"]))
-        for r in rows
+        (r["item_id"], r["sample"]): Outcome(r["correct"], r["completion_tokens"]) for r in rows
     }
 
 

@@ -30,7 +30,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.protocols.sampling import Unit, sample_chunks, units_of
-from collabrl.rewards.score import score_answer
+from collabrl.rewards.score import score_episode
 
 ProgressFn = Callable[[int, int], None]  # (done, total)
 
@@ -80,6 +80,7 @@ def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
     )
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
+    config.check_collaborators()  # last: it asks their servers
     return EvalPlan(config, bench, template)
 
 
@@ -216,7 +217,7 @@ def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any
         "sample": unit.sample,
         "prompt": episode.meta.get("prompt"),
         "completion": episode.response_text,
-        **score_answer(episode.answer, unit.item.answer, unit.item.answer_type),
+        **score_episode(episode, unit.item.answer, unit.item.answer_type),
         "prompt_tokens": len(episode.prompt_ids),
         "end": str(episode.end),
         # "length" when the budget cut the response, as a solo completion's finish reason.
@@ -275,6 +276,8 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
             continue
         kept.extend(samples)
         answers = [r["answer"] for r in samples]
+        # Samples written before strict grading was recorded have none: no strict-match.
+        strict = [r.get("strict_correct") for r in samples]
         problems.append(
             ProblemSamples(
                 item_id=item.id,
@@ -282,6 +285,7 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
                 f1=[float(r["f1"]) for r in samples],
                 answers=answers,
                 majority_correct=item.is_correct(majority_answer(answers)),
+                strict=None if None in strict else [bool(c) for c in strict],
             )
         )
     if not problems:

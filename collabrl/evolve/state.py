@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from collabrl import runs
+from collabrl.config import read_json
 from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 
@@ -84,12 +85,24 @@ def read_state(out_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {"rounds": []}
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:  # not JSON, or not UTF-8: edited by hand, or not ours
-        raise UserError(f"{path} is not an evolve state ({err})", BAD_STATE_FIX) from err
+        state = read_json(path, "evolve state")
+    except UserError as err:  # not JSON, or not UTF-8: edited by hand, or not ours
+        raise UserError(f"{path} is not an evolve state ({err.problem})", BAD_STATE_FIX) from err
     if not isinstance(state, dict) or not isinstance(state.get("rounds"), list):
         raise UserError(f"{path} is not an evolve state (no list of rounds)", BAD_STATE_FIX)
     return state
+
+
+def check_resumable(out: str | None) -> None:
+    """`--resume` needs a run to continue, as `collab train --resume` does: a folder an
+    evolve run started in (its config, or its state). Without one the flag was a mistake,
+    a mistyped --out, not a fresh start; a run killed before its first round ended is
+    continued from round 1."""
+    if out is None:
+        raise UserError("--resume needs --out, the run folder to continue", "pass --out FOLDER")
+    folder = Path(out)
+    if not (folder / runs.CONFIG).is_file() and not (folder / STATE).is_file():
+        raise UserError(f"no evolve run to resume in {out}", "run without --resume")
 
 
 def read_candidates(out_dir: Path, rounds: int) -> list[Candidate]:

@@ -31,6 +31,7 @@ from collabrl.protocols.base import (
     append_if_room,
     environment,
     finish,
+    guard,
     new_episodes,
     remaining,
     run_rounds,
@@ -278,16 +279,23 @@ class ApolloProtocol:
             return self._after_policy(episodes[i], segment, params)
 
         def serve(pauses: list[tuple[int, ToolCall]], round_no: int) -> list[int]:
-            results = list(self.executor.map(lambda p: self._call(episodes[p[0]], p[1]), pauses))
+            # A tool is meant never to raise, but one that does (or a result that cannot
+            # be encoded) fails its own episode only (None: failed).
+            def run_call(pause: tuple[int, ToolCall]) -> ToolResult | None:
+                episode = episodes[pause[0]]
+                return guard(episode, self._call, episode, pause[1])
+
+            results = list(self.executor.map(run_call, pauses))
             return [
                 i
                 for (i, call), result in zip(pauses, results, strict=True)
-                if self._respond(episodes[i], call, result, params)
+                if result is not None
+                and guard(episodes[i], self._respond, episodes[i], call, result, params)
             ]
 
         run_rounds(self.policy, episodes, params, (TOOL_CALL_CLOSE,), after_policy, serve)
         for episode in episodes:
-            finish(episode, policy_text(episode), self.extract)
+            finish(episode, policy_text, self.extract)
             episode.meta["format_errors"] = format_errors(episode)
         return episodes
 

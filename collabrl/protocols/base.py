@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from collabrl.config import EngineConfig
 from collabrl.data.prompts import PromptTemplate
@@ -29,12 +30,20 @@ from collabrl.engines.base import (
 from collabrl.engines.reference import Reference
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
-from collabrl.rewards.extract import extract_answer
+from collabrl.rewards.extract import extract_answer_by
+from collabrl.rewards.score import EXTRACTOR_KEY
+from collabrl.tools.base import describe, printable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+log = logging.getLogger(__name__)
+
 Pause = TypeVar("Pause")
+Result = TypeVar("Result")
+
+# Characters of an error kept in an episode's meta and its log line.
+ERROR_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -249,6 +258,38 @@ def round_params(params: SamplingParams, round_no: int, **changes: object) -> Sa
     return dataclasses.replace(params, n=1, seed=round_seed(params, round_no), **changes)
 
 
+def describe_error(error: BaseException) -> str:
+    """An exception on one line, cut to ERROR_CHARS: escaped, since its message may carry
+    what the policy wrote (control bytes, a lone surrogate) into logs and transcripts."""
+    return printable(describe(error)).replace("\n", "\\n")[:ERROR_CHARS]
+
+
+def fail(episode: Episode, error: BaseException) -> None:
+    """End an episode at ERROR with the error in its meta, and say so once.
+
+    The policy writes whatever it likes, and a tool, a collaborator or a parser that
+    raises on it must cost that episode, never the batch, the step or the run."""
+    episode.end = EndReason.ERROR
+    episode.meta["error"] = describe_error(error)
+    log.warning(
+        "episode %s (sample %s) failed, the rest of its batch goes on: %s",
+        episode.problem_id,
+        episode.meta.get("sample", 0),
+        episode.meta["error"],
+    )
+
+
+def guard(episode: Episode, work: Callable[..., Result], *args: Any) -> Result | None:
+    """`work(*args)`, done for `episode`: when it raises, the episode fails (`fail`) and
+    None comes back, so that the caller goes on with the other episodes. Only
+    `Exception`s: an interrupt still stops the run."""
+    try:
+        return work(*args)
+    except Exception as error:  # whatever the policy's text set off
+        fail(episode, error)
+        return None
+
+
 def segment_end(segment: Segment) -> EndReason:
     """How a policy segment that asked for nothing ended: at its EOS, or out of tokens."""
     return EndReason.EOS if segment.meta.get("finish_reason") == "stop" else EndReason.LENGTH
@@ -271,6 +312,11 @@ def run_rounds(
     episode is over, having set `episode.end`. `serve(pauses, round_no)` answers all the
     round's pauses together (teacher calls, expert queries, tool runs) and returns the
     episodes that go on; one left without token budget ends at LENGTH.
+
+    One episode whose segment cannot be read, or whose pause cannot be served, fails
+    (`fail`: EndReason.ERROR) and the others go on: `after_policy` runs guarded, and
+    `serve` guards its per-episode work (`guard`); a `serve` that raises all the same
+    fails the episodes of that round's pauses, not the batch.
     """
     active = list(range(len(episodes)))
     round_no = 0
@@ -282,11 +328,19 @@ def run_rounds(
         pauses: list[tuple[int, Pause]] = []
         for i, segment in zip(active, segments, strict=True):
             episodes[i].add(segment)
-            pause = after_policy(i, segment)
+            pause = guard(episodes[i], after_policy, i, segment)
             if pause is not None:
                 pauses.append((i, pause))
+        try:
+            going = serve(pauses, round_no)
+        except Exception as error:  # the round's shared work (one batched call) raised
+            for i, _ in pauses:
+                fail(episodes[i], error)
+            going = []
         active = []
-        for i in serve(pauses, round_no):
+        for i in going:
+            if episodes[i].end is not None:  # failed while it was served
+                continue
             if remaining(episodes[i], params) > 0:
                 active.append(i)
             else:
@@ -294,15 +348,26 @@ def run_rounds(
         round_no += 1
 
 
-def finish(episode: Episode, answer_text: str, extractors: tuple[str, ...]) -> None:
-    """Close an episode: its answer, and EMPTY when the policy wrote nothing at all.
+def finish(
+    episode: Episode, answer_text: Callable[[Episode], str], extractors: tuple[str, ...]
+) -> None:
+    """Close an episode: its answer, read from `answer_text(episode)` (the text its
+    protocol reads answers in), and EMPTY when the policy wrote nothing at all.
 
     An episode with no policy token has nothing to train on (an all-zero loss mask);
-    its end reason says so, whatever stopped it, and trainers mask it and count it.
+    its end reason says so, whatever stopped it, and trainers mask it and count it. A
+    failed episode (ERROR, here too when its text cannot be read) keeps no answer, so
+    that no reward can credit one, and stays ERROR: the error is what stopped it.
     """
     if episode.end is None:
         raise RuntimeError(f"protocol bug: episode {episode.problem_id} ended without a reason")
-    episode.answer = extract_answer(answer_text, extractors)
+    text = guard(episode, answer_text, episode) if episode.end is not EndReason.ERROR else None
+    if text is None:
+        return
+    # The extractors never raise on text (rewards.extract), only on an unknown name.
+    episode.answer, extractor = extract_answer_by(text, extractors)
+    if extractor is not None:  # strict or flexible, as rewards.score grades it
+        episode.meta[EXTRACTOR_KEY] = extractor
     wrote = any(s.token_ids or s.text for s in episode.segments if s.author is Author.POLICY)
     if not wrote:
         episode.meta["end_before_empty"] = str(episode.end)

@@ -97,3 +97,9 @@ class ProtocolConfig:
         """Whether a collaborator that this protocol runs is the `reference` stand-in,
         which reads each task's gold answer (outputs must say so)."""
         return registry.get(self.name).uses_reference(self)
+
+
+def collaborators_of(protocol: ProtocolConfig) -> list[str]:
+    """The models the protocol calls beside the policy: relay's teacher, consult's
+    experts (rsim's planner trains in-process; the protocol's own check reads it)."""
+    return [ref for ref in (protocol.teacher, *protocol.experts) if ref]

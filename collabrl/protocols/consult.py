@@ -37,6 +37,7 @@ from collabrl.protocols.base import (
     environment,
     episode_seed,
     finish,
+    guard,
     new_episodes,
     policy_turn,
     remaining,
@@ -460,7 +461,7 @@ class ConsultProtocol:
         else:
             self._run_locked(episodes, params)
         for episode in episodes:
-            finish(episode, policy_text(episode), self.extract)
+            finish(episode, policy_text, self.extract)
             episode.meta.update(summary(episode))
         return episodes
 
@@ -481,10 +482,11 @@ class ConsultProtocol:
         def serve(pauses: list[tuple[int, ConsultTurn]], round_no: int) -> list[int]:
             turns = [(episodes[i], turn, tasks[i].reference) for i, turn in pauses]
             answers = self._ask(turns, params, round_no)
+            # Answers that cannot be written in fail their own episode (None), not the round.
             return [
                 i
                 for (i, turn), records in zip(pauses, answers, strict=True)
-                if self._answer(episodes[i], turn, records, rngs[i], params)
+                if guard(episodes[i], self._answer, episodes[i], turn, records, rngs[i], params)
             ]
 
         run_rounds(self.policy, episodes, params, (AGENT_CALLS_CLOSE,), after_policy, serve)

@@ -35,6 +35,7 @@ from collabrl.protocols.base import (
     Task,
     episode_seed,
     finish,
+    guard,
     new_episodes,
     remaining,
     run_rounds,
@@ -204,7 +205,7 @@ class RelayProtocol:
 
         run_rounds(self.policy, episodes, params, (CALL_CLOSE,), after_policy, serve, banned)
         for episode in episodes:
-            finish(episode, strip_call_commands(episode.response_text), self.extract)
+            finish(episode, lambda e: strip_call_commands(e.response_text), self.extract)
         return episodes
 
     def _after_policy(
@@ -259,10 +260,16 @@ class RelayProtocol:
             for i, step in calls
         ]
         for (i, step), record in zip(calls, self.teacher.ask_each_sync(asked, own), strict=True):
-            budget = remaining(episodes[i], params)
-            segment = episodes[i].add(self._teacher_segment(record, step, budget))
-            if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
-                episodes[i].end = EndReason.TEACHER_EOS
+            # A reply that cannot be taken in fails its own episode, not the round.
+            guard(episodes[i], self._take_reply, episodes[i], record, step, params)
+
+    def _take_reply(
+        self, episode: Episode, record: CallRecord, step: RelayStep, params: SamplingParams
+    ) -> None:
+        """Append the teacher's reply; its EOS ends the episode (unless configured not to)."""
+        segment = episode.add(self._teacher_segment(record, step, remaining(episode, params)))
+        if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
+            episode.end = EndReason.TEACHER_EOS
 
     def _teacher_params(self, params: SamplingParams, n: int, seed: int | None) -> SamplingParams:
         """n tokens at the teacher's own temperature, with no stop, ban or log-probs."""

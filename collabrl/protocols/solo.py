@@ -40,7 +40,7 @@ class SoloProtocol:
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)
             episode.end = segment_end(segment)
-            finish(episode, segment.text, self.extract)
+            finish(episode, lambda e: e.segments[-1].text, self.extract)
         return episodes
 
     def close(self) -> None:

@@ -41,7 +41,9 @@ from collabrl.protocols.base import (
     Policy,
     Task,
     episode_seeds,
+    fail,
     finish,
+    guard,
     new_episodes,
     policy_turn,
     remaining,
@@ -64,6 +66,11 @@ if TYPE_CHECKING:  # the planners bring in torch: not needed to check a config
 def reasoner_steps(episode: Episode) -> list[str]:
     """The reasoner's own text of every step: one policy segment per step."""
     return [s.text for s in episode.segments if s.author is Author.POLICY]
+
+
+def reasoner_text(episode: Episode) -> str:
+    """Where the answer is read: the reasoner's steps, without the guidance."""
+    return "".join(reasoner_steps(episode))
 
 
 def planner_contexts(episode: Episode) -> list[PlannerContext]:
@@ -282,10 +289,10 @@ class StrategyProtocol:
         else:
             episodes = self._run_planned(tasks, params, self.planner)
         for episode in episodes:
-            steps = reasoner_steps(episode)  # guidance is not the reasoner's
-            finish(episode, "".join(steps), self.extract)
+            finish(episode, reasoner_text, self.extract)  # guidance is not the reasoner's
             # Joined by the delimiter: a step cut by its token limit is still a step.
-            episode.meta["strategy_counts"] = count_strategies(STEP_DELIMITER.join(steps))
+            steps = STEP_DELIMITER.join(reasoner_steps(episode))
+            episode.meta["strategy_counts"] = count_strategies(steps)
         return episodes
 
     def _run_ps_plus(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
@@ -320,10 +327,15 @@ class StrategyProtocol:
             # other stream is: a seed per batch drew the same strategies on every process
             # (their first contexts are alike) and moved with an episode's batch position.
             seeds = episode_seeds(params, running, round_no, PLANNER_STREAM)
-            choices = planner.choose(contexts, seeds=seeds)
+            try:
+                choices = planner.choose(contexts, seeds=seeds)
+            except Exception as error:  # one batched choice: its episodes fail, not the run
+                for episode in running:
+                    fail(episode, error)
+                continue
             stepping = []
             for episode, choice in zip(running, choices, strict=True):
-                if not self._inject(episode, choice, params):
+                if not guard(episode, self._inject, episode, choice, params):
                     continue
                 if choice.index == TERMINAL:
                     episode.end = EndReason.TERMINAL

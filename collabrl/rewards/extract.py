@@ -8,6 +8,11 @@ Three extractors, each `str -> str | None`, tried in a caller-chosen order by
   Minerva's `The final answer is $…$. I hope it is correct.`,
 - `last_number`: the last number in the text (GSM8K fallback).
 
+`boxed` and `answer_line` read the answer format a prompt asks for (lm-eval's
+"strict-match"); `last_number` finds an answer in any text, asked for or not (lm-eval's
+"flexible-extract"), so `extract_answer_by` says which extractor answered (see
+`rewards.score` for what each grading credits).
+
 Completions are arbitrary model output, so none of these may ever raise: a
 malformed completion simply has no answer (None).
 """
@@ -148,9 +153,15 @@ EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "last_number": last_number,
 }
 
+# The extractors that answer from any text, in no format a prompt asks for: a response cut
+# by the token budget inside a numbered list ("1. First, … 2. 1 bolt … 3") has an answer by
+# them. Templates and benchmarks list them after the strict ones.
+FLEXIBLE = frozenset({"last_number"})
 
-def extract_answer(text: str, methods: Sequence[str]) -> str | None:
-    """First non-empty answer found by `methods`, tried in order (names from EXTRACTORS).
+
+def extract_answer_by(text: str, methods: Sequence[str]) -> tuple[str | None, str | None]:
+    """First non-empty answer found by `methods`, tried in order (names from EXTRACTORS),
+    and the name of the method that found it; (None, None) when none does.
 
     Raises ValueError for an unknown method name (a config error, checked up front
     so it surfaces even on completions where an earlier method already succeeds).
@@ -162,5 +173,10 @@ def extract_answer(text: str, methods: Sequence[str]) -> str | None:
     for method in methods:
         answer = _nonempty(EXTRACTORS[method](text))
         if answer is not None:
-            return answer
-    return None
+            return answer, method
+    return None, None
+
+
+def extract_answer(text: str, methods: Sequence[str]) -> str | None:
+    """First non-empty answer found by `methods`, tried in order (see `extract_answer_by`)."""
+    return extract_answer_by(text, methods)[0]

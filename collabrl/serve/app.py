@@ -9,7 +9,8 @@ Streaming is not offered: the toolkit's clients never stream.
 Prompts are encoded here, before they are queued, so that what the model cannot
 take is refused at once with a 400 in OpenAI's error shape: text that is not valid
 Unicode, a prompt longer than the model's context (a 1 MB prompt once held the
-server for eleven minutes), `max_tokens` beyond what the context leaves. A request
+server for eleven minutes), `max_tokens` beyond what the context leaves, a seed
+outside 64 bits (vLLM's bound), a message whose role no chat template knows. A request
 whose client disconnects is dropped from the queue before it is generated.
 """
 
@@ -21,7 +22,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +41,13 @@ from collabrl.engines.base import (
 from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
 
 DEFAULT_MAX_TOKENS = 1024  # when a chat request names none (OpenAI's default is "until the end")
+# vLLM's bounds on `seed`: a 64-bit signed integer (torch's seeds), checked before queueing;
+# 2**70 reached the generator and came back a 500.
+SEED_RANGE = (-(2**63), 2**63 - 1)
+# The roles a chat template knows (OpenAI's, less the deprecated "function"). vLLM passes
+# any role to the template, which renders an unknown one as a turn of nobody; here it is
+# a 400, so that a client's typo is not read as a prompt.
+ChatRole = Literal["system", "developer", "user", "assistant", "tool"]
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids
 
 
@@ -84,7 +92,7 @@ class _SamplingFields(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = -1
     n: int = Field(1, ge=1, le=128)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stop: str | list[str] | None = None
     include_stop_str_in_output: bool = False
     bad_words: list[str] | None = None
@@ -113,7 +121,7 @@ class CompletionRequest(_SamplingFields):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: str
+    role: ChatRole
     content: str | list[dict[str, Any]]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -17,6 +20,10 @@ TRANSPORTS = ("http", "stdio")
 SERVE_ENGINES = ("auto", "vllm", "transformers")
 # Every request of a batch waits this long for the next one: past a minute, clients time out.
 MAX_BATCH_WAIT_MS = 60_000
+API_KEY_ENV = "COLLABRL_API_KEY"
+# What a bearer token can carry in an HTTP header: visible ASCII. An empty key once
+# started an open server without a word, and a newline cannot be sent by any client.
+_API_KEY = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass
@@ -75,8 +82,8 @@ class ServeConfig:
     }
 
     def check(self) -> None:
-        """Refuse an engine, device, dtype, port or batch wait no server runs, before the
-        model is loaded."""
+        """Refuse an engine, device, dtype, port, batch wait or API key no server runs
+        with, before the model is loaded."""
         if self.engine.kind not in SERVE_ENGINES:
             raise UserError(
                 f"collab serve cannot serve with engine '{self.engine.kind}'",
@@ -87,7 +94,39 @@ class ServeConfig:
         wait = self.batch_wait_ms
         ok = 0 <= wait <= MAX_BATCH_WAIT_MS  # NaN fails both
         require("batch_wait_ms", wait, ok, f"between 0 and {MAX_BATCH_WAIT_MS} ms")
+        self.resolved_api_key()  # a key no client can send, refused before the model loads
 
     @property
     def name(self) -> str:
         return self.served_model_name or self.role
+
+    def resolved_api_key(self) -> str | None:
+        """The key clients must send: `api_key`, else $COLLABRL_API_KEY (an empty one is
+        unset, as shells write it), else none; a key no client can send is refused."""
+        if self.api_key is not None:
+            _check_api_key("api_key", self.api_key)
+            return self.api_key
+        from_env = os.environ.get(API_KEY_ENV) or None
+        if from_env is not None:
+            _check_api_key(API_KEY_ENV, from_env)
+        return from_env
+
+    @property
+    def exposed(self) -> bool:
+        """Whether `host` takes connections from other machines (not a loopback address)."""
+        if self.host == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return True  # a host name: whichever interfaces it names, assume reachable
+
+
+def _check_api_key(key: str, value: str) -> None:
+    """Refuse a key no client can send, without echoing it (it is a secret)."""
+    if _API_KEY.fullmatch(value) is None:
+        got = "an empty one" if not value else "one with spaces, controls or non-ASCII"
+        raise UserError(
+            f"{key} must be printable ASCII without spaces (a bearer token), got {got}",
+            "e.g. the output of `openssl rand -hex 16`",
+        )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -15,11 +14,6 @@ from collabrl.serve.config import ServeConfig
 
 if TYPE_CHECKING:
     from collabrl.serve.batcher import DynamicBatcher
-
-
-def resolve_api_key(config: ServeConfig) -> str | None:
-    """The key clients must send: the option, else $COLLABRL_API_KEY, else none."""
-    return config.api_key or os.environ.get("COLLABRL_API_KEY") or None
 
 
 def choose_engine(config: ServeConfig) -> str:
@@ -76,7 +70,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     )
     batcher = DynamicBatcher(engine, settings.batch_size, config.batch_wait_ms / 1000)
     limits = ModelLimits.of(engine.tokenizer, engine.context_length)
-    app = create_app(batcher, limits, config.name, resolve_api_key(config), (config.model,))
+    app = create_app(batcher, limits, config.name, config.resolved_api_key(), (config.model,))
     server = _graceful_server_class()(
         uvicorn.Config(
             app,
@@ -121,7 +115,8 @@ def _graceful_server_class():
         uvicorn waits for open requests before it shuts the app down, and a request
         waits for its generation: minutes on a busy server. So the batcher stops
         first — queued and running requests are answered 503 (clients retry
-        elsewhere), the generation in progress ends at its next token. uvicorn also
+        elsewhere), the generation in progress ends at its next token; a second
+        Ctrl-C adds nothing (uvicorn's forced exit logged a traceback). uvicorn also
         re-raises the caught signal after draining, which turns a clean shutdown into
         a "killed by signal" exit status; this server does not.
         """
@@ -129,6 +124,13 @@ def _graceful_server_class():
         def __init__(self, config: uvicorn.Config, batcher: DynamicBatcher) -> None:
             super().__init__(config)
             self.batcher = batcher
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # uvicorn makes a second Ctrl-C a forced exit, which skips the app's shutdown
+            # and logs the cancelled lifespan's traceback. This shutdown takes seconds
+            # anyway (the batcher answers every open request at once): a repeat changes
+            # nothing.
+            self.should_exit = True
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             await self.batcher.stop()

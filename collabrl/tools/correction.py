@@ -1,9 +1,10 @@
 """AlphaApollo's error correction for model-written Python (§2.2, appendix B.1).
 
 Rule-based, before the code runs: the errors a rule can fix without guessing —
-markdown fences around the code, stray indentation, a bare last expression that a
-notebook would have printed, and the usual imports left out. Each rule keeps the
-code only if it still compiles, so valid code never comes out worse.
+markdown fences around the code and stray indentation (the paper's rules, §2.2), a
+bare last expression that a notebook would have printed and the usual imports left
+out (this project's rules, not the paper's: small models make both mistakes often).
+Each rule keeps the code only if it still compiles, so valid code never comes out worse.
 
 Model-based, after a run-time error: for the error types the paper names, a fixed
 note on the likely cause (the paper quotes the NameError one) and, when a model is
@@ -127,7 +128,9 @@ def _reindent(lines: list[str], at: int, message: str) -> list[str]:
 
 
 def print_last_expression(code: str) -> str:
-    """Print a bare last expression, as a notebook shows it (None stays silent)."""
+    """Print a bare last expression, as a notebook shows it (None stays silent).
+
+    This project's rule, not the paper's."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -153,7 +156,9 @@ def print_last_expression(code: str) -> str:
 
 
 def add_missing_imports(code: str) -> str:
-    """Prepend the imports of common names the code reads but never binds."""
+    """Prepend the imports of common names the code reads but never binds.
+
+    This project's rule, not the paper's."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -188,15 +193,23 @@ RULES: list[tuple[str, Callable[[str], str]]] = [
 
 def correct(code: str) -> Correction:
     """Apply every rule in order; a rule's change is kept only if it leaves code that
-    compiles, or that did not compile before either (a later rule may still fix it)."""
+    compiles, or that did not compile before either (a later rule may still fix it).
+
+    Code nested deeper than this process's compiler goes (`print(--…--1)`, a chain of
+    `not` or `lambda:`, a few thousand levels: a few dozen tokens) makes `compile` and
+    `ast.parse` raise RecursionError or MemoryError instead of SyntaxError; such code
+    runs as given, and the sandbox's compiler reports the error to the model."""
     result = Correction(code)
-    for name, rule in RULES:
-        fixed = rule(result.code)
-        if fixed == result.code:
-            continue
-        if compiles(fixed) or not compiles(result.code):
-            result.code = fixed
-            result.fixes.append(name)
+    try:
+        for name, rule in RULES:
+            fixed = rule(result.code)
+            if fixed == result.code:
+                continue
+            if compiles(fixed) or not compiles(result.code):
+                result.code = fixed
+                result.fixes.append(name)
+    except (RecursionError, MemoryError):
+        return Correction(code)
     return result
 
 
@@ -326,7 +339,7 @@ def _imported_names(code: str) -> dict[str, str]:
     """What each imported name stands for: `sp` -> sympy, `comb` -> math.comb."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):  # too deep: see `correct`
         return {}
     names = {}
     for node in ast.walk(tree):

@@ -5,26 +5,31 @@ the standard library alone: nothing of collabrl needs to be importable inside th
 sandbox. Its one argument is a JSON config; the untrusted code arrives on stdin.
 
 In order, it: reads the code, (namespaces mode only) enters fresh namespaces and a
-minimal root, sets the resource limits, gives up root for a throwaway uid, and
-runs the code. Everything that must hold against the code happens before the code
-runs, and nothing after it is trusted.
+minimal root, caps the inodes of its tmpfs mounts, sets the resource limits, joins a
+fresh session keyring, gives up root for a throwaway uid, installs a seccomp filter,
+and runs the code. Everything that must hold against the code happens before the
+code runs, and nothing after it is trusted.
 """
 
 import ctypes
+import errno
 import json
 import linecache
 import os
 import resource
 import signal
+import struct
 import sys
 import traceback
+import types
 
 # <sched.h>, <sys/mount.h> and <sys/prctl.h>; Python 3.11 has no os.unshare or os.mount.
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
+CLONE_NEWUSER = 0x10000000
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -96,10 +101,34 @@ def build_root(cfg: dict) -> None:
     for device in ("null", "zero", "random", "urandom"):
         open(root + "/dev/" + device, "w").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
+    os.mkdir(root + "/dev/shm")  # POSIX semaphores and shared memory (multiprocessing)
+    mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
     os.makedirs(root + cfg["workdir"], exist_ok=True)
     mount("tmpfs", root + cfg["workdir"], "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
     os.chroot(root)
     os.chdir("/")
+
+
+def cap_inodes(cfg: dict) -> None:
+    """Cap the files of each writable tmpfs: `size=` bounds their bytes, not their count,
+    and empty files cost kernel memory outside every limit (~1 KB each with the dentry).
+
+    Done by remount so that the same code serves the tmpfs bwrap made and ours.
+    """
+    for target in cfg["tmpfs"]:
+        options = f"size={cfg['disk_bytes']},nr_inodes={cfg['disk_inodes']}"
+        mount(None, target, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, options)
+
+
+def volunteer_for_oom_killer() -> None:
+    """Make the run the OOM killer's first pick, so that it, and not the trainer, dies.
+
+    Memory is capped per process, not per run (docs/tools.md), and tmpfs pages sit
+    outside RLIMIT_AS. Written while root, this also raises the floor the code could
+    lower it back to (the kernel's oom_score_adj_min).
+    """
+    with open("/proc/self/oom_score_adj", "w") as adj:
+        adj.write("1000")
 
 
 def set_limits(cfg: dict) -> None:
@@ -128,6 +157,96 @@ def drop_privileges(uid: int) -> None:
     os.setuid(uid)
 
 
+# <linux/keyctl.h>: join a new anonymous session keyring.
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = 250  # x86_64; only called where the seccomp table below is known
+
+
+def new_session_keyring() -> None:
+    """Leave the caller's session keyring for a fresh, empty one of this run's own.
+
+    Joined as root, before the uid change, so the keyring is charged to root and not
+    to the throwaway uid (whose kernel-side key user would outlive the run). The
+    seccomp filter then denies every keyring call, so this is the second wall.
+    """
+    joined = libc.syscall(
+        ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None
+    )
+    # A kernel without keys (ENOSYS) or an outer filter (EPERM, as Docker's) leaves
+    # nothing reachable to leave behind.
+    if joined < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):
+        check(joined, "keyctl(JOIN_SESSION_KEYRING)")
+
+
+# seccomp: <linux/filter.h>, <linux/seccomp.h>, <linux/audit.h>; x86_64 syscall numbers.
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 2, 0x7FFF0000, 0x00050000
+LD_ABS_W, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data, little-endian
+SYS_CLONE, SYS_UNSHARE = 56, 272
+# Denied outright with EPERM (the code reads an OSError), by reason:
+DENIED = {
+    # Keyrings are shared with the caller's session and live on after the run.
+    "add_key": 248, "request_key": 249, "keyctl": 250,
+    # io_uring: a large kernel surface, and its requests bypass seccomp.
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    # RAM outside RLIMIT_AS and outside the tmpfs sizes; no maths library needs them
+    # (multiprocessing uses POSIX shm on /dev/shm, a sized tmpfs, and futexes).
+    "memfd_create": 319, "memfd_secret": 447,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67,
+    "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+}  # fmt: skip
+# clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
+# to clone, whose flags it can.
+SYS_CLONE3 = 435
+
+
+def seccomp_filter() -> bytes:
+    """A classic-BPF program: deny `DENIED`, user namespaces and clone3; allow the rest.
+
+    Other ABIs (i386 `int 0x80`, x32) get ENOSYS: their numbers differ, so a filter
+    that checked only x86_64 numbers would let them through.
+    """
+
+    def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    enosys, eperm = SECCOMP_RET_ERRNO | errno.ENOSYS, SECCOMP_RET_ERRNO | errno.EPERM
+    program = [
+        op(LD_ABS_W, OFFSET_ARCH),
+        op(JEQ, AUDIT_ARCH_X86_64, jt=1),
+        op(RET, enosys),
+        op(LD_ABS_W, OFFSET_NR),
+        op(JGE, X32_SYSCALL_BIT, jf=1),
+        op(RET, enosys),
+        op(JEQ, SYS_CLONE3, jf=1),
+        op(RET, enosys),
+        op(JEQ, SYS_CLONE, jt=1),
+        op(JEQ, SYS_UNSHARE, jf=4),
+        op(LD_ABS_W, OFFSET_ARG0),  # the flags' low 32 bits hold CLONE_NEWUSER
+        op(JSET, CLONE_NEWUSER, jf=1),
+        op(RET, eperm),
+        op(RET, SECCOMP_RET_ALLOW),
+    ]
+    for number in DENIED.values():
+        program += [op(JEQ, number, jf=1), op(RET, eperm)]
+    program.append(op(RET, SECCOMP_RET_ALLOW))
+    return b"".join(program)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def install_seccomp() -> None:
+    """Load `seccomp_filter` for this process and all it starts (needs no_new_privs)."""
+    program = seccomp_filter()
+    fprog = SockFprog(len(program) // 8, program)
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
 def refuse_sockets(event: str, args: tuple) -> None:
     """Audit hook for the rlimits mode. A courtesy, not a boundary: ctypes gets past it."""
     if event == "socket.__new__":
@@ -143,18 +262,26 @@ def main() -> None:
     if cfg["mode"] == "namespaces":
         enter_namespaces(cfg)
     os.chdir(cfg["workdir"])
+    cap_inodes(cfg)
+    volunteer_for_oom_killer()
     set_limits(cfg)
+    if cfg["seccomp"]:
+        new_session_keyring()
     if cfg["uid"] is not None:
         drop_privileges(cfg["uid"])
     # Setuid binaries cannot hand privileges back (bwrap sets this flag itself).
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
+    if cfg["seccomp"]:
+        install_seccomp()
     if cfg["block_sockets"]:
         sys.addaudithook(refuse_sockets)
     sys.argv = ["<code>"]
     # Tracebacks then quote the offending lines, which is what the model needs to read.
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
+    # A real __main__ module, so that pickle (multiprocessing) finds the code's functions.
+    sys.modules["__main__"] = main_module = types.ModuleType("__main__")
     try:
-        exec(compile(code, "<code>", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "<code>", "exec"), main_module.__dict__)
     except SystemExit:
         raise
     except BaseException as error:  # noqa: BLE001 - report it as Python would, minus this frame

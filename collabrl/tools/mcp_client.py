@@ -7,14 +7,20 @@ local tools and one `MCPConnection` (a client) per MCP server, and sends each
 The SDK's client is async; rollouts are synchronous and call tools from several
 threads at once. So each connection runs its session on its own event-loop thread
 (an anyio blocking portal) and offers thread-safe, blocking methods. One session
-carries concurrent calls: MCP requests are multiplexed by id.
+carries concurrent calls: MCP requests are multiplexed by id. A session that is lost
+(the server died, or its transport broke) is opened anew once, by the first call that
+finds it lost, so one bad moment does not leave every later call "unavailable".
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import shlex
+import threading
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +33,13 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
 from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from collabrl.config import option
 from collabrl.errors import UserError
-from collabrl.tools.base import Tool, ToolResult, ToolSpec
+from collabrl.tools.base import Tool, ToolResult, ToolSpec, call_safely, describe, not_text
+
+log = logging.getLogger(__name__)
 
 # Where our server puts a failed result's kind ("NameError", "wall_time", …), so that
 # metrics count failures by kind across MCP too; other servers only set `isError`.
@@ -86,16 +95,48 @@ class MCPConnection:
         )
         self._portal = self._portal_cm.__enter__()
         self._stop: anyio.Event | None = None
+        self._session: Future[None] | None = None
+        # Calls that lost one session wait for one new session, not one each.
+        self._reconnecting = threading.Lock()
+        self._generation = 0
         try:
-            _, self._client = self._portal.start_task(self._hold)
+            self._open()
             listing = self._portal.call(self._list_tools)
         except Exception as exc:
             self.close()
             raise UserError(
-                f"cannot connect to MCP server '{self.name}': {_describe(exc)}",
+                f"cannot connect to MCP server '{self.name}': {describe(exc)}",
                 "check the command or URL, and that the server starts on its own",
             ) from exc
         self.tools = [MCPTool(_spec(t), self) for t in listing]
+
+    def _open(self) -> None:
+        """Start a session (the task `_hold`) and wait until it is initialized."""
+        self._session, self._client = self._portal.start_task(self._hold)
+
+    def _end(self) -> None:
+        """Stop the session's task and wait until it has left the client."""
+        if self._stop is not None:
+            self._portal.call(self._stop.set)
+        if self._session is not None:
+            wait_for([self._session])
+
+    def _reconnect(self, generation: int) -> bool:
+        """Replace the session `generation` lost; True when a session is open again."""
+        with self._reconnecting:
+            if self._generation != generation:  # another call has reconnected already
+                return True
+            if self._portal_cm is None:  # closed
+                return False
+            self._end()
+            try:
+                self._open()
+            except Exception as exc:
+                log.warning("MCP server '%s': reconnecting failed: %s", self.name, describe(exc))
+                return False
+            self._generation += 1
+            log.warning("MCP server '%s': the session was lost; reconnected", self.name)
+            return True
 
     async def _hold(self, *, task_status: TaskStatus[Any]) -> None:
         """Open the session, hand it to `__init__`, keep it open until `close`.
@@ -121,27 +162,36 @@ class MCPConnection:
                 return tools
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call a remote tool; thread-safe, blocks for at most the config's timeout."""
-        try:
-            result = self._portal.call(self._client.call_tool, name, arguments)
-        # Whatever stops an answer (a timeout, a dead server, a closed connection), the
-        # model reads it as "unavailable" and the rollout goes on; it is never its bug.
-        except Exception as exc:
-            return ToolResult(
-                f"{name}: MCP server '{self.name}' unavailable: {_describe(exc)}",
-                error="unavailable",
-            )
-        return to_tool_result(result)
+        """Call a remote tool; thread-safe, blocks for at most the config's timeout
+        (twice, and a reconnection, when the session turns out to be lost)."""
+        # What JSON cannot encode would break the transport, and the session with it.
+        problem = not_text(arguments)
+        if problem:
+            return ToolResult(f"{name}: {problem}", error="bad_arguments")
+        for retry in (False, True):
+            generation = self._generation
+            try:
+                return to_tool_result(self._portal.call(self._client.call_tool, name, arguments))
+            # Whatever stops an answer (a timeout, a dead server, a closed connection), the
+            # model reads it as "unavailable" and the rollout goes on; it is never its bug.
+            except Exception as exc:
+                failure = exc
+                if retry or not _lost(exc) or not self._reconnect(generation):
+                    break
+        return ToolResult(
+            f"{name}: MCP server '{self.name}' unavailable: {describe(failure)}",
+            error="unavailable",
+        )
 
     def close(self) -> None:
         """End the session, stop the server process (stdio) and the loop thread."""
-        if self._portal_cm is None:
-            return
-        if self._stop is not None:
-            self._portal.call(self._stop.set)
-        # Waits for `_hold` to leave the client, which stops a stdio server's process.
-        self._portal_cm.__exit__(None, None, None)
-        self._portal_cm = None
+        with self._reconnecting:  # not while a call opens a new session
+            if self._portal_cm is None:
+                return
+            # Waits for `_hold` to leave the client, which stops a stdio server's process.
+            self._end()
+            self._portal_cm.__exit__(None, None, None)
+            self._portal_cm = None
 
 
 @dataclass
@@ -187,6 +237,14 @@ async def _open_client(config: MCPServerConfig) -> AsyncIterator[Client]:
         yield await stack.enter_async_context(Client(server, read_timeout_seconds=config.timeout))
 
 
+def _lost(exc: Exception) -> bool:
+    """Whether a call failed because the session is gone (not a timeout, not the server's
+    answer): the SDK fails every call of a closed session with CONNECTION_CLOSED."""
+    if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+        return True
+    return isinstance(exc, MCPError) and exc.error.code == types.CONNECTION_CLOSED
+
+
 def _spec(tool: types.Tool) -> ToolSpec:
     return ToolSpec(tool.name, tool.description or "", tool.input_schema)
 
@@ -202,13 +260,6 @@ def to_tool_result(result: types.CallToolResult) -> ToolResult:
         # Our own server says which failure it was; any other server just "failed".
         error = (result.meta or {}).get(ERROR_META_KEY) or "tool_error"
     return ToolResult("\n".join(parts), error=error)
-
-
-def _describe(exc: BaseException) -> str:
-    """The exception that says what went wrong, not the task groups it surfaced through."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class ToolRouter:
@@ -252,7 +303,7 @@ class ToolRouter:
         if tool is None:
             known = ", ".join(self._tools) or "none"
             return ToolResult(f"no tool named '{name}'; available: {known}", error="unknown_tool")
-        return tool.call(arguments)
+        return call_safely(tool, arguments)
 
     def close(self) -> None:
         for owned in self._owned:

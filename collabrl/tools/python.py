@@ -15,7 +15,7 @@ from typing import Any
 
 from collabrl.config import EngineConfig, option
 from collabrl.errors import UserError
-from collabrl.tools.base import Tool, ToolResult, ToolSpec, bad_arguments
+from collabrl.tools.base import Tool, ToolResult, ToolSpec, bad_arguments, call_safely, not_text
 from collabrl.tools.correction import ModelCorrector, correct, feedback, retrieval_request
 from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits
 
@@ -59,6 +59,11 @@ class PythonToolConfig:
     """The python tool: correction, model feedback on errors, and the sandbox."""
 
     correction: bool = option(True, "Rule-based correction before each run (appendix B.1).")
+    max_code_bytes: int = option(
+        64 * 1024,
+        "Longest code a call may send, in UTF-8 bytes; longer is refused before correction, "
+        "which runs outside the sandbox's limits (a 4 MB source costs it ~20 s and 1.5 GB).",
+    )
     correction_model: str | None = option(
         None,
         "Model (reference or base URL) that explains a NameError, IndexError, ValueError, "
@@ -80,6 +85,11 @@ class PythonToolConfig:
                 f"feedback_max_tokens must be >= 1, got {self.feedback_max_tokens}",
                 "give the correction model room for a sentence or more",
             )
+        if self.max_code_bytes < 1:
+            raise UserError(
+                f"max_code_bytes must be >= 1, got {self.max_code_bytes}",
+                "the default, 65536, fits any program a policy writes in one call",
+            )
 
 
 class PythonTool:
@@ -97,9 +107,11 @@ class PythonTool:
         correction: bool = True,
         corrector: ModelCorrector | None = None,
         retrieval: Tool | None = None,
+        max_code_bytes: int = PythonToolConfig.max_code_bytes,
     ) -> None:
         self.sandbox = sandbox
         self.correction = correction
+        self.max_code_bytes = max_code_bytes
         self.corrector = corrector
         self.retrieval = retrieval
 
@@ -107,6 +119,18 @@ class PythonTool:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return bad_arguments(self.spec, '"code" must be a non-empty string of Python code')
+        size = len(code.encode(errors="surrogatepass"))
+        if size > self.max_code_bytes:
+            return ToolResult(
+                f"python: the code is {size} bytes, over the limit of {self.max_code_bytes}; "
+                "send shorter code",
+                error="too_long",
+            )
+        # Checked here, not left to the sandbox: Python source is UTF-8 text.
+        problem = not_text({"code": code})
+        if problem:
+            hint = "to mean Python's escape in a string, write it with two backslashes in JSON"
+            return bad_arguments(self.spec, f"{problem}; {hint}")
         fixed = correct(code) if self.correction else None
         code = fixed.code if fixed else code
         run = self.sandbox.run(code)
@@ -136,7 +160,7 @@ class PythonTool:
         request = retrieval_request(error_type, code, traceback)
         if request is None:
             return None
-        found = self.retrieval.call(request)
+        found = call_safely(self.retrieval, request)
         if not found.ok:
             return None
         return f"Documentation of {request['repo_name']} that may help:\n{found.text}"
@@ -189,4 +213,6 @@ def build_python_tool(config: PythonToolConfig, retrieval: Tool | None = None) -
         serial = not is_url(config.correction_model)
         corrector = ModelCorrector(engine, config.feedback_max_tokens, serial)
     consulted = retrieval if config.retrieval_feedback else None
-    return PythonTool(Sandbox(config.sandbox), config.correction, corrector, consulted)
+    return PythonTool(
+        Sandbox(config.sandbox), config.correction, corrector, consulted, config.max_code_bytes
+    )

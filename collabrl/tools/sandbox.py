@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import secrets
 import selectors
@@ -55,6 +56,9 @@ class SandboxLimits:
     max_processes: int = option(16, "Processes and threads of the run (RLIMIT_NPROC).")
     max_output_bytes: int = option(65536, "stdout+stderr kept; beyond it the run is killed.")
     disk_mb: int = option(64, "Size of the working dir and /tmp tmpfs; max file size.")
+    disk_inodes: int = option(
+        4096, "Files and directories in each tmpfs of a jail (nr_inodes; as root only)."
+    )
     isolation: str = option("auto", "auto | bwrap | namespaces | rlimits (see docs/tools.md).")
 
     def check(self) -> None:
@@ -291,6 +295,8 @@ def _command(
     if not jailed:
         os.mkdir(workdir, 0o700)
     binds, symlinks = _binds(python)
+    # Remounting a tmpfs needs CAP_SYS_ADMIN, which only a root parent's jail holds.
+    tmpfs = ["/tmp", WORKDIR, "/dev/shm"] if jailed and uid is not None else []
     config = {
         "mode": mode,
         "workdir": workdir,
@@ -301,6 +307,9 @@ def _command(
         "max_open_files": limits.max_open_files,
         "max_processes": limits.max_processes,
         "disk_bytes": limits.disk_mb << 20,
+        "disk_inodes": limits.disk_inodes,
+        "tmpfs": tmpfs,
+        "seccomp": seccomp_supported(),
         "root": str(tmp),
         "binds": binds,
         "symlinks": symlinks,
@@ -339,8 +348,19 @@ def _bwrap_args(limits: SandboxLimits, binds: list[str], symlinks: dict[str, str
     for name, dest in symlinks.items():
         args += ["--symlink", dest, name]
     args += ["--proc", "/proc", "--dev", "/dev"]
+    # POSIX semaphores and shared memory (multiprocessing) live here: sized like /tmp.
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     args += ["--perms", "0700", "--size", size, "--tmpfs", WORKDIR, "--chdir", WORKDIR]
     return args
+
+
+def seccomp_supported() -> bool:
+    """Whether jail.py's seccomp filter (x86_64 syscall numbers) applies on this machine.
+
+    Elsewhere runs go without it: no keyring isolation, and user namespaces, io_uring,
+    memfds and System V IPC stay open (docs/tools.md).
+    """
+    return platform.machine() == "x86_64"
 
 
 _PATHS: dict[str, tuple[list[str], dict[str, str]]] = {}

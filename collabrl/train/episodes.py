@@ -11,7 +11,11 @@ before any trainer turns episodes into tensors:
   smaller than the first guidance, an endpoint that answered EOS at once). They stay in
   their group (GRPO needs G completions per prompt, and their reward still counts in the
   group's mean) as one masked token that trains nothing; their share is logged as
-  `episodes/empty`, so a run's logs say how many.
+  `episodes/empty`, so a run's logs say how many;
+- *failed* episodes (`EndReason.ERROR`): serving one of their pauses or reading their
+  text raised, so they stopped unfinished. They are sent masked the same way (all their
+  tokens, `ProtocolRollout.to_trl`), earn 0 whatever a reward function says
+  (`train.rewards`), and are counted as `episodes/end/error`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.runner import prepare_run_folder
 from collabrl.models import resolve_model
-from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.config import collaborators_of
 from collabrl.train.grpo_config import (
     RESUMABLE_KEYS,
     GRPOTrainConfig,
@@ -83,12 +83,6 @@ def train_grpo(
         result.evaluation = evaluate_run(config, out, prompt, progress, report)
         runs.write_json(out / EVALUATION, result.evaluation)
     return result
-
-
-def collaborators_of(protocol: ProtocolConfig) -> list[str]:
-    """The models the rollout protocol calls beside the policy: relay's teacher, consult's
-    experts (rsim's planner trains in-process; the protocol's own check reads it)."""
-    return [ref for ref in (protocol.teacher, *protocol.experts) if ref]
 
 
 def free_training_memory() -> None:

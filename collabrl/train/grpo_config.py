@@ -247,6 +247,7 @@ class GRPOTrainConfig(DataColumns):
         if self.max_prompt_tokens is not None:
             own_template(self)  # refused where the prompt is known only at run time (apollo)
         grpo_args(self, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
+        self.lora.check_targets(self.model)  # last: it reads the model's config.json
 
     def check_eval_steps(self) -> None:
         """Evaluation during training needs a held-out set, and a method whose policy

@@ -130,13 +130,10 @@ def model_shape(ref: str) -> ModelShape | None:
 
 def shape_from_config(folder: Path) -> ModelShape:
     """Count the parameters of the architecture in `folder` on torch's meta device."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from collabrl.models import meta_model
 
-    config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    text = config.get_text_config()
+    model = meta_model(folder)
+    text = model.config.get_text_config()
     return ModelShape(
         parameters=sum(p.numel() for p in model.parameters()),
         hidden_size=getattr(text, "hidden_size", None),

@@ -8,9 +8,13 @@ group may be split across processes, and its scenario is decided over the whole 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import importlib.util
+import inspect
+import math
+import numbers
 import os
 import sys
 from collections.abc import Callable
@@ -34,7 +38,25 @@ def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
     """The run's reward functions (TRL sums them): the method's, the user's
     `reward_funcs` beside them, or those alone (`reward_mode: replace`)."""
     users = [load_reward_func(spec) for spec in config.reward_funcs]
-    return users if config.reward_mode == "replace" else [*method_rewards(config), *users]
+    funcs = users if config.reward_mode == "replace" else [*method_rewards(config), *users]
+    return [no_credit_on_error(func) for func in funcs]
+
+
+def no_credit_on_error(func: RewardFunc) -> RewardFunc:
+    """`func`, paying 0 to every failed episode (`EndReason.ERROR`, the rollout's `end`
+    extra) whatever it computes: such an episode stopped unfinished, and no rule, the
+    user's included, may credit or penalise what it wrote before it failed (eapo's 0.1
+    for a format, relay's −ρ for its calls)."""
+
+    @functools.wraps(func)
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        values = func(prompts, completions, **kwargs)
+        ends = kwargs.get("end")
+        if not ends or not isinstance(values, list) or len(values) != len(ends):
+            return values  # not per episode: what is wrong is said where rewards are checked
+        return [0.0 if end == EndReason.ERROR else v for v, end in zip(values, ends, strict=True)]
+
+    return reward
 
 
 def load_reward_func(spec: str) -> RewardFunc:
@@ -57,7 +79,95 @@ def load_reward_func(spec: str) -> RewardFunc:
             f"{source} has no function {name} (reward function {spec})",
             "name a function f(prompts, completions, **kwargs) -> list[float]",
         )
-    return function
+    check_signature(function, spec)
+    return checked(function, spec)
+
+
+SIGNATURE_HINT = "write it as f(prompts, completions, **kwargs) -> list[float]"
+
+
+def check_signature(function: Callable[..., Any], spec: str) -> None:
+    """Refuse a function TRL cannot call: TRL 1.16 calls a reward function with keywords
+    only, `f(prompts=..., completions=..., completion_ids=..., **extras)` (the extras:
+    the episodes' columns, trainer_state, log_extra, log_metric), so it must take any
+    keyword and no argument by position alone (`builtins:len` takes one)."""
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError) as err:  # some builtins have no signature to read
+        raise UserError(
+            f"reward function {spec} has no signature Python can read", SIGNATURE_HINT
+        ) from err
+    by_position = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if by_position:
+        raise UserError(
+            f"reward function {spec} takes {', '.join(by_position)} by position only "
+            "(TRL passes every argument by keyword)",
+            SIGNATURE_HINT,
+        )
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        raise UserError(
+            f"reward function {spec} takes no **kwargs (TRL passes completion_ids and the "
+            "episodes' extras by keyword too)",
+            SIGNATURE_HINT,
+        )
+
+
+def checked(function: Callable[..., Any], spec: str) -> RewardFunc:
+    """`function`, called as TRL calls it (by keyword; an async one run to its end),
+    its errors and its bad rewards one line that names it: a user's function that
+    raises, or pays None for every sample, a string, NaN or the wrong number of rewards,
+    would otherwise be a traceback from inside TRL, or a NaN trained on silently."""
+
+    @functools.wraps(function)
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        try:
+            values = function(prompts=prompts, completions=completions, **kwargs)
+            if inspect.isawaitable(values):
+                values = asyncio.run(values)  # type: ignore[arg-type]
+        except Exception as err:
+            problem = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise UserError(
+                f"reward function {spec} raised {type(err).__name__}: {problem}".rstrip(": ")
+            ) from err
+        return checked_rewards(values, len(completions), spec)
+
+    return reward
+
+
+def checked_rewards(values: Any, expected: int, spec: str) -> list[float | None]:
+    """`values` as one reward per completion: numbers, or None where the function does
+    not apply (TRL 1.16 reads None as NaN and leaves it out of the sum; a sample that
+    every function leaves out has no reward, which TRL allows). NaN and infinity are
+    refused: TRL would train on them (a NaN advantage, an infinite loss)."""
+    if hasattr(values, "tolist") and not isinstance(values, list):  # numpy, torch
+        values = values.tolist()
+    if not isinstance(values, list | tuple):
+        raise UserError(
+            f"reward function {spec} returned {type(values).__name__}, "
+            f"not a list of {expected} rewards",
+            SIGNATURE_HINT,
+        )
+    if len(values) != expected:
+        raise UserError(
+            f"reward function {spec} returned {len(values)} rewards for {expected} completions",
+            "return one reward per completion, in their order",
+        )
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real):
+            raise UserError(
+                f"reward function {spec} returned {type(value).__name__} {value!r:.40} "
+                f"for completion {i}, not a number",
+                "return a float per completion (None where it does not apply)",
+            )
+        if not math.isfinite(value):
+            raise UserError(
+                f"reward function {spec} returned {value} for completion {i}: a reward "
+                "must be finite",
+                "return a finite float (None where it does not apply)",
+            )
+    return list(values)
 
 
 def _import_module(name: str) -> ModuleType:
@@ -88,6 +198,11 @@ def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
     return [relay_simple] if config.reward == "simple" else [relay_difficulty_aware]
 
 
+# What the rewards paid for (a truncated episode's last number earns nothing), and the
+# share of answers in the prompt's format (lm-eval's strict-match; `rewards.score`).
+ACCURACY_NAMES = {"correct": "accuracy", "strict_correct": "strict_accuracy"}
+
+
 def log_episodes(kwargs: dict[str, Any]) -> None:
     """Batch means of what the episodes did, as TRL metrics (`episodes/...`), and the
     share of episodes that ended for each reason (`episodes/end/REASON`, every protocol's
@@ -95,14 +210,15 @@ def log_episodes(kwargs: dict[str, Any]) -> None:
     log = kwargs.get("log_metric")
     if log is None:
         return
-    keys = ("correct", "call_ratio", "call_ratio_requested", "calls", "accepted_calls")
+    keys = ("correct", "strict_correct", "call_ratio", "call_ratio_requested", "calls")
+    keys += ("accepted_calls",)
     keys += ("format_errors", "tool_calls", "tool_errors")
     # What the protocols' specs log of their own extras (consult: accept_prob).
     keys += registry.metric_keys()
     keys += ("rollout_seconds", "identical_groups", "empty")
     for key in (k for k in dict.fromkeys(keys) if k in kwargs):  # a protocol's: when it ran
         values = [float(v) for v in kwargs[key]]
-        name = "accuracy" if key == "correct" else key
+        name = ACCURACY_NAMES.get(key, key)
         log(f"episodes/{name}", sum(values) / len(values))
     ends = kwargs.get("end")
     if ends:

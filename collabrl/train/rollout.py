@@ -42,12 +42,12 @@ from collabrl.data.benchmarks import Item
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.openai_http import OpenAIEngine
 from collabrl.engines.vllm import VLLMEngine
-from collabrl.episode import Episode
+from collabrl.episode import EndReason, Episode
 from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.consult import policy_text
 from collabrl.rewards.eapo import format_ok
-from collabrl.rewards.score import score_answer
+from collabrl.rewards.score import score_episode
 from collabrl.train.episodes import check_trainable
 from collabrl.train.schedules import ScheduleCallback
 
@@ -65,7 +65,8 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
     spec = registry.find(episode.meta.get("protocol"))
     return {
         "problem_id": episode.problem_id,
-        **score_answer(episode.answer, item.answer, item.answer_type),
+        # A truncated episode's flexible answer (its last number) earns no reward.
+        **score_episode(episode, item.answer, item.answer_type, training=True),
         "call_ratio": episode.call_ratio_realised(),
         "call_ratio_requested": episode.call_ratio_requested(),
         "calls": len(episode.calls),
@@ -269,6 +270,13 @@ class ProtocolRollout:
             if not ids:
                 # TRL needs one token per completion; an empty episode trains on nothing.
                 ids, mask, logprobs = [self._eos_id()], [0], [0.0]
+            elif episode.end is EndReason.ERROR:
+                # Masked, not trained with reward 0: it failed in the toolkit's code (a
+                # tool, a collaborator or a parser raised, where the contract is that
+                # none does), so its tokens were never judged, and a penalty would teach
+                # the policy to avoid our bug, not its mistake. It keeps its place in the
+                # group, with no answer and reward 0 (train/rewards.py), as EMPTY does.
+                mask = [0] * len(ids)
             logprobs_complete = logprobs_complete and logprobs is not None
             out["prompt_ids"].append(list(episode.prompt_ids))
             out["completion_ids"].append(list(ids))

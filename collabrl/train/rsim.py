@@ -185,6 +185,7 @@ END_REASONS: tuple[str, ...] = (
     EndReason.MAX_STEPS,
     EndReason.LENGTH,
     EndReason.EMPTY,
+    EndReason.ERROR,
 )
 
 

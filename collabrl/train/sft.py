@@ -167,6 +167,7 @@ class SFTTrainConfig:
         from trl import SFTConfig
 
         check_trl_keys(self.trl, SFTConfig)
+        self.lora.check_targets(self.model)  # last: it reads the model's config.json
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ model."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -540,3 +541,143 @@ def test_an_oversized_problem_is_refused_where_no_row_may_be_skipped(
 )
 def test_a_stand_in_with_an_impossible_accuracy_is_refused(args: list[str], cwd: Path) -> None:
     refused(args, "a stand-in's accuracy is a number from 0 to 1", cwd, {})
+
+
+# --- hostile configs and data files (issue 33) ---------------------------------------------------
+
+# Nine anchors, each aliasing the one before nine times: 9^9 values in ~300 bytes, which every
+# reader after the parser (the copies, the dry run's listing) would expand, in a key that
+# takes any value.
+LAUGHS = "engine:\n  chat_template_kwargs:\n    a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"    {b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+TRAIN = ["train", "grpo", "--model", "{tiny}", "--data", "arith_train", "--steps", "1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "content", "error"),
+    [
+        ([*TRAIN, "--dry-run", "--config", "{file}"], LAUGHS, "{file}:8 is not valid YAML"),
+        ([*TRAIN, "--config", "{file}"], "sampling:\n\tn: 4\n", "{file}:2 is not valid YAML"),
+        ([*TRAIN, "--config", "{file}"], None, "cannot read config {file}: not a regular file"),
+        ([*TRAIN, "--data", "{file}"], None, "cannot read data file {file}: not a regular file"),
+        ([*TRAIN, "--dry-run", "--set", "a." * 3000 + "b=1"], "", "3001 levels deep"),
+    ],
+    ids=["billion laughs", "tab", "fifo config", "fifo data", "deep --set"],
+)
+def test_a_hostile_config_or_data_file_is_one_line(
+    args: list[str], content: str | None, error: str, cwd: Path, inputs: dict, tmp_path: Path
+) -> None:
+    file = tmp_path / "hostile.jsonl"
+    if content is None:
+        os.mkfifo(file)  # opening it would wait for a writer forever
+    else:
+        file.write_text(content)
+    refused(args, error, cwd, inputs | {"file": str(file)})
+
+
+# --- readers never write (issue 33) --------------------------------------------------------------
+
+
+def _episode_record(step: int) -> dict:
+    episode = {"problem_id": "p", "prompt_ids": [1, 2], "segments": [], "answer": "5", "end": "eos"}
+    return {"step": step, "correct": True, "gold": "5", "episode": episode}
+
+
+@pytest.mark.parametrize(
+    ("tail", "steps"),
+    [(b'{"step": 2, "epis', "step 1 · "), (json.dumps(_episode_record(2)).encode(), "step 2 · ")],
+    ids=["torn", "unended"],
+)
+def test_train_rollouts_on_a_live_run_reads_without_writing(
+    tmp_path: Path, tail: bytes, steps: str
+) -> None:
+    (tmp_path / "run").mkdir()
+    rollouts = tmp_path / "run" / "rollouts.jsonl"
+    rollouts.write_bytes(json.dumps(_episode_record(1)).encode() + b"\n" + tail)
+
+    result = collab("train", "rollouts", "run", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert steps in result.stdout
+    assert rollouts.read_bytes() == json.dumps(_episode_record(1)).encode() + b"\n" + tail
+    assert result.stderr.count("cut short") == (tail.startswith(b'{"step": 2, "epis'))
+
+
+def test_eval_report_on_a_live_run_reads_without_writing(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text('{"samples_per_problem": 1, "problems": 2}')
+    samples = b"".join(
+        json.dumps({"item_id": f"g{i}-x", "sample": 0, "correct": True}).encode() + b"\n"
+        for i in (1, 2)
+    )
+    (run / "samples.jsonl").write_bytes(samples + b'{"item_id": "g3-')
+
+    result = collab("eval", "report", "run", "--by", "(g\\d)-", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert "g1" in result.stdout and "g2" in result.stdout and "g3" not in result.stdout
+    assert (run / "samples.jsonl").read_bytes() == samples + b'{"item_id": "g3-'
+    assert result.stderr.count("cut short") == 1
+
+
+# --- resume: a broken checkpoint, nothing to resume (issue 33) -----------------------------------
+
+
+def test_train_resume_from_a_broken_checkpoint_names_it_and_the_one_before(
+    cwd: Path, inputs: dict
+) -> None:
+    from tests.train.test_run import write_checkpoint
+
+    write_checkpoint(cwd / "run" / "checkpoints", 1)
+    broken = write_checkpoint(cwd / "run" / "checkpoints", 2)
+    (broken / "trainer_state.json").write_text('{"global_step": 2, "log_hi')
+    before = {p: p.read_bytes() for p in cwd.rglob("*") if p.is_file()}
+    args = [*TRAIN, "--steps", "4", "--resume", "--out", "run"]
+
+    result = collab(*[a.format(**inputs) for a in args], cwd=cwd)
+
+    line = assert_one_line_error(result, "checkpoint run/checkpoints/checkpoint-2 is broken")
+    assert "resume from checkpoint-1, the one before it" in line
+    assert {p: p.read_bytes() for p in cwd.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("out", "error"),
+    [
+        (["--out", "{missing}"], "no evolve run to resume in {missing}"),
+        ([], "--resume needs --out"),
+    ],
+    ids=["empty folder", "no --out"],
+)
+def test_evolve_resume_with_nothing_to_resume_is_refused(
+    out: list[str], error: str, cwd: Path, inputs: dict
+) -> None:
+    refused([*BASE["evolve"], "--resume", *out], error, cwd, inputs)
+
+
+# --- collaborators that cannot work, in eval (issue 33) ----------------------------------------
+
+EVAL = ["eval", "arith", "--limit", "1", "--out", "O"]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--engine", "bogus"], "--engine: engine.kind must be one of auto, transformers"),
+        (["--set", "engine.timeout=-1"], "engine.timeout must be a finite number > 0, got -1.0"),
+        (["--protocol", "relay", "--teacher", "{down}"], "cannot reach {down}"),
+        (["--protocol", "consult", "--expert", "no-such-expert"], "unknown model 'no-such-expert'"),
+        (["--protocol", "relay", "--teacher", "Reference@0.5"], "written in lower case"),
+        (["--protocol", "consult", "--expert", "REFERENCE"], "written in lower case"),
+        (["--judge", "{down}"], "cannot reach {down}"),
+        (["--judge", "my-judge"], "--judge: judge 'my-judge' is not a base URL"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_eval_refuses_a_collaborator_that_cannot_work(
+    args: list[str], error: str, cwd: Path, inputs: dict
+) -> None:
+    refused([*EVAL, *args], error, cwd, inputs)  # O/config.yaml is not written either

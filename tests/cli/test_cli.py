@@ -382,6 +382,42 @@ def test_serve_unknown_role(tmp_path: Path) -> None:
     assert_one_line_error(collab("serve", "oracle", cwd=tmp_path), "unknown role 'oracle'")
 
 
+@pytest.mark.parametrize("role", ["expert", "tools"])
+@pytest.mark.parametrize(
+    ("key", "env"),
+    [("", None), ("\n", None), ("sk two", None), (None, "sk-1\n")],
+    ids=["empty", "newline", "space", "env newline"],
+)
+def test_a_key_no_client_can_send_is_refused(
+    tmp_path: Path, role: str, key: str | None, env: str | None
+) -> None:
+    """An empty --api-key once started an open server without a word."""
+    args = ["serve", role, "--engine", "transformers", "--dry-run"]
+    args += [] if key is None else ["--api-key", key]
+    result = collab(*args, cwd=tmp_path, env={"COLLABRL_API_KEY": env or ""})
+    line = assert_one_line_error(result, "printable ASCII without spaces")
+    assert line.startswith("error: --api-key: api_key" if env is None else "error: COLLABRL")
+    assert result.returncode == 2 and not result.stdout
+
+
+@pytest.mark.parametrize("role", ["expert", "tools"])
+def test_serving_every_interface_without_a_key_warns(tmp_path: Path, role: str) -> None:
+    args = ["serve", role, "--engine", "transformers", "--dry-run"]
+    no_key = {"COLLABRL_API_KEY": ""}
+    for host in ("127.0.0.1", "localhost", "::1"):
+        local = collab(*args, "--host", host, cwd=tmp_path, env=no_key)
+        assert local.returncode == 0 and not local.stderr, local.stderr
+    exposed = collab(*args, "--host", "0.0.0.0", cwd=tmp_path, env=no_key)
+    assert exposed.returncode == 0
+    [warning] = exposed.stderr.splitlines()
+    assert warning.startswith("warning: --host 0.0.0.0 without an API key: anyone")
+    assert warning.endswith("pass --api-key or set COLLABRL_API_KEY")
+    for keyed in (["--api-key", "sk-1"], []):
+        env = {} if keyed else {"COLLABRL_API_KEY": "sk-env"}
+        quiet = collab(*args, "--host", "0.0.0.0", *keyed, cwd=tmp_path, env=env)
+        assert quiet.returncode == 0 and not quiet.stderr, quiet.stderr
+
+
 def test_infer_answers_with_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:
     result = collab(
         "infer", "solo", "Hello", "--model", str(tiny_model_dir), "--max-tokens", "4", cwd=tmp_path

@@ -32,3 +32,25 @@ def test_serve_tools_over_stdio() -> None:
         assert _sum_of_squares(connection) == "30"
     finally:
         connection.close()
+
+
+def test_ctrl_c_stops_the_tools_server_like_the_model_server() -> None:
+    """Ctrl-C is how a served tool stops: "stopped" and exit 0 (it was a silent 130)."""
+    import signal
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collabrl.cli.main", "serve", "tools", "--transport", "stdio"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT at its default, as under a terminal (a background test run ignores it).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert process.stderr is not None
+    assert process.stderr.readline().startswith("ready: stdio")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert stderr.splitlines() == ["stopped"]

@@ -176,3 +176,66 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint(
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [h["step"] for h in logged if "reward" in h] == [1, 2, 3, 4]  # none twice
     assert (run / "final" / "config.json").is_file()
+
+
+# What a dry run, `config show` and the run refuse alike, before any work (issue 33): a
+# reward function TRL cannot call, an engine that does not exist, LoRA targets the model
+# lacks, a misspelt stand-in.
+WRONG_SIGNATURE = "def two(prompts, completions):\n    return [0.0 for _ in completions]\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["grpo", "--reward-func", "builtins:len"], "builtins:len takes obj by position only"),
+        (["grpo", "--reward-func", "my_rewards:two"], "my_rewards:two takes no **kwargs"),
+        (["grpo", "--set", "engine.kind=bogus"], "engine.kind must be one of auto, transformers"),
+        (["grpo", "--set", "engine.timeout=-1"], "engine.timeout must be a finite number > 0"),
+        (
+            ["grpo", "--model", "{tiny}", "--lora", "--set", "lora.target_modules=[q_proj,bogus]"],
+            "lora.target_modules: {tiny} has no module 'bogus' LoRA can adapt",
+        ),
+        (
+            ["grpo", "--lora", "--set", "lora.target_modules=[all-linear,q_proj]"],
+            "lora.target_modules must be all-linear alone, or module names",
+        ),
+        (["relay", "--teacher", "Reference@0.5"], "the stand-in is written in lower case"),
+    ],
+)
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "run"])
+def test_the_dry_run_refuses_what_the_run_refuses(
+    args: list[str], fragment: str, dry_run: bool, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "my_rewards.py").write_text(WRONG_SIGNATURE)
+    args = [arg.format(tiny=tiny_model_dir) for arg in args]
+    more = ["--dry-run"] if dry_run else []
+    result = collab("train", *args, "--out", "run", *more, cwd=tmp_path)
+    assert_one_line_error(result, fragment.format(tiny=tiny_model_dir))
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_show_refuses_what_the_run_refuses(tmp_path: Path) -> None:
+    shown = collab("config", "show", "train-grpo", "--set", "engine.kind=bogus", cwd=tmp_path)
+    assert_one_line_error(shown, "engine.kind must be one of")
+
+
+RAISES = "def fails(prompts, completions, **kwargs):\n    raise KeyError('score')\n"
+NAN = "def nan(prompts, completions, **kwargs):\n    return [float('nan')] * len(completions)\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "spec", "fragment"),
+    [
+        (RAISES, "user_rewards:fails", "reward function user_rewards:fails raised KeyError"),
+        (NAN, "user_rewards:nan", "reward function user_rewards:nan returned nan for completion"),
+    ],
+)
+def test_a_reward_function_failing_in_a_run_is_one_line(
+    source: str, spec: str, fragment: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "user_rewards.py").write_text(source)
+    result = collab(*_grpo_args(tiny_model_dir, 1, "--reward-func", spec), cwd=tmp_path)
+    # The model has loaded (its progress bars come first): the error is the last line.
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"error: {fragment}"), result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -343,8 +344,36 @@ def test_unsupported_suffix_is_a_user_error(tmp_path: Path) -> None:
 
 def test_non_utf8_jsonl_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
-    path.write_bytes('{"problem": "caf\u00e9", "answer": "1"}\n'.encode("latin-1"))
-    with pytest.raises(UserError, match="cannot read"):
+    path.write_bytes(
+        b'{"problem": "1", "answer": "1"}\n' + '{"problem": "caf\u00e9"}\n'.encode("latin-1")
+    )
+    with pytest.raises(UserError, match=r"latin1\.jsonl:2 is not UTF-8 text"):
+        load_benchmark(str(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"problem": ' + "[" * 100_000, ":2 is nested too deeply to read"),
+        (
+            '{"problem": "1", "answer": ' + "9" * 5000 + "}",
+            ":2 holds an integer of over 4300 digits",
+        ),
+    ],
+)
+def test_a_row_python_cannot_read_is_one_line(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "hostile.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + text + "\n")
+    with pytest.raises(UserError) as info:
+        load_benchmark(str(path), CUSTOM)
+    assert f"{path}{problem}" in info.value.problem
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
+def test_a_fifo_as_data_is_refused_without_opening_it(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"data{suffix}"
+    os.mkfifo(path)  # opening it to read would wait for a writer forever
+    with pytest.raises(UserError, match="not a regular file"):
         load_benchmark(str(path))
 
 

@@ -96,3 +96,10 @@ def test_a_problem_it_does_not_know_gets_a_near_miss_without_the_solution(smol_t
     right = reference_completion(reference, 1000, smol_tokenizer, accuracy=1.0)
     assert extract_answer(right.text, ("boxed",)) == "47"
     assert near_miss(Reference("\\frac{1}{2}", key="k")).answer.startswith("\\frac{1}{2}+")
+
+
+@pytest.mark.parametrize("ref", ["Reference", "REFERENCE", "Reference@0.5", "REFERENCE@x"])
+def test_the_stand_in_in_another_casing_is_refused_not_taken_for_a_model(ref: str) -> None:
+    with pytest.raises(UserError, match=f"write {ref.lower()}$"):
+        stand_in_accuracy(ref)
+    assert stand_in_accuracy("references/teacher") is None  # a model path that starts alike

@@ -157,6 +157,32 @@ def test_sigterm_ends_a_busy_server_within_seconds(tiny_model_dir):
     assert answers == [503] * 4
 
 
+def test_a_second_ctrl_c_stops_as_cleanly_as_the_first(tiny_model_dir):
+    """uvicorn's forced exit on a repeated SIGINT logged the cancelled lifespan's
+    traceback; the shutdown is seconds long anyway, so the repeat changes nothing."""
+    import threading
+
+    proc = ServerProcess(tiny_model_dir).wait_ready()
+    body = {"model": "expert", "prompt": "Hello", "max_tokens": 1900, "temperature": 0}
+    asking = threading.Thread(
+        target=lambda: httpx.post(proc.url + "/completions", json=body, timeout=60)
+    )
+    asking.start()
+    time.sleep(1.0)  # generating
+    try:
+        proc.proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.proc.send_signal(signal.SIGINT)
+        assert proc.proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    asking.join(timeout=10)
+    time.sleep(0.2)  # the reader thread takes the last lines
+    log = "".join(proc.lines)
+    assert "Traceback" not in log and "ERROR" not in log, log
+    assert proc.lines[-1].strip() == "stopped"
+
+
 def test_port_in_use_is_a_one_line_error(tiny_model_dir, server):
     import subprocess
     import sys
@@ -264,6 +290,28 @@ def test_text_that_is_not_unicode_is_a_400(server, path: str, body: bytes) -> No
     assert _post(
         server, "/completions", {"model": "expert", "prompt": "ok", "max_tokens": 2}
     ).is_success
+
+
+def test_a_seed_beyond_64_bits_is_a_400_as_in_vllm(server, client) -> None:
+    """2**70 reached torch's generator and came back a 500."""
+    for seed in (2**70, -(2**63) - 1):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.completions.create(model="expert", prompt="x", max_tokens=2, seed=seed)
+        assert err.value.status_code == 400
+        body = {"model": "expert", "prompt": "x", "max_tokens": 2, "seed": seed}
+        assert _openai_error(_post(server, "/completions", body), 400)["param"] == "seed"
+    for seed in (2**63 - 1, -(2**63)):  # vLLM's bounds, which torch takes
+        client.completions.create(model="expert", prompt="x", max_tokens=2, seed=seed, n=2)
+
+
+def test_a_message_of_a_role_no_template_knows_is_a_400(server, client) -> None:
+    messages = [{"role": "oracle", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="expert", messages=messages, max_tokens=2)
+    assert "role" in str(err.value)
+    body = {"model": "expert", "messages": messages, "max_tokens": 2}
+    error = _openai_error(_post(server, "/chat/completions", body), 400)
+    assert error["param"] == "messages.0.role"
 
 
 def test_a_prompt_longer_than_the_context_is_refused_before_it_is_queued(server) -> None:

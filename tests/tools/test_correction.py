@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from collabrl.engines.base import SamplingParams
 from collabrl.tools.correction import (
     GUIDANCE,
+    Correction,
     ModelCorrector,
     add_missing_imports,
     compiles,
@@ -583,3 +584,14 @@ def test_retrieval_request_is_none_without_an_indexed_library_error(error_type, 
 def test_retrieval_request_is_none_without_a_frame_of_the_models_code():
     error = "ValueError: n must be a non-negative integer"
     assert retrieval_request("ValueError", "import math", error) is None
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["print(" + "-" * 10_000 + "1)", "print(" + "not " * 10_000 + "1)", "lambda: " * 10_000 + "1"],
+    ids=["unary", "not", "lambda"],
+)
+def test_code_too_deep_for_the_compiler_is_left_as_given(code):
+    # compile() and ast.parse raise RecursionError/MemoryError here, not SyntaxError.
+    assert correct(code) == Correction(code)
+    assert retrieval_request("TypeError", code, 'File "<code>", line 1\n    x\n') is None

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -265,15 +266,48 @@ def test_a_slow_call_times_out_and_the_connection_survives():
         connection.close()
 
 
-def test_a_dead_server_makes_calls_unavailable_and_close_still_cleans_up():
+def test_a_lost_session_is_reopened_once_and_close_still_cleans_up():
     threads_before = set(threading.enumerate())
     connection = connect(parse_server(OURS_STDIO))
-    os.kill(int(connection.call_tool("sleep", {}).text), signal.SIGKILL)
-    assert connection.call_tool("add", {"a": 1, "b": 1}).error == "unavailable"
+    first = int(connection.call_tool("sleep", {}).text)
+    os.kill(first, signal.SIGKILL)
+    # The call that finds the session lost opens a new one (a new server) and is answered.
+    assert connection.call_tool("add", {"a": 1, "b": 1}) == ToolResult("2")
+    second = int(connection.call_tool("sleep", {}).text)
+    assert second != first
     connection.close()
+    assert gone(second)
     assert set(threading.enumerate()) <= threads_before
     # After close, a call is still an answer the model can read, not an exception.
     assert connection.call_tool("add", {"a": 1, "b": 1}).error == "unavailable"
+
+
+def test_a_server_that_cannot_come_back_makes_calls_unavailable(tmp_path):
+    # The server runs from a copy of this file, removed once it is up: after a kill,
+    # reconnecting fails, and the call is answered "unavailable", not raised.
+    script = tmp_path / "server.py"
+    script.write_text(Path(__file__).read_text())
+    config = parse_server(f"stdio:{sys.executable} {script} ours stdio")
+    config.connect_timeout = 10
+    connection = connect(config)
+    try:
+        script.unlink()
+        os.kill(int(connection.call_tool("sleep", {}).text), signal.SIGKILL)
+        assert connection.call_tool("add", {"a": 1, "b": 1}).error == "unavailable"
+    finally:
+        connection.close()
+
+
+def test_a_lone_surrogate_is_refused_and_the_session_goes_on():
+    # JSON's "\ud800" escape reaches a call as a lone surrogate; sent, it broke the
+    # transport's encoder and closed the session for every later call.
+    connection = connect(parse_server(OURS_STDIO))
+    try:
+        refused = connection.call_tool("add", {"a": "\ud800", "b": 1})
+        assert refused.error == "bad_arguments" and "lone surrogate" in refused.text
+        assert connection.call_tool("add", {"a": 1, "b": 1}) == ToolResult("2")
+    finally:
+        connection.close()
 
 
 @pytest.mark.parametrize(

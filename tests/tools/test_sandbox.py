@@ -36,6 +36,20 @@ def test_math_libraries_import_and_compute(sandbox):
     assert result.stdout.splitlines() == ["[-2, 2] 10", "1.259921", "1 10 1j", "24"]
 
 
+def test_multiprocessing_pools_and_locks_work(sandbox):
+    # A pool pickles the code's functions by name from __main__, and its locks are
+    # POSIX semaphores on /dev/shm: both must exist inside the jail.
+    code = (
+        "import multiprocessing\n"
+        "def square(x):\n    return x * x\n"
+        "with multiprocessing.Pool(2) as pool:\n    print(pool.map(square, range(4)))\n"
+        "print(multiprocessing.Value('i', 7).value)"
+    )
+    result = sandbox.run(code)
+    assert result.ok, result
+    assert result.stdout == "[0, 1, 4, 9]\n7\n"
+
+
 def test_stdout_stderr_and_exit_code(sandbox):
     result = sandbox.run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)")
     assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 3)

@@ -19,6 +19,7 @@ from collabrl.cli.main import app
 from collabrl.config import build_config, read_yaml
 from collabrl.errors import UserError
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.lora import LoraSettings
 from collabrl.train.plan import (
     GIB,
     SHAPES,
@@ -261,3 +262,35 @@ def test_the_bench_holds_the_estimate_within_its_tolerance() -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "grpo   small" in done.stdout
+
+
+# LoRA targets are checked against the model's config.json, by the run and its dry run.
+@pytest.mark.parametrize(
+    "targets",
+    [["all-linear"], ["q_proj", "v_proj"], ["self_attn.q_proj", "lm_head"], ["embed_tokens"]],
+)
+def test_lora_targets_the_model_has_pass(targets: list[str], tiny_model_dir: Path) -> None:
+    lora = LoraSettings(enabled=True, target_modules=targets)
+    lora.check()
+    lora.check_targets(str(tiny_model_dir))
+
+
+@pytest.mark.parametrize(
+    ("targets", "missing"),
+    [
+        (["q_proj", "qkv_proj"], "qkv_proj"),  # peft would skip it silently beside q_proj
+        (["self_attn"], "self_attn"),  # a module, but none LoRA adapts (peft raises)
+        (["mlp.q_proj"], "mlp.q_proj"),
+    ],
+)
+def test_lora_targets_the_model_lacks_are_refused(targets, missing, tiny_model_dir) -> None:
+    lora = LoraSettings(enabled=True, target_modules=targets)
+    with pytest.raises(UserError, match=f"has no module '{missing}' LoRA can adapt") as caught:
+        lora.check_targets(str(tiny_model_dir))
+    assert "q_proj, up_proj, v_proj" in caught.value.fix  # what it has, to pick from
+    LoraSettings(enabled=False, target_modules=targets).check_targets(str(tiny_model_dir))
+
+
+def test_lora_targets_of_a_model_not_here_are_left_to_the_run() -> None:
+    """A dry run plans for a cluster's folder: its modules are not known here."""
+    LoraSettings(enabled=True, target_modules=["qkv"]).check_targets("elsewhere/Qwen3-8B")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,96 @@ def test_end_reasons_are_logged_as_shares_of_the_batch() -> None:
         "length": 0.5,
         "turn_budget": 0.25,
     }
+
+
+# A user's functions as TRL calls them: each bad one is one line that names it.
+BAD_REWARDS = """
+import math
+
+def raises(prompts, completions, **kwargs):
+    raise ValueError("no score for this\\nsecond line")
+
+def none(prompts, completions, **kwargs):
+    return None
+
+def strings(prompts, completions, **kwargs):
+    return ["1.0" for _ in completions]
+
+def short(prompts, completions, **kwargs):
+    return [1.0]
+
+def nan(prompts, completions, **kwargs):
+    return [math.nan for _ in completions]
+
+def inf(prompts, completions, **kwargs):
+    return [0.0, -math.inf]
+
+def no_kwargs(prompts, completions):
+    return [0.0 for _ in completions]
+
+def by_position(prompts, completions, /, **kwargs):
+    return [0.0 for _ in completions]
+
+def skips(prompts, completions, **kwargs):
+    return [None, 0.5]
+
+async def later(prompts, completions, **kwargs):
+    return [1.0 for _ in completions]
+
+def completions_only(completions, **kwargs):
+    return [float(len(c)) for c in completions]
+"""
+
+
+@pytest.fixture
+def bad_rewards(tmp_path: Path) -> Path:
+    path = tmp_path / "bad_rewards.py"
+    path.write_text(BAD_REWARDS)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("raises", "reward function {spec} raised ValueError: no score for this$"),
+        ("none", "reward function {spec} returned NoneType, not a list of 2 rewards"),
+        ("strings", "reward function {spec} returned str '1.0' for completion 0, not a number"),
+        ("short", "reward function {spec} returned 1 rewards for 2 completions"),
+        ("nan", "reward function {spec} returned nan for completion 0: a reward must be finite"),
+        ("inf", "reward function {spec} returned -inf for completion 1: a reward must be"),
+    ],
+)
+def test_a_reward_function_that_fails_is_one_line_naming_it(bad_rewards, name, problem) -> None:
+    spec = f"{bad_rewards}:{name}"
+    reward = load_reward_func(spec)
+    with pytest.raises(UserError, match=problem.format(spec=re.escape(spec))) as caught:
+        reward(prompts=["p", "q"], completions=["a", "b"], completion_ids=[[1], [2]], calls=[0, 1])
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("no_kwargs", "takes no \\*\\*kwargs"),
+        ("by_position", "takes prompts, completions by position only"),
+    ],
+)
+def test_a_reward_function_trl_cannot_call_is_refused_when_it_loads(bad_rewards, name, problem):
+    with pytest.raises(UserError, match=problem):
+        load_reward_func(f"{bad_rewards}:{name}")
+    with pytest.raises(UserError, match=problem):  # and so by every run's and dry run's check
+        GRPOTrainConfig(reward_funcs=[f"{bad_rewards}:{name}"]).check()
+
+
+def test_a_builtin_is_refused_by_its_signature() -> None:
+    with pytest.raises(UserError, match="builtins:len takes obj by position only"):
+        load_reward_func("builtins:len")
+
+
+def test_what_trl_allows_of_a_user_function_passes(bad_rewards: Path) -> None:
+    """None where a function does not apply (TRL reads it as NaN, left out of the sum), an
+    async function, one that names only the arguments it reads."""
+    call = {"prompts": ["p", "q"], "completions": ["a", "bc"], "completion_ids": [[1], [2]]}
+    assert load_reward_func(f"{bad_rewards}:skips")(**call) == [None, 0.5]
+    assert load_reward_func(f"{bad_rewards}:later")(**call) == [1.0, 1.0]
+    assert load_reward_func(f"{bad_rewards}:completions_only")(**call) == [1.0, 2.0]

@@ -16,7 +16,7 @@ from collabrl.engines.reference import REFERENCE
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
-from collabrl.train.rewards import relay_simple
+from collabrl.train.rewards import no_credit_on_error, relay_simple
 from collabrl.train.rollout import ProtocolRollout, identical_group_share, warn_if_all_identical
 from tests.engines.test_vllm import _stand_in, _StandInLLM
 from tests.protocols.scripted import ScriptedEngine
@@ -206,3 +206,122 @@ def test_with_trl_vllm_server_the_policy_asks_the_server(smol_tokenizer) -> None
     )  # fmt: skip
     engine = rollout.vllm_engine(trainer)
     assert isinstance(engine, OpenAIEngine) and engine.base_url.startswith("http://10.1.2.3:8000")
+
+
+def test_a_failed_episode_is_masked_counted_and_earns_nothing(smol_tokenizer) -> None:
+    """An ERROR episode: all its tokens masked, `end` error, reward 0 whatever the rule."""
+    rollout = _rollout(smol_tokenizer, [])
+    failed = Episode("p", [1, 2], end=EndReason.ERROR, meta={"error": "RuntimeError: bug"})
+    failed.add(Segment(Author.POLICY, "Answer: 7", [5, 6, 7], None))
+    out = rollout.to_trl([failed])
+    assert out["env_mask"] == [[0, 0, 0]] and out["end"] == ["error"]
+    logged: dict[str, float] = {}
+    kwargs = {**out, "log_metric": logged.__setitem__, "call_ratio": [0.5]}
+    # relay's −ρ would penalise it: a failed episode earns exactly nothing.
+    assert no_credit_on_error(relay_simple)(["p"], ["x"], **kwargs) == [0.0]
+    assert logged["episodes/end/error"] == 1.0
+
+
+# Issue 33: each raised out of PythonTool.call, and lost the batch. The short two (22 and
+# 65 tokens as calls); the deep `not` and `lambda:` chains (3k and 6k tokens) are run
+# through the same protocol in tests/protocols/test_adversarial.py, outside a GRPO step.
+CRASH_SNIPPETS = {"surrogate": "print('\\ud800')", "unary": "print(" + "-" * 3000 + "1)"}
+
+
+class _BrokenRouter:
+    """The real router, with a bug: a call of `explode` raises through it."""
+
+    def __init__(self, router) -> None:
+        self.router = router
+
+    def specs(self):
+        return self.router.specs()
+
+    def call(self, name: str, arguments: dict):
+        if name == "explode":
+            raise RuntimeError("router bug")
+        return self.router.call(name, arguments)
+
+    def close(self) -> None:
+        self.router.close()
+
+
+@pytest.mark.slow
+def test_grpo_with_the_python_tool_survives_the_crash_snippets(
+    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path, caplog
+) -> None:
+    """Done-when of issue 33: one GRPO step in which episodes send crash snippets to the
+    real python tool, and one's call raises, completes, logs the failed episodes and
+    trains on the rest."""
+    import json
+    import logging
+
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from collabrl.protocols.apollo import ApolloConfig, ApolloProtocol, build_router
+    from collabrl.protocols.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_RESPONSE_CLOSE
+    from collabrl.train.rewards import accuracy
+
+    calls = {key: ("python", {"code": code}) for key, code in CRASH_SNIPPETS.items()}
+    calls |= {"explode": ("explode", {}), "fine": ("python", {"code": "print(2 + 5)"})}
+    answers = {"fine": ["\\boxed{7}", "\\boxed{8}"]}  # the two samples rewarded apart
+
+    def reply(prompt) -> str:
+        text = smol_tokenizer.decode(prompt)
+        key = next(k for k in calls if f"Problem {k}." in text)
+        if text.rstrip().endswith(TOOL_RESPONSE_CLOSE):
+            return answers[key].pop(0) if answers.get(key) else "\\boxed{0}"
+        name, arguments = calls[key]
+        body = json.dumps({"name": name, "arguments": arguments})
+        return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
+
+    engine = ScriptedPolicy(smol_tokenizer, reply)
+    config = ApolloConfig(tools=["python"])
+    router = _BrokenRouter(build_router(config))
+    protocol = ApolloProtocol(Policy(engine, smol_tokenizer), router, config)
+    items = [Item(key, f"Problem {key}.", "7", None) for key in calls]
+    rollout = ProtocolRollout(protocol, engine, items, SamplingParams(max_tokens=512), 2)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2 * len(items),
+        num_generations=2,
+        max_completion_length=512,
+        max_steps=1,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[no_credit_on_error(accuracy)],
+        args=args,
+        train_dataset=datasets.Dataset.from_list([{"prompt": i.id} for i in items]),
+        processing_class=smol_tokenizer,
+        rollout_func=rollout,
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="collabrl.protocols.base"):
+            trainer.train()
+    finally:
+        protocol.close()
+    assert trainer.state.global_step == 1  # the step completed
+    episodes = rollout.last.episodes
+    failed = [e for e in episodes if e.end is EndReason.ERROR]
+    assert [e.problem_id for e in failed] == ["explode", "explode"]
+    assert len([r for r in caplog.records if "episode explode" in r.getMessage()]) == 2
+    for episode in episodes:  # a crash snippet is the tool's error, or at worst a failure
+        if episode.problem_id in CRASH_SNIPPETS:
+            assert episode.tool_errors == 1 or episode.end is EndReason.ERROR, episode.meta
+    logged = trainer.state.log_history[0]
+    assert logged["episodes/end/error"] == pytest.approx(len(failed) / len(episodes))
+    # It trained on the rest: the `fine` group's two samples were rewarded apart.
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

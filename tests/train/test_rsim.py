@@ -169,7 +169,9 @@ def test_end_shares_count_every_reason_and_sum_to_one() -> None:
         "max_steps": 0.25,
         "length": 0.25,
         "empty": 0.0,
+        "error": 0.0,
     }
     assert set(end_shares([]).values()) == {0.0}
+    assert end_shares(["error"])["error"] == 1.0  # a failed episode (issue 33) is counted
     with pytest.raises(ValueError, match="turn_budget"):
         end_shares(["turn_budget"])

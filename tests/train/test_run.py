@@ -9,7 +9,14 @@ import pytest
 
 from collabrl.errors import UserError
 from collabrl.train.lora import LoraSettings
-from collabrl.train.run import check_report_to, save_final, step_line, trackers
+from collabrl.train.run import (
+    check_report_to,
+    keep_metrics_until,
+    last_checkpoint,
+    save_final,
+    step_line,
+    trackers,
+)
 
 
 def test_a_step_line_shows_what_the_step_logged_with_time_and_eta() -> None:
@@ -80,3 +87,75 @@ def test_a_lora_run_is_merged_from_its_saved_adapter_as_the_live_model_would_be(
         torch.testing.assert_close(weight, live_merge[name], msg=name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "final"]
     assert any("lora_B" in name for name, _ in trainer.model.named_parameters())
+
+
+# --- a broken checkpoint is named before any work, with the sound one before it (issue 33) -----
+
+
+def write_checkpoint(checkpoints: Path, step: int) -> Path:
+    """A checkpoint folder as TRL saves one, in miniature: state, weights, optimizer."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = checkpoints / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(f'{{"global_step": {step}, "log_history": []}}')
+    save_file({"w": torch.zeros(64)}, str(folder / "model.safetensors"))
+    torch.save({"state": {0: torch.zeros(64)}}, folder / "optimizer.pt")
+    return folder
+
+
+def cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda f: (f / "trainer_state.json").write_text('{"global_st'), "is not valid JSON"),
+        (lambda f: (f / "trainer_state.json").write_text("[]"), "holds no global_step"),
+        (lambda f: (f / "trainer_state.json").unlink(), "No such file"),
+        (lambda f: cut(f / "model.safetensors"), "model.safetensors is cut short"),
+        (lambda f: (f / "model.safetensors").write_bytes(b"\0" * 64), "model.safetensors is cut"),
+        (lambda f: cut(f / "optimizer.pt"), "optimizer.pt is cut short"),
+        (lambda f: (f / "optimizer.pt").write_text("not torch"), "optimizer.pt is cut short"),
+    ],
+    ids=["torn state", "state not ours", "no state", "cut weights", "zeroed weights",
+         "cut optimizer", "garbage optimizer"],
+)  # fmt: skip
+def test_a_broken_last_checkpoint_is_named_with_the_one_before_it(
+    tmp_path: Path, damage, problem: str
+) -> None:
+    write_checkpoint(tmp_path, 5)
+    broken = write_checkpoint(tmp_path, 10)
+    assert last_checkpoint(tmp_path, resume=True) == str(broken)  # sound, it is taken
+    damage(broken)
+
+    with pytest.raises(UserError) as refused:
+        last_checkpoint(tmp_path, resume=True)
+
+    assert f"checkpoint {broken} is broken: " in refused.value.problem
+    assert problem in refused.value.problem
+    assert (
+        refused.value.fix
+        == f"move or delete {broken} to resume from checkpoint-5, the one before it"
+    )
+
+
+def test_a_broken_only_checkpoint_says_to_start_over(tmp_path: Path) -> None:
+    broken = write_checkpoint(tmp_path, 3)
+    write_checkpoint(tmp_path, 1)
+    cut(tmp_path / "checkpoint-1" / "optimizer.pt")  # the one before is broken too
+    (broken / "trainer_state.json").write_text("")
+    with pytest.raises(UserError, match="run without --resume, or use a new --out folder"):
+        last_checkpoint(tmp_path, resume=True)
+
+
+def test_rewinding_the_metrics_ignores_a_rewrite_cut_short_earlier(tmp_path: Path) -> None:
+    """A crash mid-rewrite leaves metrics.tmp behind; the next rewind must not append to
+    it (the logs of the dropped steps would come back)."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+    path.with_suffix(".tmp").write_text('{"step": 9}\n')
+    keep_metrics_until(path, 2)
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'

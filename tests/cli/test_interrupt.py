@@ -1,0 +1,66 @@
+"""Ctrl-C on a `collab` command, as a terminal sends it: a real process and SIGINT. It
+exits 130 with one line that says what was kept, and the same command resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from collabrl.builders.folder import ROWS, STATS
+from tests.cli.test_build_command import _relay_args
+from tests.cli.test_cli import COLLAB, collab
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    # SIGINT back to its default in the child, as under a terminal: a test runner started
+    # in the background hands its children SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt.
+    return subprocess.Popen(
+        [str(COLLAB), *args],
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1", "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _rows(out: Path) -> list[str]:
+    rows = out / ROWS
+    return rows.read_text().splitlines() if rows.exists() else []
+
+
+@pytest.mark.slow  # two builds of the tiny model, about 30 s
+def test_ctrl_c_says_what_was_kept_and_the_build_resumes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    process = _start(_relay_args(tiny_model_dir, out), tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and len(_rows(out)) < 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    kept = _rows(out)
+    assert 3 <= len(kept) < 12, "the Ctrl-C came after the build finished"
+
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    # The last line, and the only one of ours (above it: the weights' loading bar).
+    assert stderr.splitlines()[-1] == (
+        "error: interrupted; finished work is saved: re-run the same command with the "
+        "same --out to resume"
+    )
+    assert stderr.count("error:") == 1
+
+    resumed = collab(*_relay_args(tiny_model_dir, out), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _rows(out)[: len(kept)] == kept
+    assert json.loads((out / STATS).read_text())["units"] == 12
