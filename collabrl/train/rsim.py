@@ -205,6 +205,17 @@ def end_shares(ends: Sequence[str]) -> dict[str, float]:
 # -- the planner's loss ------------------------------------------------------------------
 
 
+def without_failed(advantages: Sequence[float], episodes: Sequence[Episode]) -> list[float]:
+    """The planner's advantages with those of failed episodes set to 0: an ERROR episode
+    failed in the toolkit, not by the planner's choices, so they are not judged, as the
+    policy's tokens of such an episode are masked (`rollout.to_trl`). The episode keeps
+    its reward in its group's statistics."""
+    return [
+        0.0 if episode.end is EndReason.ERROR else float(advantage)
+        for advantage, episode in zip(advantages, episodes, strict=True)
+    ]
+
+
 def planner_token_weights(tokens: Sequence[Sequence[int]]) -> list[float]:
     """Each planner decision's weight in §4's objective 1/G Σ_j 1/|o_j| Σ_t, flattened
     in order: decision i of sample j carries the n_ji tokens of the step it guided, so

@@ -53,6 +53,7 @@ from collabrl.train.rsim import (
     planner_clip_loss,
     planner_steps,
     planner_weight,
+    without_failed,
 )
 
 
@@ -170,9 +171,8 @@ class RSIMTrainer(GRPOTrainer):
         everyone = self.accelerator.gather(local)  # processes in order: TRL's group layout
         advantages = group_advantages(everyone[:, 0].tolist(), self.num_generations)
         start = self.accelerator.process_index * len(rewards)
-        output["planner_advantages"] = torch.tensor(
-            advantages[start : start + len(rewards)], device=device
-        )
+        own = without_failed(advantages[start : start + len(rewards)], rollout.episodes)
+        output["planner_advantages"] = torch.tensor(own, device=device)
         output["planner_contexts"] = [s.contexts for s in steps]
         output["planner_actions"] = [s.actions for s in steps]
         output["planner_old_logps"] = [s.old_logps for s in steps]

@@ -86,7 +86,7 @@ def test_report_labels_rows_and_plots_pass_at_k(tiny_model_dir, tmp_path: Path) 
         (("empty",), "has no metrics.json"),
         (("notes.txt",), "is not a folder"),
         (("foreign",), "not written by `collab eval`"),  # say, a training run's metrics
-        (("run", "--plot", "x.xyz"), "cannot write the plot x.xyz"),
+        (("run", "--plot", "x.xyz"), "--plot x.xyz does not end in .png, .pdf, .svg"),
         (("run", "--plot", "no/x.png"), "cannot write the plot no/x.png"),
     ],
 )

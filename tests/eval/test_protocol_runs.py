@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.runner import run_eval
+from tests.cli.test_bad_input_jobs import Garbage
 from tests.protocols.scripted import ScriptedEngine
 from tests.servers import ServerProcess
 
@@ -149,14 +152,22 @@ def test_eval_grades_each_problem_as_its_answer_type(smol_tokenizer, tmp_path) -
 
 
 def test_the_judge_is_not_asked_about_number_problems(smol_tokenizer, tmp_path) -> None:
-    """A `number` row's rule is the whole answer: the judge (here an unreachable one, so
-    that asking it would fail) is never asked to overturn it."""
+    """A `number` row's rule is the whole answer: the judge (here one that lists its
+    models, as the run's probe asks, but answers garbage, so that asking it would fail)
+    is never asked to overturn it."""
     row = {"id": "n", "problem": "What is 36 × 15?", "answer": "540", "answer_type": "number"}
     data = tmp_path / "echo.jsonl"
     data.write_text(json.dumps(row) + "\n")
     config = _config("scripted", tmp_path / "run", {"name": "solo"})
-    config.benchmark, config.judge = str(data), "http://127.0.0.1:9/v1"
     echo = ScriptedEngine(smol_tokenizer, lambda prompt: "It is \\boxed{36 \\times 15}.")
-    result = run_eval(config, engine=echo)
+    judge = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=judge.serve_forever, daemon=True).start()
+    try:
+        config.benchmark = str(data)
+        config.judge = f"http://127.0.0.1:{judge.server_address[1]}/bytes/v1"
+        result = run_eval(config, engine=echo)
+    finally:
+        judge.shutdown()
+        judge.server_close()
     assert result.metrics["pass@1"] == 0.0
     assert not (tmp_path / "run" / "judge.jsonl").exists()

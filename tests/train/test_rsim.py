@@ -19,6 +19,7 @@ from collabrl.train.rsim import (
     planner_steps,
     planner_token_weights,
     planner_weight,
+    without_failed,
 )
 
 
@@ -175,3 +176,10 @@ def test_end_shares_count_every_reason_and_sum_to_one() -> None:
     assert end_shares(["error"])["error"] == 1.0  # a failed episode (issue 33) is counted
     with pytest.raises(ValueError, match="turn_budget"):
         end_shares(["turn_budget"])
+
+
+def test_a_failed_episode_teaches_the_planner_nothing() -> None:
+    """An ERROR episode's decisions get advantage 0; the others keep theirs."""
+    ends = [EndReason.EOS, EndReason.ERROR, EndReason.LENGTH]
+    episodes = [Episode(f"p{i}", [1], end=end) for i, end in enumerate(ends)]
+    assert without_failed([0.5, -1.5, 1.0], episodes) == [0.5, 0.0, 1.0]
