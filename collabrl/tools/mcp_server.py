@@ -32,6 +32,10 @@ from collabrl.tools.base import Tool
 from collabrl.tools.mcp_client import ERROR_META_KEY, ToolRouter
 
 MCP_PATH = "/mcp"
+# The largest HTTP request body served: a python call's code is capped at 64 KiB
+# (`python.max_code_bytes`), which JSON's escapes can grow six-fold; anything far
+# beyond is no tool call, and reading it would cost the server memory without bound.
+MAX_REQUEST_BYTES = 1 << 20
 
 
 def build_server(tools: Sequence[Tool], name: str = "collabrl-tools") -> Server:
@@ -113,6 +117,7 @@ def _serve_http(
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, host=host)
     if api_key:
         app = _require_bearer(app, api_key)
+    app = _limit_body(app, MAX_REQUEST_BYTES)
     # Bound here rather than by uvicorn, so the address is known (port 0 picks a free
     # one) and connections made right after `on_ready` wait in the backlog.
     try:
@@ -150,6 +155,46 @@ def _require_bearer(app: ASGIApp, api_key: str) -> ASGIApp:
         await app(scope, receive, send)
 
     return guarded
+
+
+def _limit_body(app: ASGIApp, max_bytes: int) -> ASGIApp:
+    """`app`, answering 413 to an HTTP request whose body is over `max_bytes`: by its
+    Content-Length before reading, or, when it sends none (chunked), once the bytes
+    read pass the cap."""
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > max_bytes:
+            await _too_large(max_bytes)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > max_bytes:
+                raise _TooLarge
+            return message
+
+        try:
+            await app(scope, counted, send)
+        except _TooLarge:
+            await _too_large(max_bytes)(scope, receive, send)
+
+    return limited
+
+
+class _TooLarge(Exception):
+    """A request body that passed the cap while being read."""
+
+
+def _too_large(max_bytes: int) -> JSONResponse:
+    error = {"code": types.INVALID_REQUEST, "message": f"request body over {max_bytes} bytes"}
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=413)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -333,6 +333,30 @@ def test_our_http_server_refuses_a_missing_or_wrong_key(http_url: str, token: st
         connect(MCPServerConfig(url=http_url, bearer_token=token, connect_timeout=10))
 
 
+def test_our_http_server_refuses_a_body_over_its_cap_and_serves_on(http_url: str):
+    """A request far larger than any tool call is answered 413 on its headers, before a
+    byte of its body is read (none is sent here: the server must not wait for it)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from collabrl.tools.mcp_server import MAX_REQUEST_BYTES
+
+    url = urlsplit(http_url)
+    client = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    client.putrequest("POST", url.path)
+    client.putheader("Authorization", f"Bearer {KEY}")
+    client.putheader("Content-Type", "application/json")
+    client.putheader("Content-Length", str(MAX_REQUEST_BYTES + 1))
+    client.endheaders()
+    assert client.getresponse().status == 413
+    client.close()
+    connection = connect(MCPServerConfig(url=http_url, bearer_token=KEY))
+    try:
+        assert connection.call_tool("add", {"a": 1, "b": 1}) == ToolResult("2")
+    finally:
+        connection.close()
+
+
 def test_an_unreachable_url_is_a_user_error():
     with pytest.raises(UserError, match="127.0.0.1:9/mcp': ConnectError"):
         connect(MCPServerConfig(url="http://127.0.0.1:9/mcp", connect_timeout=5))
