@@ -45,7 +45,8 @@ def serve(
     opt.check(ctx, cfg.check)
     if cfg.role not in ROLES:
         raise UserError(f"unknown role '{cfg.role}'", f"use one of {', '.join(ROLES)}")
-    _warn_if_open(cfg)
+    if dry_run:  # a real start warns once it listens (`announce`)
+        _warn_if_open(cfg)
     if cfg.role == "tools":
         _serve_tools(cfg, dry_run)
         return
@@ -61,18 +62,19 @@ def serve(
         )
         return
     console.print(f"loading {cfg.model} …")
-    serve_embedded(
-        cfg,
-        on_ready=lambda url: console.print(
-            f"ready: {url} (model '{cfg.name}'; Ctrl-C to stop)", highlight=False
-        ),
-    )
+
+    def announce(url: str) -> None:
+        _warn_if_open(cfg)
+        console.print(f"ready: {url} (model '{cfg.name}'; Ctrl-C to stop)", highlight=False)
+
+    serve_embedded(cfg, on_ready=announce)
     console.print("stopped")
 
 
 def _warn_if_open(cfg) -> None:
     """One line on stderr when the server takes anyone's requests: reachable from other
-    machines (--host 0.0.0.0) and no key asked for."""
+    machines (--host 0.0.0.0) and no key asked for. Said once it listens, so that a
+    server that cannot start says one thing: why."""
     from collabrl.serve.config import API_KEY_ENV
 
     stdio = cfg.role == "tools" and cfg.transport == "stdio"  # only its launcher talks to it
@@ -106,6 +108,13 @@ def _serve_tools(cfg, dry_run: bool) -> None:
         check_address(cfg.host, cfg.port)
     # Over stdio, stdout is the protocol's channel: every word for people goes to stderr.
     say = Console(stderr=True)
+
+    def announce(address: str) -> None:
+        _warn_if_open(cfg)
+        say.print(
+            f"ready: {address} (tools {', '.join(cfg.tools)}; Ctrl-C to stop)", highlight=False
+        )
+
     tools = build_tools(cfg.tools, cfg.python, cfg.retrieval)
     try:
         serve_tools(
@@ -114,10 +123,7 @@ def _serve_tools(cfg, dry_run: bool) -> None:
             cfg.host,
             cfg.port,
             cfg.resolved_api_key(),
-            on_ready=lambda address: say.print(
-                f"ready: {address} (tools {', '.join(cfg.tools)}; Ctrl-C to stop)",
-                highlight=False,
-            ),
+            on_ready=announce,
         )
     except KeyboardInterrupt:
         pass  # Ctrl-C is how this server is meant to stop (uvicorn re-raises it once drained)
@@ -156,4 +162,5 @@ def _serve_vllm(cfg, dry_run: bool) -> None:
     if dry_run:
         print(shell_line(command))
         return
+    _warn_if_open(cfg)
     raise typer.Exit(launch_vllm(command))

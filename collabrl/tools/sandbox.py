@@ -14,7 +14,9 @@ side) in one of three isolation modes, strongest first:
 
 In every mode the environment is built from scratch, the limits are setrlimit
 hard limits, and a root parent runs the code as a throwaway uid (RLIMIT_NPROC
-never binds root). `Sandbox.run` never raises for anything the code does.
+never binds root). Where a cgroup is writable here, each run also gets one of its
+own (`cgroup.py`) that caps the memory and processes of the run as a whole.
+`Sandbox.run` never raises for anything the code does.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from collabrl.config import option
 from collabrl.errors import UserError
+from collabrl.tools.cgroup import PER_PROCESS_ONLY, RunGroup
 
 ISOLATIONS = ("auto", "bwrap", "namespaces", "rlimits")
 MODES = ISOLATIONS[1:]  # strongest first: the order "auto" tries them in
@@ -53,11 +56,18 @@ class SandboxLimits:
     wall_seconds: float = option(20.0, "Wall-clock time per run; then every process is killed.")
     memory_mb: int = option(4096, "Address space per process (RLIMIT_AS), in MiB.")
     max_open_files: int = option(64, "Open file descriptors per process (RLIMIT_NOFILE).")
-    max_processes: int = option(16, "Processes and threads of the run (RLIMIT_NPROC).")
+    max_processes: int = option(
+        16, "Processes and threads of the run (RLIMIT_NPROC; and pids.max of its cgroup)."
+    )
     max_output_bytes: int = option(65536, "stdout+stderr kept; beyond it the run is killed.")
     disk_mb: int = option(64, "Size of the working dir and /tmp tmpfs; max file size.")
     disk_inodes: int = option(
         4096, "Files and directories in each tmpfs of a jail (nr_inodes; as root only)."
+    )
+    run_memory_mb: int = option(
+        4096,
+        "Memory of the run as a whole, all processes and tmpfs files together, in MiB: "
+        "its cgroup's limit, where a cgroup is writable here (docs/tools.md).",
     )
     isolation: str = option("auto", "auto | bwrap | namespaces | rlimits (see docs/tools.md).")
 
@@ -83,6 +93,7 @@ class Execution:
     limit: str | None
     isolation: str
     duration_s: float
+    run_bound: str = PER_PROCESS_ONLY  # what capped the run as a whole: "cgroup v1", ...
 
     @property
     def ok(self) -> bool:
@@ -138,10 +149,33 @@ class Sandbox:
         return _run(code, self.limits, self.python, self.isolation)
 
 
+# Processes of a jail besides the code's own: bwrap's two (or the namespaces jail's
+# waiting parent and its PID 1). They count against the run's pids.max.
+JAIL_PROCESSES = 2
+
+
 def _run(code: str, limits: SandboxLimits, python: str, mode: str) -> Execution:
     uid = _throwaway_uid() if os.geteuid() == 0 else None
+    group = RunGroup.create(limits.run_memory_mb << 20, limits.max_processes + JAIL_PROCESSES)
+    try:
+        return _run_in(code, limits, python, mode, uid, group)
+    finally:
+        if group is not None:
+            group.remove()
+
+
+def _run_in(
+    code: str,
+    limits: SandboxLimits,
+    python: str,
+    mode: str,
+    uid: int | None,
+    group: RunGroup | None,
+) -> Execution:
     with tempfile.TemporaryDirectory(prefix="collab-sandbox-", ignore_cleanup_errors=True) as tmp:
         argv, env = _command(mode, limits, python, Path(tmp), uid)
+        if group is not None:
+            argv = group.wrap(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -160,10 +194,19 @@ def _run(code: str, limits: SandboxLimits, python: str, mode: str) -> Execution:
         duration = time.monotonic() - start
     if mode != "rlimits" and exit_code > 128:  # jails report a signalled child as 128+signal
         exit_code = 128 - exit_code
+    if group is not None and group.memory_hit():
+        limit = "memory"  # the kernel's word, unlike a MemoryError the code could print
     if limit is None:
         limit = _limit_from_end(exit_code, err, duration, limits)
+    bound = f"cgroup {group.version}" if group else PER_PROCESS_ONLY
     return Execution(
-        out.decode(errors="replace"), err.decode(errors="replace"), exit_code, limit, mode, duration
+        out.decode(errors="replace"),
+        err.decode(errors="replace"),
+        exit_code,
+        limit,
+        mode,
+        duration,
+        bound,
     )
 
 
