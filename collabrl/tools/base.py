@@ -55,9 +55,9 @@ class ToolSpec:
 class ToolResult:
     """What a call returned: the text the model reads, and whether it failed.
 
-        `error` names the failure kind when there is one: a Python exception name
-        ("NameError"), a limit ("wall_time", "memory", "output", …), "bad_arguments",
-        "unknown_tool", "unavailable", "too_long", "internal" (the tool itself failed; see
+    `error` names the failure kind when there is one: a Python exception name
+    ("NameError"), a limit ("wall_time", "memory", "output", …), "bad_arguments",
+    "unknown_tool", "unavailable", "too_long", "internal" (the tool itself failed; see
     `call_safely`). Metrics count calls with `error` set.
     """
 
