@@ -212,11 +212,17 @@ def _check_same_experiment(
 
 @contextmanager
 def run_folder(
-    config: Any, out_dir: Path, resumable: frozenset[str], bound_by: tuple[Path, ...]
+    config: Any,
+    out_dir: Path,
+    resumable: frozenset[str],
+    bound_by: tuple[Path, ...],
+    remove: bool = True,
 ) -> Iterator[None]:
     """`prepare_folder`, and the folders it made removed again when the block fails
-    before any work is recorded in `bound_by`: a refused run leaves no run folder."""
-    made = _missing_folders(out_dir)
+    before any work is recorded in `bound_by`: a refused run leaves no run folder.
+    `remove=False` for every process of a multi-process run but the main one, which
+    alone removes what they share."""
+    made = _missing_folders(out_dir) if remove else []
     try:
         prepare_folder(config, out_dir, resumable, bound_by)
         yield

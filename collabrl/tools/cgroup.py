@@ -239,5 +239,5 @@ class RunGroup:
         for pid in pids:
             try:
                 os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
+            except OSError:  # gone meanwhile
                 pass

@@ -41,7 +41,7 @@ from collabrl.train.grpo_config import (
 from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
-from collabrl.train.run import FINAL, is_main_process, num_processes, quiet_trl_notices, start_run
+from collabrl.train.run import FINAL, is_main_process, num_processes, quiet_trl_notices, started_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 
@@ -73,8 +73,8 @@ def train_grpo(
     # a resume keeps them.
     config = pin_steps(config, out, len(bench.items), num_processes())
     config = pin_horizons(config, out)
-    checkpoint = start_run(config, out, RESUMABLE_KEYS, config.steps)
-    result = run_grpo(config, bench, out, checkpoint, progress, report)
+    with started_run(config, out, RESUMABLE_KEYS, config.steps) as checkpoint:
+        result = run_grpo(config, bench, out, checkpoint, progress, report)
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (none for a protocol
         # that brings its own).

@@ -19,7 +19,8 @@ import shutil
 import time
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -122,24 +123,27 @@ def quiet_trl_notices() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
 
 
-def start_run(
+@contextmanager
+def started_run(
     config: Any, out: Path, resumable: frozenset[str], max_steps: int | None = None
-) -> str | None:
-    """Bind `out` to `config` and return the checkpoint to resume from (None: a fresh
+) -> Iterator[str | None]:
+    """Bind `out` to `config` and give the checkpoint to resume from (None: a fresh
     run). Refused, before anything is written: `--resume` without a checkpoint, a fresh
     run over another run's checkpoints, another experiment's folder, and resuming a run
-    that already reached `max_steps` (transformers would train one step past it)."""
+    that already reached `max_steps` (transformers would train one step past it). A
+    run that fails inside the block before logging a step (a user's reward function
+    that raises at the first batch) leaves no folder it made (`runs.run_folder`)."""
     checkpoint = last_checkpoint(out / CHECKPOINTS, config.resume)
     if checkpoint and max_steps is not None and checkpoint_step(checkpoint) >= max_steps:
         raise UserError(
             f"{out} already reached step {checkpoint_step(checkpoint)} of {max_steps}",
             "raise --steps to train further, or evaluate OUT/final with collab eval",
         )
-    runs.prepare_folder(config, out, resumable, (out / METRICS,))
-    for log in (out / METRICS, out / ROLLOUTS):
-        if log.exists():
-            keep_metrics_until(log, checkpoint_step(checkpoint) if checkpoint else 0)
-    return checkpoint
+    with runs.run_folder(config, out, resumable, (out / METRICS,), is_main_process()):
+        for log in (out / METRICS, out / ROLLOUTS):
+            if log.exists():
+                keep_metrics_until(log, checkpoint_step(checkpoint) if checkpoint else 0)
+        yield checkpoint
 
 
 def resumed_config(config: T, out: Path) -> T | None:

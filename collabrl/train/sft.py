@@ -45,7 +45,7 @@ from collabrl.train.run import (
     quiet_trl_notices,
     recorder,
     save_final,
-    start_run,
+    started_run,
     trackers,
     trl_args,
 )
@@ -193,20 +193,19 @@ def train_sft(
     ref = resolve_model(config.model)
     rows = with_template_options(load_rows(config.data or ""), config.chat_template_kwargs)
     out = runs.out_folder(config.out, "sft", config.data or "", config.model)
-    last = start_run(config, out, RESUMABLE_KEYS)
+    with started_run(config, out, RESUMABLE_KEYS) as last:
+        tokenizer = load_tokenizer(ref)
+        if tokenizer.chat_template is None:
+            raise UserError(
+                f"model '{config.model}' has no chat template; the rows are conversational",
+                "use an instruct model, or add a chat_template to its tokenizer_config.json",
+            )
+        transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
+        with _quiet_datasets(), runs.RecordWriter(out / METRICS) as writer:
+            trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes rows
+            trainer.add_callback(recorder(writer, progress, report))
+            output = trainer.train(resume_from_checkpoint=last)
     resumed_from = checkpoint_step(last) if last else None
-
-    tokenizer = load_tokenizer(ref)
-    if tokenizer.chat_template is None:
-        raise UserError(
-            f"model '{config.model}' has no chat template; the rows are conversational",
-            "use an instruct model, or add a chat_template to its tokenizer_config.json",
-        )
-    transformers.set_seed(config.seed)  # the LoRA init happens before the trainer seeds
-    with _quiet_datasets(), runs.RecordWriter(out / METRICS) as writer:
-        trainer = _trainer(config, rows, load_model(ref), tokenizer, out)  # tokenizes the rows
-        trainer.add_callback(recorder(writer, progress, report))
-        output = trainer.train(resume_from_checkpoint=last)
     save_final(trainer, out / FINAL, config.lora, config.final_dtype)
     history = runs.read_records(out / METRICS)
     names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"

@@ -239,3 +239,4 @@ def test_a_reward_function_failing_in_a_run_is_one_line(
     # The model has loaded (its progress bars come first): the error is the last line.
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith(f"error: {fragment}"), result.stderr
+    assert not (tmp_path / "run").exists()  # failed before logging a step: nothing to keep

@@ -92,3 +92,15 @@ def test_cgroup_v2_runs_go_under_a_delegated_parent(tmp_path):
     assert cgroup._v2_parent(root, "/") == root
     (service / "cgroup.subtree_control").write_text("memory\n")  # pids not delegated
     assert cgroup._v2_parent(root, "/service/main") is None
+
+
+@needs_cgroup
+@pytest.mark.parametrize("isolation,python", MODE_PAIRS, ids=MODE_IDS)
+def test_tmpfs_files_count_against_the_run_memory(isolation, python):
+    """A jail's tmpfs pages sit outside RLIMIT_AS; the run's cgroup is charged for them."""
+    if Sandbox(SandboxLimits(isolation=isolation), python=python).isolation == "rlimits":
+        pytest.skip("rlimits mode has no tmpfs of its own")
+    limits = SandboxLimits(**{**LIMITS, "disk_mb": 256}, run_memory_mb=128, isolation=isolation)
+    code = "with open('f', 'wb') as f:\n    for _ in range(200):\n        f.write(bytes(1 << 20))\n"
+    result = Sandbox(limits, python=python).run(code)
+    assert result.limit == "memory", (result.exit_code, result.stderr[-500:])
