@@ -138,6 +138,7 @@ class PythonTool:
             "fixes": fixed.fixes if fixed else [],
             "limit": run.limit,
             "isolation": run.isolation,
+            "run_bound": run.run_bound,
             "duration_s": round(run.duration_s, 3),
         }
         if run.ok:
