@@ -1,6 +1,6 @@
 """`python -m collabrl ...` is `collab ...`: what `accelerate launch -m collabrl train ...` runs."""
 
-from collabrl.cli.main import main
+from collabrl.cli import main
 
 if __name__ == "__main__":
     main()

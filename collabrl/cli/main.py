@@ -38,6 +38,11 @@ RESUME_HINTS = {
 }
 
 
+# What Typer returns (not standalone) for a Ctrl-C outside a command's invocation; no
+# command of ours returns it.
+INTERRUPTED_BY_TYPER = 130
+
+
 class Interrupted(Exception):
     """Ctrl-C during a command, carried past Typer, which turns a KeyboardInterrupt into a
     silent exit 130 before `main` could say what was kept."""
@@ -141,6 +146,8 @@ def main() -> None:
         ctx = getattr(err, "ctx", None)
         hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
         _fail(f"{err.format_message()}{hint}", err.exit_code)
+    if code == INTERRUPTED_BY_TYPER:
+        _fail("interrupted", 130)  # while the options were read (`--version`, its callback)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -64,3 +64,22 @@ def test_ctrl_c_says_what_was_kept_and_the_build_resumes(
     assert resumed.returncode == 0, resumed.stderr
     assert _rows(out)[: len(kept)] == kept
     assert json.loads((out / STATS).read_text())["units"] == 12
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_too(tmp_path: Path) -> None:
+    """A Ctrl-C that lands while `collab` imports its modules, before any command runs:
+    swept over the first few hundred milliseconds, never Python's traceback through the
+    project's code. (The first milliseconds belong to the interpreter and pip's wrapper
+    script, which import `re` before any line of ours can catch anything.)"""
+    for delay in (0.02 * i for i in range(1, 16)):
+        process = _start(["--version"], tmp_path)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        ours = "Traceback" in stderr and "collabrl" in stderr
+        assert not ours, f"after {delay:.2f} s:\n{stderr}"
+        # Before Python handles SIGINT the default action ends it (-2, silently); after
+        # the command ran, 0.
+        assert process.returncode in (0, 130, -signal.SIGINT), (delay, stderr)
+        if process.returncode == 130:
+            assert stderr.strip().splitlines()[-1:] == ["error: interrupted"], (delay, stderr)
