@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -40,7 +39,7 @@ def infer(
     set_: list[str] = opt.SET,
 ) -> None:
     """Run one problem through a protocol and print who wrote what."""
-    from collabrl.cli.transcript import print_episode
+    from collabrl.cli.transcript import json_line, print_episode
     from collabrl.protocols.infer import infer_one
 
     # The options above reach the config through ctx (see cli/options.py), by their keys.
@@ -48,6 +47,6 @@ def infer(
     opt.check(ctx, cfg.check)  # every value, before any model is loaded
     episode, seconds = infer_one(cfg)
     if as_json:
-        print(json.dumps(episode.to_dict(), ensure_ascii=False))
+        print(json_line(episode.to_dict()))
         return
     print_episode(console, episode, seconds)

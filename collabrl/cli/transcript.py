@@ -7,12 +7,14 @@ clear the screen, retitle the window or reorder what the reader sees.
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from collabrl.episode import HELPERS, Author, Episode
-from collabrl.tools.base import printable
+from collabrl.tools.base import UNPRINTABLE, printable
 
 STYLES = {
     Author.POLICY: "default",
@@ -22,6 +24,14 @@ STYLES = {
     Author.TOOL: "yellow",
     Author.ENVIRONMENT: "dim",
 }
+
+
+def json_line(data: object) -> str:
+    """`data` as one JSON line, safe on a terminal: what JSON leaves raw and a terminal
+    acts on (DEL and C1 controls, bidi overrides, lone surrogates, which no stream can
+    encode) written as `\\uXXXX` escapes, which read back as the same characters."""
+    text = json.dumps(data, ensure_ascii=False)  # π and 答 stay readable
+    return UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def transcript(episode: Episode) -> Text:

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 # C0 controls but newline and tab, DEL and C1 (ESC sequences, BEL, NUL, CR), the bidi
 # marks, embeddings, overrides and isolates that reorder what a reader sees (RLO), and
 # lone surrogates, which no UTF-8 file, tokenizer or JSON encoder takes.
-_UNPRINTABLE = re.compile(
+UNPRINTABLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
@@ -88,7 +88,7 @@ def bad_arguments(spec: ToolSpec, message: str) -> ToolResult:
 def printable(text: str) -> str:
     """`text` with each control, bidi or surrogate character written as its escape
     (`\\x1b`, `\\u202e`): the reader still sees that the output held one."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+    return UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def not_text(arguments: dict[str, Any]) -> str | None:

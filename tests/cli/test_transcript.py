@@ -33,3 +33,12 @@ def test_control_bytes_a_model_wrote_are_escaped_in_the_transcript(tmp_path: Pat
     # In the policy's and the tool's text, the helper's error and the answer.
     assert shown.stdout.count(escaped) == 4, shown.stdout
     assert "p[1]" in shown.stdout  # the id is not read as markup
+
+
+def test_json_output_reads_back_the_same_and_leaves_no_control_raw() -> None:
+    from collabrl.cli.transcript import json_line
+
+    data = {"text": f"π ≈ 3 {HOSTILE} \x85 \ud800", "n": 1}
+    line = json_line(data)
+    assert json.loads(line) == data
+    assert "π" in line and not any(c in line for c in "\x1b\x07\x00\r\x85\u202e\ud800")
