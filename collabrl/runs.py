@@ -21,15 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from collabrl.config import (
-    build_config,
-    parse_json,
-    read_user_bytes,
-    read_yaml,
-    save_config,
-    to_dict,
-)
+from collabrl.config import build_config, read_yaml, save_config, to_dict
 from collabrl.errors import UserError
+from collabrl.userfiles import parse_json, read_user_bytes
 
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"

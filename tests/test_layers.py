@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: list[tuple[str, ...]] = [
     # The version, and UserError with `require`: they import nothing of collabrl.
     ("__init__", "errors"),
+    # Reading the files a user names, bounded, its errors UserErrors.
+    ("userfiles",),
     # `auto` device and dtype against this machine; its checks raise through `require`.
     ("devices",),
     # Typed config dataclasses and their layering; EngineConfig.check checks devices.

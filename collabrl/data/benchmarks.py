@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
-from collabrl.config import check_regular_file, parse_json, read_user_text
 from collabrl.engines.reference import Reference
 from collabrl.errors import UserError
 from collabrl.rewards.verify import ANSWER_TYPES, AnswerType, is_equivalent, is_number
+from collabrl.userfiles import check_regular_file, parse_json, read_user_text
 
 if TYPE_CHECKING:
     from collabrl.config import DataColumns

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.config import read_json, read_yaml
+from collabrl.config import read_yaml
 from collabrl.errors import UserError
 from collabrl.eval.metrics import log2_ks, pass_at_k
 from collabrl.eval.routers import paired_outcomes, router_table
 from collabrl.eval.samples import NOT_A_RUN, read_samples, short
+from collabrl.userfiles import read_json
 
 # Columns shown by default, in order; `{n}` is each run's samples per problem. strict-match
 # and flexible-extract are lm-eval's two gradings (metrics.py); older runs have neither.

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.config import read_json
 from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
+from collabrl.userfiles import read_json
 
 STATE = "state.json"
 BAD_STATE_FIX = "use a new --out folder"

@@ -201,7 +201,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     the trainer state parses, each safetensors header matches its file's size, and each
     torch file (optimizer, scheduler, RNG states) has zip's end record, which a cut or
     overwritten file lacks."""
-    from collabrl.config import read_json
+    from collabrl.userfiles import read_json
 
     try:
         state = read_json(checkpoint / TRAINER_STATE, "trainer state")

@@ -202,7 +202,11 @@ WRONG_SIGNATURE = "def two(prompts, completions):\n    return [0.0 for _ in comp
         (["relay", "--teacher", "Reference@0.5"], "the stand-in is written in lower case"),
     ],
 )
-@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "run"])
+# The run's side is slow-marked: both sides call one check (GRPOTrainConfig.check), and
+# each case costs a CLI start (~5 s) that the dry run's side already pays.
+@pytest.mark.parametrize(
+    "dry_run", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["dry run", "run"]
+)
 def test_the_dry_run_refuses_what_the_run_refuses(
     args: list[str], fragment: str, dry_run: bool, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
