@@ -559,10 +559,27 @@ TRAIN = ["train", "grpo", "--model", "{tiny}", "--data", "arith_train", "--steps
     ("args", "content", "error"),
     [
         ([*TRAIN, "--dry-run", "--config", "{file}"], LAUGHS, "{file}:8 is not valid YAML"),
-        ([*TRAIN, "--config", "{file}"], "sampling:\n\tn: 4\n", "{file}:2 is not valid YAML"),
-        ([*TRAIN, "--config", "{file}"], None, "cannot read config {file}: not a regular file"),
+        # Each of these is also read in-process by tests/test_config.py; through the CLI (a
+        # start of ~5 s each) they run with the slow tests.
+        pytest.param(
+            [*TRAIN, "--config", "{file}"],
+            "sampling:\n\tn: 4\n",
+            "{file}:2 is not valid YAML",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            [*TRAIN, "--config", "{file}"],
+            None,
+            "cannot read config {file}: not a regular file",
+            marks=pytest.mark.slow,
+        ),
         ([*TRAIN, "--data", "{file}"], None, "cannot read data file {file}: not a regular file"),
-        ([*TRAIN, "--dry-run", "--set", "a." * 3000 + "b=1"], "", "3001 levels deep"),
+        pytest.param(
+            [*TRAIN, "--dry-run", "--set", "a." * 3000 + "b=1"],
+            "",
+            "3001 levels deep",
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["billion laughs", "tab", "fifo config", "fifo data", "deep --set"],
 )

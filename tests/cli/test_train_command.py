@@ -188,18 +188,33 @@ WRONG_SIGNATURE = "def two(prompts, completions):\n    return [0.0 for _ in comp
     ("args", "fragment"),
     [
         (["grpo", "--reward-func", "builtins:len"], "builtins:len takes obj by position only"),
-        (["grpo", "--reward-func", "my_rewards:two"], "my_rewards:two takes no **kwargs"),
+        # One CLI start (~5 s) each: those whose check is also tested in-process
+        # (test_rewards, test_plan, test_config, test_reference) run with the slow tests.
+        pytest.param(
+            ["grpo", "--reward-func", "my_rewards:two"],
+            "my_rewards:two takes no **kwargs",
+            marks=pytest.mark.slow,
+        ),
         (["grpo", "--set", "engine.kind=bogus"], "engine.kind must be one of auto, transformers"),
-        (["grpo", "--set", "engine.timeout=-1"], "engine.timeout must be a finite number > 0"),
+        pytest.param(
+            ["grpo", "--set", "engine.timeout=-1"],
+            "engine.timeout must be a finite number > 0",
+            marks=pytest.mark.slow,
+        ),
         (
             ["grpo", "--model", "{tiny}", "--lora", "--set", "lora.target_modules=[q_proj,bogus]"],
             "lora.target_modules: {tiny} has no module 'bogus' LoRA can adapt",
         ),
-        (
+        pytest.param(
             ["grpo", "--lora", "--set", "lora.target_modules=[all-linear,q_proj]"],
             "lora.target_modules must be all-linear alone, or module names",
+            marks=pytest.mark.slow,
         ),
-        (["relay", "--teacher", "Reference@0.5"], "the stand-in is written in lower case"),
+        pytest.param(
+            ["relay", "--teacher", "Reference@0.5"],
+            "the stand-in is written in lower case",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 # The run's side is slow-marked: both sides call one check (GRPOTrainConfig.check), and

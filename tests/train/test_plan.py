@@ -294,3 +294,11 @@ def test_lora_targets_the_model_lacks_are_refused(targets, missing, tiny_model_d
 def test_lora_targets_of_a_model_not_here_are_left_to_the_run() -> None:
     """A dry run plans for a cluster's folder: its modules are not known here."""
     LoraSettings(enabled=True, target_modules=["qkv"]).check_targets("elsewhere/Qwen3-8B")
+
+
+def test_all_linear_beside_other_names_is_refused() -> None:
+    """peft reads all-linear only alone: in a list it adapts just the other names."""
+    from collabrl.train.lora import LoraSettings
+
+    with pytest.raises(UserError, match="all-linear alone, or module names"):
+        LoraSettings(enabled=True, target_modules=["all-linear", "q_proj"]).check()
