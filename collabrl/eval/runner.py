@@ -68,8 +68,9 @@ class EvalPlan:
 
 
 def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
-    """Check the config, the model reference (unless `check_model` is False: the caller
-    brings the engine), the benchmark and the prompt; nothing is loaded or written."""
+    """Check the config, the model reference and the collaborators (unless `check_model`
+    is False: the caller, a training run, brings the engine and probed its collaborators
+    when it started), the benchmark and the prompt; nothing is loaded or written."""
     config.check()
     if check_model and not is_url(config.model):
         resolve_model(config.model)  # a mistyped --model, without loading it
@@ -80,7 +81,8 @@ def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
     )
     template = policy_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
-    config.check_collaborators()  # last: it asks their servers
+    if check_model:  # not at each of a training run's --eval-steps: it asks their servers
+        config.check_collaborators()
     return EvalPlan(config, bench, template)
 
 
