@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -233,11 +234,6 @@ class PoolConfig:
     cache_dir: str | None = option(
         None, "Folder of the on-disk response cache (deterministic calls only); unset: no cache."
     )
-    chat_template_kwargs: dict[str, Any] = option(
-        {},
-        "Options for every endpoint's chat template, e.g. {enable_thinking: false}; sent "
-        "in the request body to OpenAI-compatible servers.",
-    )
 
 
 # -- building configs from layers --------------------------------------------------
@@ -293,12 +289,23 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def to_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+def to_dict(config: Any, omit: Collection[str] = ()) -> dict[str, Any]:
+    """`config` as nested dicts, less the dotted keys in `omit` (a run folder leaves out
+    the sections its run never reads; a key that is not there is skipped)."""
+    data = dataclasses.asdict(config)
+    for key in omit:
+        *sections, leaf = key.split(".")
+        node = data
+        for section in sections:
+            node = node.get(section, {})
+        node.pop(leaf, None)
+    return data
 
 
-def save_config(config: Any, path: Path) -> None:
-    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+def save_config(config: Any, path: Path, omit: Collection[str] = (), header: str = "") -> None:
+    """Write `config` as YAML, less the keys in `omit`, after `header` (YAML comments)."""
+    text = header + yaml.safe_dump(to_dict(config, omit), sort_keys=False)
+    path.write_text(text, encoding="utf-8")
 
 
 def field_help(cls: type) -> dict[str, str]:
@@ -486,25 +493,30 @@ def _check_section_nodes(cls: type, node: yaml.MappingNode, path: str, prefix: s
         _check_section_nodes(hints[key_node.value], value_node, path, prefix=f"{key}.")
 
 
-def describe_config(config: Any) -> str:
-    """`config` as YAML with every field's help as a comment above it.
+def describe_config(config: Any, expanded: dict[str, Any] | None = None) -> str:
+    """`config` as YAML with every field's help as a comment above it; `expanded` (dotted
+    key -> dataclass) shows a mapping field as that dataclass's fields, with their help
+    (a plugin protocol's `protocol.options`).
 
     What `collab config show` prints; the text is itself a valid `--config` file.
     """
-    return "\n".join(_describe_lines(config, field_help(type(config)))) + "\n"
+    lines = _describe_lines(config, field_help(type(config)), expanded=expanded or {})
+    return "\n".join(lines) + "\n"
 
 
-def _describe_lines(config: Any, helps: dict[str, str], prefix: str = "") -> list[str]:
+def _describe_lines(
+    config: Any, helps: dict[str, str], prefix: str = "", expanded: dict[str, Any] | None = None
+) -> list[str]:
     lines: list[str] = []
     indent = "  " * prefix.count(".")
     for f in fields(config):
-        value = getattr(config, f.name)
         key = prefix + f.name
+        value = (expanded or {}).get(key, getattr(config, f.name))
         # A section's own line has its field's help; its fields, the dotted keys' helps.
         lines.append(f"{indent}# {helps.get(key, f.metadata.get('help', ''))}")
         if is_dataclass(value):
             lines.append(f"{indent}{f.name}:")
-            lines.extend(_describe_lines(value, helps, f"{key}."))
+            lines.extend(_describe_lines(value, helps, f"{key}.", expanded))
         else:
             lines.append(f"{indent}{f.name}: {_inline_yaml(value)}")
     return lines

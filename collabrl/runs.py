@@ -3,6 +3,11 @@ finish) and `metrics.json`. Evaluation, builders, evolve and training all write 
 folders through here (builders' folders, `collabrl.builders.folder`, open the same way),
 so none of them imports another for it.
 
+`config.yaml` holds what the run reads: its caller leaves out the sections the run never
+reads (another protocol's section, another method's fields), which load as their
+defaults. A header of YAML comments says how it ran (`provenance`): the command line, the
+date, the versions and the git commit; the file stays a `--config` file.
+
 Samples are appended one JSON line at a time and flushed, so a run killed with
 `kill -9` keeps every finished sample; at worst the last line is cut short:
 `read_records` skips it, and the resumed run's `RecordWriter` cuts it off before appending.
@@ -13,11 +18,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -147,7 +155,11 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def prepare_folder(
-    config: Any, out_dir: Path, resumable: frozenset[str], bound_by: tuple[Path, ...]
+    config: Any,
+    out_dir: Path,
+    resumable: frozenset[str],
+    bound_by: tuple[Path, ...],
+    omit: frozenset[str] = frozenset(),
 ) -> None:
     """Create `out_dir` and save `config` in it, or refuse to mix two experiments there.
 
@@ -156,24 +168,88 @@ def prepare_folder(
     lose that run's config. Only finished work (records in a `bound_by` file) binds a
     folder to its experiment: a run that failed before doing any (say, a mistyped
     --model) must not block the corrected one. Keys in `resumable` (resources,
-    bookkeeping) may change between runs.
+    bookkeeping) may change between runs. The dotted keys in `omit` (sections the run
+    never reads) are neither saved nor compared: a folder saved whole before they were
+    left out resumes all the same.
     """
     saved = out_dir / CONFIG
     try:
         if saved.exists():
-            previous = to_dict(_saved_config(type(config), out_dir))
+            previous = to_dict(_saved_config(type(config), out_dir), omit)
             if any(read_records(path) for path in bound_by):
-                _check_same_experiment(to_dict(config), previous, out_dir, resumable)
+                _check_same_experiment(to_dict(config, omit), previous, out_dir, resumable)
         out_dir.mkdir(parents=True, exist_ok=True)
         # Atomic (temp file + rename): a run killed here leaves the old config, not half of it.
         tmp = saved.with_suffix(".yaml.tmp")
-        save_config(config, tmp)  # proves the folder is writable, too
+        save_config(config, tmp, omit, provenance())  # proves the folder is writable, too
         os.replace(tmp, saved)
     except OSError as err:
         raise UserError(
             f"cannot write the run folder {out_dir}: {err.strerror or err}",
             "pass --out a folder path you can write (not a file, nor a path under a file)",
         ) from err
+
+
+# The packages whose installed versions config.yaml's header records.
+RECORDED_PACKAGES = ("collabrl", "torch", "transformers", "trl")
+# Seconds a git call may take: a slow or hung git costs the header its commit, never the run.
+GIT_TIMEOUT_S = 5.0
+
+
+def provenance() -> str:
+    """config.yaml's header, YAML comments: the command line as this process was started
+    (under `accelerate launch`, its own), the date in UTC, the installed versions (read
+    from the package metadata: nothing is imported) and the git commit of the working
+    directory's repository, if any."""
+    lines = [
+        "written by collabrl: keys left out are defaults this run never reads",
+        f"command: {shlex.join(sys.argv)}",
+        f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+        "versions: " + ", ".join(f"{name} {_installed(name)}" for name in RECORDED_PACKAGES),
+    ]
+    commit = git_commit()
+    if commit is not None:
+        lines.append(f"git commit: {commit}")
+    return "".join(f"# {_printable(line)}\n" for line in lines)
+
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _printable(text: str) -> str:
+    """`text` on one line YAML accepts: a newline or other control character in an
+    argument (a `--set` value) would end the comment, or be refused by the YAML reader,
+    so each is written as its escape (`\\n`)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def git_commit() -> str | None:
+    """The commit checked out in the git repository of the working directory, with
+    "+dirty" when tracked files have uncommitted changes; None without one (no git, not
+    a repository, no commit yet, or git slower than GIT_TIMEOUT_S)."""
+    try:
+        head = _git("rev-parse", "HEAD")
+        # --no-optional-locks: a status refresh must not take the index lock from the user.
+        changes = _git("--no-optional-locks", "status", "--porcelain", "-uno")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # Bytes: a path in the status need not be UTF-8; the commit is hex.
+    return head.decode("ascii", "replace").strip() + ("+dirty" if changes.strip() else "")
+
+
+def _git(*args: str) -> bytes:
+    # In the working directory as git finds it (a deleted one fails git, not the run).
+    return subprocess.run(
+        ["git", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=GIT_TIMEOUT_S,
+        check=True,
+    ).stdout
 
 
 def _saved_config(cls: type, out_dir: Path) -> Any:
@@ -196,12 +272,21 @@ def _check_same_experiment(
 ) -> None:
     changed = [k for k in current if k not in resumable and current[k] != previous.get(k)]
     if changed:
-        key = changed[0]
+        key, there, now = _difference(changed[0], previous.get(changed[0]), current[changed[0]])
         raise UserError(
-            f"{out_dir} holds a run with a different {key} "
-            f"({previous.get(key)!r} there, {current[key]!r} now)",
+            f"{out_dir} holds a run with a different {key} ({there!r} there, {now!r} now)",
             "use a new --out folder, or repeat the original options to resume it",
         )
+
+
+def _difference(key: str, there: Any, now: Any) -> tuple[str, Any, Any]:
+    """The dotted key, under `key`, of the first value that differs between two sections,
+    with both values: the error names `protocol.relay.max_calls`, not a whole section."""
+    if isinstance(there, dict) and isinstance(now, dict):
+        for sub, value in now.items():
+            if value != there.get(sub):
+                return _difference(f"{key}.{sub}", there.get(sub), value)
+    return key, there, now
 
 
 @contextmanager
@@ -211,6 +296,7 @@ def run_folder(
     resumable: frozenset[str],
     bound_by: tuple[Path, ...],
     remove: bool = True,
+    omit: frozenset[str] = frozenset(),
 ) -> Iterator[None]:
     """`prepare_folder`, and the folders it made removed again when the block fails
     before any work is recorded in `bound_by`: a refused run leaves no run folder.
@@ -218,7 +304,7 @@ def run_folder(
     alone removes what they share."""
     made = _missing_folders(out_dir) if remove else []
     try:
-        prepare_folder(config, out_dir, resumable, bound_by)
+        prepare_folder(config, out_dir, resumable, bound_by, omit)
         yield
     except BaseException:
         if made and not _holds_work(bound_by):

@@ -362,14 +362,6 @@ def test_mapping_fields_come_from_yaml_and_set(tmp_path: Path) -> None:
     assert build_config(EvalConfig, [read_yaml(saved)]) == from_yaml
 
 
-def test_pool_mapping_field_from_set() -> None:
-    from collabrl.config import PoolConfig
-
-    pool = build_config(PoolConfig, [], ["chat_template_kwargs={enable_thinking: false}"])
-    assert pool.chat_template_kwargs == {"enable_thinking": False}
-    assert PoolConfig().chat_template_kwargs == {} and EngineConfig().chat_template_kwargs == {}
-
-
 @pytest.mark.parametrize("value", ["3", "[a, b]", "text"])
 def test_a_mapping_field_given_something_else_is_a_user_error(value: str) -> None:
     with pytest.raises(UserError, match="'engine.chat_template_kwargs' must be dict"):

@@ -1,10 +1,12 @@
 """The import layering of collabrl (issue 23): no package imports from a layer above its
 own, nor from another package of its own layer, and no two modules import each other.
 
-Every module is parsed, not imported. An import counts wherever it is written, at the
-top or inside a function (it runs on the first call all the same); one under
-`if TYPE_CHECKING:` does not, as it never runs. Imports by string
-(`importlib.import_module`, as cli/options.py loads config classes) are not seen.
+Every module is parsed, not imported. An import counts wherever it is written: at the
+top, inside a function (it runs on the first call all the same), and under `if
+TYPE_CHECKING:` too (issue 34): a type-only import never runs, but it is still a
+dependency a reader must follow, and two modules that name each other's types are one
+idea split in two. Imports by string (`importlib.import_module`, as cli/options.py loads
+config classes, or entry points) are not seen.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 @dataclass(frozen=True)
 class Import:
-    """One runtime import of a collabrl module, where it is written."""
+    """One import of a collabrl module, where it is written."""
 
     importer: str  # the importing module, dotted
     imported: str  # the imported module, dotted (a package's __init__ by the package name)
@@ -92,23 +94,11 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements under `node`, at any depth, but for `if TYPE_CHECKING:`
-    bodies (their `else:` runs, so it counts)."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
-            for statement in child.orelse:
-                yield from _runtime_imports(ast.Module(body=[statement], type_ignores=[]))
-            continue
+def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements under `node`, at any depth, `if TYPE_CHECKING:` ones included."""
+    for child in ast.walk(node):
         if isinstance(child, ast.Import | ast.ImportFrom):
             yield child
-        yield from _runtime_imports(child)
 
 
 def _targets(
@@ -130,12 +120,12 @@ def _targets(
 
 
 def collabrl_imports() -> list[Import]:
-    """Every runtime import of a collabrl module by a collabrl module."""
+    """Every import of a collabrl module by a collabrl module, type-only ones included."""
     names = module_names()
     found: dict[Import, None] = {}  # one per line: `from x import a, b` is one import
     for module, path in names.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for statement in _runtime_imports(tree):
+        for statement in _imports(tree):
             for target in _targets(module, path.name == "__init__.py", statement, set(names)):
                 if (target == PACKAGE or target.startswith(PACKAGE + ".")) and target != module:
                     found[Import(module, target, statement.lineno)] = None
@@ -249,7 +239,7 @@ def test_the_known_cycles_are_still_there() -> None:
     )
 
 
-def test_the_checker_sees_function_imports_and_skips_type_checking() -> None:
+def test_the_checker_sees_function_and_type_checking_imports() -> None:
     """The parser's rules on a small module: why the checks above can be trusted."""
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
@@ -264,8 +254,13 @@ def test_the_checker_sees_function_imports_and_skips_type_checking() -> None:
     modules = set(module_names())
     found = [
         t
-        for s in _runtime_imports(tree)
+        for s in _imports(tree)
         for t in _targets("collabrl.episode", False, s, modules)
         if t.startswith(PACKAGE)
     ]
-    assert found == ["collabrl.config", "collabrl.runs", "collabrl.train.grpo"]
+    assert found == [
+        "collabrl.config",
+        "collabrl.eval.runner",
+        "collabrl.runs",
+        "collabrl.train.grpo",
+    ]

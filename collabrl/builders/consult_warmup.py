@@ -47,7 +47,6 @@ from collabrl.config import (
     MAX_SAMPLES,
     DataColumns,
     EngineConfig,
-    PoolConfig,
     SamplingConfig,
     option,
 )
@@ -58,6 +57,7 @@ from collabrl.engines.reference import stand_in_accuracy
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
 from collabrl.protocols.base import Policy
+from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.consult import (
     ConsultConfig,
     expert_messages,
@@ -205,17 +205,10 @@ def build_consult_warmup(
 def _expert_pool(config: ConsultWarmupConfig) -> ExpertPool:
     """Every expert id of the prompt served by `config.expert` (a URL that does not answer
     or a model that does not resolve is refused before any sampling)."""
-    from collabrl.engines.pool import ExpertPool
-
     check_collaborator(config.expert, config.engine.api_key)
-    pool = PoolConfig(
-        endpoints=[config.expert],
-        num_experts=config.num_experts,
-        timeout=_CONSULT.expert_timeout,
-        api_key=config.engine.api_key,
-        served_model=config.engine.served_model,
+    return collaborator_pool(
+        [config.expert], _CONSULT.expert_timeout, config.engine, num_experts=config.num_experts
     )
-    return ExpertPool(pool, config.engine)
 
 
 def _row_maker(config: ConsultWarmupConfig, pool: ExpertPool) -> Callable[[SoloProtocol], MakeRow]:

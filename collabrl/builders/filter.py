@@ -45,7 +45,6 @@ from collabrl.config import (
     MAX_SAMPLES,
     DataColumns,
     EngineConfig,
-    PoolConfig,
     SamplingConfig,
     option,
 )
@@ -56,6 +55,7 @@ from collabrl.engines.endpoints import check_collaborator
 from collabrl.engines.reference import STAND_IN_NOTE, is_stand_in
 from collabrl.errors import UserError, require
 from collabrl.eval.runner import chunk_size
+from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.rewards.extract import extract_answer
 from collabrl.rewards.score import score_answer
 
@@ -194,7 +194,6 @@ def sample_teacher(
     """Ask the teacher for every missing sample; return the number written and the
     failed calls (each with its reason)."""
     from collabrl.engines.calls import Call
-    from collabrl.engines.pool import ExpertPool
 
     done = {(r["item_id"], r["sample"]) for r in runs.read_records(samples_path)}
     todo = sum((item.id, s) not in done for item in items for s in range(config.k))
@@ -202,16 +201,12 @@ def sample_teacher(
         return 0, []
     template = get_prompt(config.prompt or bench.prompt)
     extractors = (*template.extract, *bench.extract_fallback)
-    pool = PoolConfig(
-        endpoints=[config.teacher],
-        num_experts=1,
-        timeout=config.timeout,
-        api_key=config.engine.api_key,
-        served_model=config.engine.served_model,
-    )
+    # The teacher is this builder's model: its engine options (API key and served model
+    # included) are the builder's own.
+    teacher = collaborator_pool([config.teacher], config.timeout, config.engine)
     chunk = chunk_size(config.engine, config.teacher)
     written, failures = 0, []
-    with ExpertPool(pool, config.engine) as teacher, runs.RecordWriter(samples_path) as out:
+    with teacher, runs.RecordWriter(samples_path) as out:
         for start in range(0, len(items), chunk):
             members = items[start : start + chunk]
             groups = [s for s in range(config.k) if any((i.id, s) not in done for i in members)]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -30,7 +32,35 @@ def show(
         raise UserError(f"no config for '{command}'", f"use one of {', '.join(opt.CONFIG_CLASSES)}")
     resolved = opt.load_config(command, config, {}, set_)
     try:
-        resolved.check()
-    except MissingInput as missing:  # shown: the run adds it on its command line
-        print(f"note: {missing}", file=sys.stderr)
-    print(describe_config(resolved), end="")
+        _command_check(command, resolved)()
+    except UserError as err:  # a protocol flag it names is a `--set` here
+        fix = opt.command_fix(err.fix, {"--config", "-c", "--set"}, command)
+        if not isinstance(err, MissingInput):
+            raise UserError(err.problem, fix) from err
+        # Shown all the same: the run adds the value on its command line.
+        print(f"note: {MissingInput(err.problem, fix)}", file=sys.stderr)
+    print(describe_config(resolved, _expanded(resolved)), end="")
+
+
+def _command_check(command: str, config: Any) -> Callable[[], None]:
+    """What `command` checks its config with before anything loads: a GRPO-based training
+    run's also needs the trainer side (its TRL arguments), which `collab train` checks
+    first too."""
+    if command not in ("train-grpo", "train-relay", "train-eapo", "train-rsim"):
+        return config.check
+    from collabrl.train.grpo_args import check_run
+
+    return lambda: check_run(config)
+
+
+def _expanded(config: object) -> dict[str, object]:
+    """The sections `describe_config` shows in place of a raw mapping: the running
+    protocol's own options (a plugin's options class) with their defaults and help."""
+    from collabrl.protocols.config import ProtocolConfig
+    from collabrl.protocols.registry import read_options
+
+    protocol = getattr(config, "protocol", None)
+    if not isinstance(protocol, ProtocolConfig):  # a command without a protocol section
+        return {}
+    options = read_options(protocol)
+    return {} if options is None else {"protocol.options": options}

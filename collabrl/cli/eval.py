@@ -75,11 +75,6 @@ def run(
     seed: int = opt.SEED,
     limit: int = opt.config_option("limit", "--limit"),
     protocol: str = opt.PROTOCOL,
-    teacher: str = opt.TEACHER,
-    expert: list[str] = opt.EXPERT,
-    self_collab: bool = opt.SELF_COLLAB,
-    planner: str = opt.PLANNER,
-    planner_kind: str = opt.PLANNER_KIND,
     tokenizer: str = opt.TOKENIZER,
     prompt: str = opt.PROMPT,
     engine: str = opt.ENGINE,
@@ -96,7 +91,8 @@ def run(
     from collabrl.eval.runner import run_eval
     from collabrl.eval.suite import benchmark_names
 
-    # The options above reach the config through ctx (see cli/options.py), by their keys.
+    # The options above, and the protocols' options built from the registry, reach the
+    # config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before the benchmark or a model is loaded
     names = benchmark_names(cfg.benchmark)

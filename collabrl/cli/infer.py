@@ -19,11 +19,6 @@ def infer(
     bench: str = opt.config_option("benchmark", "--bench"),
     item: str = opt.config_option("item", "--item"),
     model: str = opt.MODEL,
-    teacher: str = opt.TEACHER,
-    expert: list[str] = opt.EXPERT,
-    self_collab: bool = opt.SELF_COLLAB,
-    planner: str = opt.PLANNER,
-    planner_kind: str = opt.PLANNER_KIND,
     tokenizer: str = opt.TOKENIZER,
     prompt: str = opt.PROMPT,
     max_tokens: int = opt.MAX_TOKENS,
@@ -42,7 +37,8 @@ def infer(
     from collabrl.cli.transcript import json_line, print_episode
     from collabrl.protocols.infer import infer_one
 
-    # The options above reach the config through ctx (see cli/options.py), by their keys.
+    # The options above, and the protocols' options built from the registry, reach the
+    # config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before any model is loaded
     episode, seconds = infer_one(cfg)

@@ -5,20 +5,32 @@ help string in `--help` (so options, `collab config show` and configs never drif
 and its value lands at that key in the command-line config layer. The help strings are
 looked up only when help is printed: the config classes of `eval` and `infer` import the
 protocols (torch, openai), which no other `collab` call should wait for.
+
+The protocol options (`--teacher`, `--expert`, `--self-collab`, a plugin's `--echo`, …)
+are not written here: a command whose config has a `protocol` section builds them from
+the protocol registry (each spec's collaborators and flags) when it runs or prints help,
+so a protocol registered by a plugin gets its options with no change here.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 import sys
+import typing
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
 
 from collabrl.errors import UserError
+
+if TYPE_CHECKING:
+    from collabrl.protocols.spec import ProtocolSpec
 
 # The config class of each command that has one, as "module:Class" (imported on demand).
 CONFIG_CLASSES = {
@@ -37,6 +49,21 @@ CONFIG_CLASSES = {
     "train-rsim": "collabrl.train.grpo_config:GRPOTrainConfig",
     "evolve": "collabrl.evolve.config:EvolveConfig",
 }
+
+# The commands that offer protocol options, and whose: every registered protocol's, those
+# `collab train grpo` may roll out on (`spec.grpo`), or the method's own protocol's
+# (train/grpo_config.py PROTOCOL_OF).
+PROTOCOL_OPTIONS = {
+    "infer": "every",
+    "eval": "every",
+    "train-grpo": "grpo",
+    "train-relay": "method",
+    "train-eapo": "method",
+    "train-rsim": "method",
+}
+# Protocol keys (under `protocol.`) a command offers no option for, although its protocol
+# declares one: rSIM trains an rsim planner, and its config refuses another planner_kind.
+NOT_OFFERED = {"train-rsim": ("strategy.planner_kind",)}
 
 # What a command sets whatever its config file says: `collab train relay` is the relay
 # method's run.
@@ -89,12 +116,6 @@ BATCH_SIZE = config_option("engine.batch_size", "--batch-size")
 API_KEY = config_option("engine.api_key", "--api-key")
 PROTOCOL_KEY = "protocol.name"
 PROTOCOL = config_option(PROTOCOL_KEY, "--protocol", "-p")
-TEACHER = config_option("protocol.teacher", "--teacher")
-EXPERT = config_option("protocol.experts", "--expert")
-EXPERT_MAX_TOKENS = config_option("protocol.consult.expert_max_tokens", "--expert-max-tokens")
-SELF_COLLAB = config_option("protocol.consult.self_collab", "--self-collab")
-PLANNER = config_option("protocol.planner", "--planner")
-PLANNER_KIND = config_option("protocol.strategy.planner_kind", "--planner-kind")
 TOKENIZER = config_option("protocol.tokenizer", "--tokenizer")
 MAX_TOKENS = config_option("sampling.max_tokens", "--max-tokens")
 TEMPERATURE = config_option("sampling.temperature", "--temperature")
@@ -112,12 +133,32 @@ def config_command(command: str) -> type[TyperCommand]:
 
 class _ConfigCommand(TyperCommand):
     config_class = ""  # a key of CONFIG_CLASSES, set by `config_command`
+    # The protocol options last built, and the registered protocols they were built for.
+    _protocol_params: tuple[tuple[str, ...], list[Any]] = ((), [])
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        """The command's own parameters, with the protocol options after `--model`.
+
+        Built on the first parse or help, so that other commands never import the registry;
+        kept while the registered protocols stay the same, since click matches a parsed
+        option to its parameter by identity."""
+        params = super().get_params(ctx)
+        if self.config_class not in PROTOCOL_OPTIONS:
+            return params
+        from collabrl.protocols import registry
+
+        built_for, built = self._protocol_params
+        if built_for != registry.names():
+            taken = {decl for p in params for decl in (*p.opts, *p.secondary_opts)}
+            built = protocol_params(self.config_class, taken)
+            self._protocol_params = (registry.names(), built)
+        names = [p.name for p in params]
+        at = names.index("model") + 1 if "model" in names else len(self.params)
+        return [*params[:at], *built, *params[at:]]
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
-        from collabrl.config import field_help
-
-        helps = field_help(load_config_class(self.config_class))
-        for param in self.params:
+        helps = config_helps(self.config_class)
+        for param in self.get_params(ctx):
             key = config_key(param)
             if key == PROTOCOL_KEY:  # every registered protocol, with its spec's line
                 from collabrl.protocols.registry import protocol_help
@@ -126,6 +167,123 @@ class _ConfigCommand(TyperCommand):
             elif key is not None:
                 param.help = helps[key]  # this process only prints help, then exits
         super().format_help(ctx, formatter)
+
+
+def config_helps(command: str) -> dict[str, str]:
+    """Dotted key -> help of `command`'s config, with the fields of every registered
+    protocol's options class (`protocol.options.KEY`) where the config has a protocol."""
+    from collabrl.config import field_help
+
+    helps = field_help(load_config_class(command))
+    if command not in PROTOCOL_OPTIONS:
+        return helps
+    from collabrl.protocols import registry
+
+    for spec in (s for s in registry.specs() if s.options is not None):
+        own = field_help(spec.options)
+        helps |= {f"protocol.options.{k}": v for k, v in own.items() if k not in helps}
+    return helps
+
+
+def offered_protocols(command: str) -> list[ProtocolSpec]:
+    """The protocols whose collaborators and flags `command` offers (PROTOCOL_OPTIONS)."""
+    from collabrl.protocols import registry
+
+    which = PROTOCOL_OPTIONS.get(command)
+    if which == "method":
+        from collabrl.train.grpo_config import PROTOCOL_OF
+
+        return [registry.get(PROTOCOL_OF[command.removeprefix("train-")])]
+    return [spec for spec in registry.specs() if which == "every" or spec.grpo]
+
+
+def protocol_flags(command: str) -> dict[str, tuple[tuple[str, ...], ProtocolSpec]]:
+    """Protocol key -> (its option's declarations, the spec that declares it), for every
+    collaborator with a flag and every flag of the protocols `command` offers."""
+    offered = declared_flags(offered_protocols(command))
+    for key in NOT_OFFERED.get(command, ()):
+        offered.pop(key, None)
+    return offered
+
+
+def declared_flags(specs: list[ProtocolSpec]) -> dict[str, tuple[tuple[str, ...], ProtocolSpec]]:
+    """Protocol key -> (declarations, declaring spec) of `specs`' collaborators and flags;
+    a key two protocols share is one option, as the first declares it."""
+    declared: dict[str, tuple[tuple[str, ...], ProtocolSpec]] = {}
+    for spec in specs:
+        for collaborator in spec.collaborators:
+            if collaborator.flag is not None:
+                declared.setdefault(collaborator.key, ((collaborator.flag,), spec))
+        for flag in spec.flags:
+            declared.setdefault(flag.key, (flag.decls, spec))
+    return declared
+
+
+def protocol_params(command: str, taken: set[str]) -> list[Any]:
+    """The click options of `command`'s protocol flags, typed by their config fields (bool:
+    a flag, list: repeatable). A flag that a command option already has is left out: a
+    plugin cannot take `--model` over."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    signature = []
+    for key, (decls, spec) in protocol_flags(command).items():
+        if taken.intersection(decls):
+            continue
+        taken.update(decls)
+        # Typer's callback wrapper takes only the command function's own parameters: the
+        # value goes to ctx.meta (`_keep`), where `cli_layer` and `check` read it.
+        declared = typer.Option(
+            None,
+            *decls,
+            help=_KEY_MARK + f"protocol.{key}",
+            show_default=False,
+            expose_value=False,
+            callback=_keep,
+        )
+        kind = _option_type(load_config_class(command), spec, key)
+        signature.append(
+            inspect.Parameter(_param_name(key), keyword, default=declared, annotation=kind)
+        )
+
+    def command_of_options() -> None:
+        """Never run: Typer builds its options from this signature."""
+
+    command_of_options.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
+    builder = typer.Typer(add_completion=False)
+    builder.command()(command_of_options)
+    return list(typer.main.get_command(builder).params)
+
+
+def _param_name(key: str) -> str:
+    """The parameter name of protocol key `key`, apart from every command option's."""
+    return "protocol_" + key.replace(".", "_")
+
+
+def _option_type(config_class: type, spec: ProtocolSpec, key: str) -> Any:
+    """The type of protocol key `key`: its ProtocolConfig field's, or, for `options.KEY`,
+    its spec's options class field's; None dropped (an option not given sets nothing)."""
+    if key.startswith("options."):
+        node, path = spec.options, key.split(".")[1:]
+    else:
+        node, path = config_class, ["protocol", *key.split(".")]
+    for part in path:
+        node = typing.get_type_hints(node)[part]
+    args = [a for a in typing.get_args(node) if a is not type(None)]
+    return args[0] if typing.get_origin(node) is not list and len(args) == 1 else node
+
+
+def _keep(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """Keep a protocol option's value where `option_values` finds it."""
+    ctx.meta.setdefault(_PROTOCOL_VALUES, {})[param.name] = value
+    return value
+
+
+_PROTOCOL_VALUES = "collabrl.protocol_options"
+
+
+def option_values(ctx: typer.Context) -> dict[str, Any]:
+    """Parameter name -> value of every option given or defaulted: the command function's
+    and the protocol options'."""
+    return {**ctx.meta.get(_PROTOCOL_VALUES, {}), **ctx.params}
 
 
 def load_config_class(command: str) -> type:
@@ -142,8 +300,9 @@ def config_key(param: Any) -> str | None:
 def cli_layer(ctx: typer.Context) -> dict[str, Any]:
     """The config layer of the config-bound options given on the command line."""
     layer: dict[str, Any] = {}
-    for param in ctx.command.params:
-        key, value = config_key(param), ctx.params.get(param.name or "")
+    values = option_values(ctx)
+    for param in ctx.command.get_params(ctx):
+        key, value = config_key(param), values.get(param.name or "")
         if key is None or not _given(value):
             continue
         *sections, leaf = key.split(".")
@@ -189,19 +348,64 @@ def _set_values(sets: list[str]) -> dict[str, str]:
 
 
 def check(ctx: typer.Context, *checks: Callable[[], None]) -> None:
-    """Run config checks; an error about a key that a given option set names the option."""
+    """Run config checks; an error about a key that a given option set names the option,
+    and a fix naming a protocol flag this command lacks names its `--set` instead."""
     try:
         for run_check in checks:
             run_check()
     except UserError as err:
-        key = err.problem.split(" ", 1)[0]
-        given = [
-            p for p in ctx.command.params if config_key(p) == key and _given(ctx.params.get(p.name))
-        ]
+        params = ctx.command.get_params(ctx)
+        fix = command_fix(err.fix, _option_names(params), getattr(ctx.command, "config_class", ""))
+        key, values = err.problem.split(" ", 1)[0], option_values(ctx)
+        given = [p for p in params if config_key(p) == key and _given(values.get(p.name))]
         # Typer vendors click, so an option is known by its shape, not its class.
-        if not given or getattr(given[0], "param_type_name", None) != "option":
+        if given and getattr(given[0], "param_type_name", None) == "option":
+            raise type(err)(f"{given[0].opts[0]}: {err.problem}", fix) from err
+        if fix == err.fix:
             raise  # the value came from --config or --set, which the message's key names
-        raise UserError(f"{given[0].opts[0]}: {err.problem}", err.fix) from err
+        raise type(err)(err.problem, fix) from err
+
+
+def _option_names(params: list[Any]) -> set[str]:
+    """Every option name of `params` (`--self-collab`, `-m`, a flag's `--no-…`)."""
+    return {decl for p in params for decl in (*p.opts, *p.secondary_opts)}
+
+
+# A `--flag` in an error's fix, with the word after it (its value, when it takes one).
+_FLAG_IN_FIX = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)((?:[ =])[^\s,;]+)?")
+
+
+def command_fix(fix: str | None, options: set[str], command: str) -> str | None:
+    """`fix` for a command with `options`: a protocol flag it lacks (`collab train rsim` has
+    no --planner-kind; `collab config show` none at all) becomes `--set protocol.KEY=VALUE`,
+    which every command whose config has a protocol section takes. Protocol checks name
+    their flags (a spec's check does not know which command runs it)."""
+    if not fix or command not in CONFIG_CLASSES:
+        return fix
+    config_class = load_config_class(command)
+    if "protocol" not in {f.name for f in fields(config_class)}:
+        return fix  # `collab filter`'s --teacher is its own, at its config's top level
+    from collabrl.protocols import registry
+
+    by_flag = {
+        decl: (key, spec)
+        for key, (decls, spec) in declared_flags(list(registry.specs())).items()
+        for decl in decls
+    }
+
+    def to_set(match: re.Match[str]) -> str:
+        flag, value = match.group(1), match.group(2) or ""
+        if flag not in by_flag or flag in options:
+            return match.group(0)
+        key, spec = by_flag[flag]
+        kind = _option_type(config_class, spec, key)
+        if kind is bool:  # a flag: the word after it is the fix's own
+            return f"--set protocol.{key}=true{value}"
+        if typing.get_origin(kind) is list:
+            return f"--set protocol.{key}=[{value[1:]}]"
+        return f"--set protocol.{key}={value[1:]}"
+
+    return _FLAG_IN_FIX.sub(to_set, fix)
 
 
 def _given(value: Any) -> bool:

@@ -114,21 +114,13 @@ DATA_OPTIONS = _options(
     limit=(int, opt.config_option("limit", "--limit")),
 )
 EVAL_STEPS = (int, opt.config_option("eval_steps", "--eval-steps"))
+# Its protocol's collaborators and flags (--teacher, --expert, --planner, …) come from the
+# registry (cli/options.py PROTOCOL_OPTIONS).
 METHOD_OPTIONS = {
     "grpo": _options(protocol=(str, opt.PROTOCOL), eval_steps=EVAL_STEPS),
-    "relay": _options(
-        teacher=(str, opt.TEACHER),
-        reward=(str, opt.config_option("reward", "--reward")),
-        eval_steps=EVAL_STEPS,
-    ),
-    "eapo": _options(
-        expert=(list[str], opt.EXPERT),
-        expert_max_tokens=(int, opt.EXPERT_MAX_TOKENS),
-        eval_steps=EVAL_STEPS,
-    ),
-    "rsim": _options(
-        planner=(str, opt.PLANNER), train=(str, opt.config_option("rsim.train", "--train"))
-    ),
+    "relay": _options(reward=(str, opt.config_option("reward", "--reward")), eval_steps=EVAL_STEPS),
+    "eapo": _options(eval_steps=EVAL_STEPS),
+    "rsim": _options(train=(str, opt.config_option("rsim.train", "--train"))),
 }
 RUN_OPTIONS = _options(
     steps=(int, opt.config_option("steps", "--steps")),

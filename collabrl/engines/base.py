@@ -64,8 +64,8 @@ class SamplingParams:
     @classmethod
     def of(cls, config: Any, **changes: Any) -> SamplingParams:
         """The params of a `SamplingConfig` (its n is the caller's: samples per problem
-        are units of work, each sampled once); `changes` override any field, the seed
-        included (the eval runner offsets it per chunk)."""
+        are units of work, each sampled once); `changes` override any field (a training
+        run's seed is its own config's)."""
         fields = {
             "max_tokens": config.max_tokens,
             "temperature": config.temperature,
@@ -92,6 +92,16 @@ class SamplingParams:
         if self.budgets:
             return self.budgets[index]
         return self.max_tokens
+
+    def with_budgets(self, budgets: Sequence[int]) -> SamplingParams:
+        """These params with prompt i's most new tokens `budgets[i]`: `max_tokens` the
+        largest, `budgets` kept only where they differ (a uniform batch stays one shape)."""
+        if not budgets:
+            raise ValueError("with_budgets: one budget per prompt, got none")
+        uniform = len(set(budgets)) == 1
+        return dataclasses.replace(
+            self, max_tokens=max(budgets), budgets=() if uniform else tuple(budgets)
+        )
 
     def check_seeds(self, prompts: int) -> None:
         """Refuse per-prompt seeds that do not match the batch (a caller's bug)."""
@@ -143,16 +153,9 @@ class SamplingParams:
             params.check_budgets(1)
             if params.batch_key() != key:
                 raise ValueError("merge: the params differ in more than budget and seed")
-        budgets = tuple(params.prompt_budget(0) for params in calls)
         seeds = tuple(params.prompt_seed(0) for params in calls) if first.seeded else ()
-        uniform = len(set(budgets)) == 1
-        return dataclasses.replace(
-            first,
-            max_tokens=max(budgets),
-            budgets=() if uniform else budgets,
-            seed=seeds[0] if seeds else None,
-            seeds=seeds,
-        )
+        merged = dataclasses.replace(first, seed=seeds[0] if seeds else None, seeds=seeds)
+        return merged.with_budgets([params.prompt_budget(0) for params in calls])
 
 
 # The fields a batch's prompts may each have their own of (see `batch_key`).

@@ -88,13 +88,9 @@ class ExpertPool:
         check_pool_config(config)
         self.config = config
         self._tokenizer = tokenizer
-        engine = engine or EngineConfig()
-        # The pool's chat-template options (a protocol's, for its collaborators) go to every
-        # endpoint's engine, over those of the engine config.
-        self.engine_config = dataclasses.replace(
-            engine,
-            chat_template_kwargs={**engine.chat_template_kwargs, **config.chat_template_kwargs},
-        )
+        # How every endpoint's engine is built, its chat-template options included (a
+        # protocol's collaborators get the protocol's: protocols/collaborators.py).
+        self.engine_config = engine or EngineConfig()
         self.endpoints = resolve_endpoints(config)
         self.cache = ResponseCache(config.cache_dir) if config.cache_dir else None
         self.generate_calls = 0  # engine calls made (one per local batch or HTTP request)

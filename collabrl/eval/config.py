@@ -8,7 +8,8 @@ from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.engines import is_url
 from collabrl.engines.endpoints import check_collaborator, check_reachable
 from collabrl.errors import UserError
-from collabrl.protocols.config import ProtocolConfig, collaborators_of
+from collabrl.protocols import registry
+from collabrl.protocols.config import ProtocolConfig
 
 
 @dataclass
@@ -53,14 +54,14 @@ class EvalConfig(DataColumns):
             )
         self.sampling.check()
         self.engine.check()
-        self.protocol.check()
+        registry.check_protocol_config(self.protocol)
 
     def check_collaborators(self) -> None:
-        """One request to each server the run calls beside the policy (its teacher or
-        experts, the judge) and a local collaborator resolved, before any work: one that
-        is down or mistyped would otherwise fail the run's calls, or its scoring, after
-        the folder is written (`collab train` probes them the same way)."""
-        for ref in collaborators_of(self.protocol):
+        """One request to each server the run calls beside the policy (the served
+        collaborators its protocol declares, the judge) and a local collaborator resolved,
+        before any work: one that is down or mistyped would otherwise fail the run's calls,
+        or its scoring, after the folder is written (`collab train` probes them the same way)."""
+        for ref in registry.collaborators_of(self.protocol):
             check_collaborator(ref, self.engine.api_key)
         if self.judge is not None:
             check_reachable(self.judge, self.engine.api_key)

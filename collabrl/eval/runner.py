@@ -30,6 +30,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.protocols.sampling import Unit, sample_chunks, units_of
+from collabrl.protocols.saved import unread_protocol_keys
 from collabrl.rewards.score import score_episode
 
 ProgressFn = Callable[[int, int], None]  # (done, total)
@@ -144,7 +145,7 @@ def score_run(plan: EvalPlan, out_dir: Path) -> dict[str, Any]:
     if config.judge:
         _judge(config, plan.bench, out_dir)
     metrics = compute_metrics(out_dir, plan.bench, config.sampling.n)
-    if config.protocol.uses_reference():
+    if registry.uses_reference(config.protocol):
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     runs.write_json(out_dir / runs.METRICS, metrics)
     return metrics
@@ -162,9 +163,11 @@ def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | No
 
 
 def prepare_run_folder(config: EvalConfig) -> Path:
-    """Create the run folder, or check that an existing one ran the same experiment."""
+    """Create the run folder, or check that an existing one ran the same experiment;
+    its config.yaml leaves out the other protocols' sections."""
     out_dir = runs.out_folder(config.out, "eval", config.benchmark, config.model)
-    runs.prepare_folder(config, out_dir, RESUMABLE_KEYS, (out_dir / runs.SAMPLES,))
+    unread = unread_protocol_keys(config.protocol)
+    runs.prepare_folder(config, out_dir, RESUMABLE_KEYS, (out_dir / runs.SAMPLES,), unread)
     return out_dir
 
 

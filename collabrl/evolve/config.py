@@ -8,6 +8,7 @@ from typing import ClassVar
 from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.engines.reference import is_stand_in
 from collabrl.errors import UserError, require
+from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 
 SELECT_RULES = ("score", "vote")
@@ -75,8 +76,9 @@ class EvolveConfig(DataColumns):
         require("review_max_tokens", self.review_max_tokens, self.review_max_tokens >= 1, ">= 1")
         self.sampling.check()
         self.engine.check()
-        self.protocol.check()
-        if self.protocol.uses_reference() or any(map(is_stand_in, [*self.models, *self.verifiers])):
+        registry.check_protocol_config(self.protocol)
+        stand_ins = any(map(is_stand_in, [*self.models, *self.verifiers]))
+        if registry.uses_reference(self.protocol) or stand_ins:
             raise UserError(
                 "the reference stand-in reads gold answers, which evolve never shows a model",
                 "use real collaborators",

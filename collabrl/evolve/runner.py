@@ -2,7 +2,7 @@
 
 Each round:
 1. every model proposes `sampling.n` candidates per problem through the protocol
-   (with its tools), all models at once on a thread each, one batched `run` per branch;
+   (with its tools), all models at once on a thread each, one batched `run` each;
    from round 2 on the task's question carries the problem's digest of the state;
 2. every candidate is reviewed by other models (`verify.py`) and scored;
 3. selection (`select.py`) runs over the state: every candidate so far;
@@ -15,6 +15,7 @@ review or selection reads them. A folder with finished rounds is continued with
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ from collabrl.evolve.state import (
 )
 from collabrl.evolve.verify import Reviewer, in_parallel, review
 from collabrl.models import resolve_model
-from collabrl.protocols.base import CollabProtocol, Task, round_seed
+from collabrl.protocols.base import CollabProtocol, Task, hashed_seed
 from collabrl.protocols.build import build_protocol, check_protocol
+from collabrl.protocols.saved import unread_protocol_keys
 
 CURVE = "curve.png"
 RoundFn = Callable[[dict[str, Any]], None]
@@ -98,7 +100,8 @@ def _open_folder(config: EvolveConfig, out_dir: Path, resume: bool) -> Iterator[
             f"{out_dir} already holds an evolve run",
             "pass --resume to continue it, or a new --out folder",
         )
-    with runs.run_folder(config, out_dir, RESUMABLE_KEYS, (finished,)):
+    unread = unread_protocol_keys(config.protocol)
+    with runs.run_folder(config, out_dir, RESUMABLE_KEYS, (finished,), omit=unread):
         yield read_state(out_dir)
 
 
@@ -180,27 +183,31 @@ def _propose(
 ) -> list[Candidate]:
     """Every model's candidates for every problem, the models running concurrently."""
     questions = {i.id: evolve_question(i.problem, _notes(config, pool, i)) for i in items}
-    base = SamplingParams.of(config.sampling)
     by_id = {item.id: item for item in items}
 
     def job(k: int) -> list[Candidate]:
-        # One batched call per branch, each with its own seed (per round, model and
-        # branch): an endpoint samples one prompt under one seed alike every time, so
-        # branches sharing a call and a seed would all be the same candidate.
-        candidates = []
-        for b in range(config.sampling.n):
-            tasks = [Task(i.id, questions[i.id], b) for i in items]
-            stream = k * config.sampling.n + b
-            params = SamplingParams.of(config.sampling, seed=round_seed(base, round_no, stream))
-            episodes = proposers[k].protocol.run(tasks, params)
-            candidates += [
-                _candidate(config, round_no, k, t, e, by_id)
-                for t, e in zip(tasks, episodes, strict=True)
-            ]
-        return candidates
+        # Every branch of every problem in one batched call: a candidate is an episode
+        # (its problem and branch, the task's sample), seeded by the protocol on its own
+        # whatever else is in the batch, from this round's and this model's seed.
+        tasks = [Task(i.id, questions[i.id], b) for b in range(config.sampling.n) for i in items]
+        episodes = proposers[k].protocol.run(tasks, proposal_params(config, round_no, k))
+        return [
+            _candidate(config, round_no, k, t, e, by_id)
+            for t, e in zip(tasks, episodes, strict=True)
+        ]
 
     per_model = in_parallel([lambda k=k: job(k) for k in range(len(proposers))])
     return [c for candidates in per_model for c in candidates]
+
+
+def proposal_params(config: EvolveConfig, round_no: int, model: int) -> SamplingParams:
+    """The sampling params of model `model`'s proposals in round `round_no`: the run's
+    seed, drawn apart per round and model (a candidate's record key with its problem
+    and branch, which the protocol's per-episode seeds take in)."""
+    params = SamplingParams.of(config.sampling)
+    if params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=hashed_seed(params.seed, "evolve", round_no, model))
 
 
 def _notes(config: EvolveConfig, pool: list[Candidate], item: Item) -> str:

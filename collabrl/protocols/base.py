@@ -128,24 +128,22 @@ class Policy:
             return []
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def continue_(
-        self, contexts: list[Prompt], budgets: list[int], params: SamplingParams
-    ) -> list[Segment]:
-        """One policy segment continuing every context, each within its token budget.
+    def continue_(self, contexts: list[Prompt], params: SamplingParams) -> list[Segment]:
+        """One policy segment continuing every context, each within its own token budget
+        (`params.prompt_budget`: the per-prompt `budgets`, else `max_tokens`).
 
         A context is the episode's visible ids (or, text-only, its chat prompt). The
-        batch is one `generate` call in which every row asks for its own budget (the
-        engines' per-prompt `budgets`): sampling every row to the largest one wastes
-        decoding, and a server with a tight `--max-model-len` refuses a long context
-        asked for more than it has room for. Rows are still cut to their budget, for an
-        engine that returns more than it was asked.
+        batch is one `generate` call in which every row asks for its own budget:
+        sampling every row to the largest one wastes decoding, and a server with a tight
+        `--max-model-len` refuses a long context asked for more than it has room for.
+        Rows are still cut to their budget, for an engine that returns more than it was
+        asked.
         """
         if not contexts:
             return []
-        own = tuple(budgets) if len(set(budgets)) > 1 else ()
-        batch = dataclasses.replace(params, n=1, max_tokens=max(budgets), budgets=own)
-        groups = self.engine.generate(contexts, batch)
-        return [self._segment(g[0], b) for g, b in zip(groups, budgets, strict=True)]
+        params.check_budgets(len(contexts))
+        groups = self.engine.generate(contexts, dataclasses.replace(params, n=1))
+        return [self._segment(g[0], params.prompt_budget(i)) for i, g in enumerate(groups)]
 
     def _segment(self, completion: Completion, budget: int) -> Segment:
         meta: dict[str, object] = {
@@ -195,15 +193,13 @@ def policy_turn(
 ) -> list[Segment]:
     """The policy's next segment in every episode: one batched call, each within its
     remaining budget (and `limit`). Nothing is appended: the protocol reads them first."""
+    if not episodes:
+        return []
     budgets = [remaining(e, params) for e in episodes]
     if limit is not None:
         budgets = [min(limit, b) for b in budgets]
-    seeds = episode_seeds(params, episodes, round_no)
-    return policy.continue_(
-        [e.visible_ids for e in episodes],
-        budgets,
-        round_params(params, round_no, seeds=seeds, **changes),
-    )
+    batch = round_params(params, episodes, round_no, **changes).with_budgets(budgets)
+    return policy.continue_([e.visible_ids for e in episodes], batch)
 
 
 def append_if_room(episode: Episode, segments: list[Segment], params: SamplingParams) -> bool:
@@ -217,11 +213,6 @@ def append_if_room(episode: Episode, segments: list[Segment], params: SamplingPa
     for segment in segments:
         episode.add(segment)
     return True
-
-
-def round_seed(params: SamplingParams, round_no: int, stream: int = 0) -> int | None:
-    """A fresh seed per round (and per random stream: policy 0, a planner 1, …)."""
-    return None if params.seed is None else params.seed + 7919 * round_no + 104729 * stream
 
 
 # Random streams of one episode's round: the policy, a planner, its collaborators.
@@ -240,8 +231,29 @@ def episode_seed(
     """
     if params.seed is None:
         return None
-    key = f"{params.seed}/{episode.problem_id}/{episode.meta.get('sample', 0)}/{round_no}/{stream}"
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") >> 1
+    return hashed_seed(
+        params.seed, episode.problem_id, episode.meta.get("sample", 0), round_no, stream
+    )
+
+
+def collaborator_seeds(
+    params: SamplingParams, episode: Episode, round_no: int, calls: int
+) -> tuple[int, ...]:
+    """The seeds of an episode's `calls` collaborator calls in one round (a teacher's
+    one, an expert panel's K): from its COLLABORATOR_STREAM seed and each call's place
+    among the episode's own calls, so that K experts asked alike do not answer alike,
+    whatever else is in the round. Empty when the run is unseeded."""
+    seed = episode_seed(params, episode, round_no, COLLABORATOR_STREAM)
+    if seed is None:
+        return ()
+    return tuple(hashed_seed(seed, call) for call in range(calls))
+
+
+def hashed_seed(seed: int, *key: object) -> int:
+    """A seed for what `key` names, drawn from `seed`: the same in every process (unlike
+    `hash()`), in [0, 2**31) as vLLM and servers take it."""
+    text = "/".join(map(str, (seed, *key)))
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") >> 1
 
 
 def episode_seeds(
@@ -253,9 +265,13 @@ def episode_seeds(
     return tuple(episode_seed(params, e, round_no, stream) for e in episodes)  # type: ignore[misc]
 
 
-def round_params(params: SamplingParams, round_no: int, **changes: object) -> SamplingParams:
-    """The sampling params of one round: a fresh seed per round keeps runs reproducible."""
-    return dataclasses.replace(params, n=1, seed=round_seed(params, round_no), **changes)
+def round_params(
+    params: SamplingParams, episodes: list[Episode], round_no: int, **changes: object
+) -> SamplingParams:
+    """The sampling params of the policy's round `round_no` in `episodes`: one sample
+    each, each seeded by its own episode (`episode_seeds`), whatever its batch."""
+    seeds = episode_seeds(params, episodes, round_no)
+    return dataclasses.replace(params, n=1, seeds=seeds, **changes)
 
 
 def describe_error(error: BaseException) -> str:

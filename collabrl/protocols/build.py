@@ -10,7 +10,7 @@ from collabrl.models import load_tokenizer
 from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Policy
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.protocols.registry import BuildContext
+from collabrl.protocols.spec import BuildContext
 
 # The prompt a protocol uses when neither the user nor the benchmark names one.
 DEFAULT_PROMPT = "relay"
@@ -49,7 +49,7 @@ def build_protocol(
 
 def check_protocol(config: ProtocolConfig, template: PromptTemplate | None) -> None:
     """Refuse a protocol setup that cannot run, before any model is loaded."""
-    config.check()
+    registry.check_protocol_config(config)
     if template is not None and registry.get(config.name).own_prompt:
         raise UserError(
             f"the {config.name} protocol uses its paper's prompts",

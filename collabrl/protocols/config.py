@@ -1,4 +1,9 @@
-"""Which protocol runs, with which collaborators: shared by `infer`, `eval` and training."""
+"""Which protocol runs, with which collaborators: shared by `infer`, `eval` and training.
+
+Config only, as TRL's configs are: it imports each method's options module and nothing
+of the registry or a protocol, so it loads no engine code. What depends on which protocol
+runs (its setup check, its collaborators) is asked of its spec: `registry.check_protocol_config`.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from collabrl.config import option
-from collabrl.engines import is_url
-from collabrl.engines.reference import stand_in_accuracy
-from collabrl.errors import UserError
-from collabrl.protocols import registry
-from collabrl.protocols.apollo import ApolloConfig
-from collabrl.protocols.consult import ConsultConfig
-from collabrl.protocols.relay import RelayConfig
-from collabrl.protocols.strategy import StrategyConfig
+from collabrl.protocols.apollo_config import ApolloConfig
+from collabrl.protocols.consult_config import ConsultConfig
+from collabrl.protocols.relay_config import RelayConfig
+from collabrl.protocols.strategy_config import StrategyConfig
 
 
 @dataclass
@@ -22,8 +23,8 @@ class ProtocolConfig:
 
     name: str = option(
         "solo",
-        "solo | relay | consult | strategy | apollo, or a protocol registered in code "
-        "(see docs/protocols/).",
+        "solo | relay | consult | strategy | apollo, or an installed plugin's "
+        "(see docs/protocols/README.md).",
     )
     teacher: str | None = option(
         None,
@@ -57,49 +58,6 @@ class ProtocolConfig:
     apollo: ApolloConfig = option(ApolloConfig(), "AlphaApollo options: the tools.")
     options: dict[str, Any] = option(
         {},
-        "Options of a protocol registered in code with its own options class "
+        "Options of a plugin protocol with its own options class "
         "(e.g. --set protocol.options.KEY=VALUE); the built-in ones take none here.",
     )
-
-    def check(self) -> None:
-        """Refuse a setup that cannot run, before any model is loaded: every sub-config
-        is checked, whichever protocol runs, so a typo never waits for a model load."""
-        spec = registry.get(self.name)  # an unknown name lists the registered ones
-        self.relay.check()
-        self.consult.check()
-        self.strategy.check()
-        self.apollo.check()
-        registry.read_options(self)
-        self.check_collaborators(spec.collaborators)
-        for ref in (self.teacher, *self.experts):
-            if ref:
-                stand_in_accuracy(ref)  # `reference@2` is refused here, not at its first call
-        spec.check(self)  # the protocol's own setup: e.g. relay needs a teacher
-        if self.strategy.planner_kind == "rsim" and self.planner and is_url(self.planner):
-            raise UserError(
-                f"an rsim planner runs in-process and cannot be reached at {self.planner}",
-                "pass a planner folder or a model reference, or --planner-kind prompting",
-            )
-
-    def check_collaborators(self, needed: tuple[str, ...]) -> None:
-        """Refuse a collaborator the protocol never calls (`--protocol solo --teacher X`
-        would otherwise run without it, silently)."""
-        given = {"teacher": self.teacher is not None, "experts": bool(self.experts)}
-        given["planner"] = self.planner is not None
-        for key in (key for key, is_given in given.items() if is_given and key not in needed):
-            users = [name for name in registry.names() if key in registry.get(name).collaborators]
-            raise UserError(
-                f"protocol.{key} is set, but the {self.name} protocol has no {key}",
-                f"drop it, or use a protocol that has: {', '.join(users)}",
-            )
-
-    def uses_reference(self) -> bool:
-        """Whether a collaborator that this protocol runs is the `reference` stand-in,
-        which reads each task's gold answer (outputs must say so)."""
-        return registry.get(self.name).uses_reference(self)
-
-
-def collaborators_of(protocol: ProtocolConfig) -> list[str]:
-    """The models the protocol calls beside the policy: relay's teacher, consult's
-    experts (rsim's planner trains in-process; the protocol's own check reads it)."""
-    return [ref for ref in (protocol.teacher, *protocol.experts) if ref]

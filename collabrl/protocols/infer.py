@@ -37,7 +37,7 @@ class InferConfig(DataColumns):
         """Refuse values no run can use, before any model is loaded."""
         self.sampling.check()
         self.engine.check()
-        self.protocol.check()
+        registry.check_protocol_config(self.protocol)
 
 
 def infer_one(config: InferConfig) -> tuple[Episode, float]:
@@ -68,7 +68,7 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
     if config.benchmark is None:
         if not config.question:
             raise UserError("no problem given", "pass a QUESTION, or --bench NAME [--item ID]")
-        if config.protocol.uses_reference():
+        if registry.uses_reference(config.protocol):
             raise UserError(
                 "the reference stand-in needs a benchmark item (it answers from the gold answer)",
                 "pass --bench NAME [--item ID] instead of a QUESTION",

@@ -1,139 +1,97 @@
 """The protocol registry: one `ProtocolSpec` per protocol, looked up by name.
 
 Everything outside a protocol's own code that depends on which protocol runs asks its
-spec: how it is built (`protocols/build.py`), which prompt the policy answers in (eval,
-infer, training), the setup it refuses (`ProtocolConfig.check`), the collaborators the
-dry run lists, whether `collab train grpo` may roll out on it, the extras a trainer
-reads of its episodes and the ones it logs (`train/rollout.py`, `train/rewards.py`),
-and the help of `--protocol`. A new protocol is one `register(spec)` call: see
-docs/architecture.md, "Adding a protocol". The five built-in protocols are registered
-as this module loads, from `BUILTIN` at its end (their parts: `protocols/builtin.py`).
+spec (`protocols/spec.py`): how it is built (`protocols/build.py`), which prompt the policy
+answers in, the setup it refuses (`check_protocol_config`), the collaborators it brings in
+(the CLI's flags, the dry run's listing, eval's probe), whether `collab train grpo` may
+roll out on it, the extras a trainer reads of its episodes and the help of `--protocol`.
+
+A protocol is one module that defines `SPEC` next to its class. The five built-in ones are
+imported explicitly below; a third-party protocol is a package whose entry point in the
+group `collabrl.protocols` loads to its `ProtocolSpec` (`echo = "collab_echo:SPEC"`), found
+once, on the first query (see docs/protocols/README.md, "Adding a protocol"). A test may
+`register(spec)` one for its duration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
+import sys
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from collabrl.engines.reference import stand_in_accuracy
 from collabrl.errors import UserError
-from collabrl.protocols import builtin
-from collabrl.protocols.strategy import strategy_extras
+from collabrl.protocols import apollo, consult, relay, solo, strategy
+from collabrl.protocols.spec import Collaborator, Flag, ProtocolSpec
 
 if TYPE_CHECKING:
-    from collabrl.config import EngineConfig
-    from collabrl.data.prompts import PromptTemplate
-    from collabrl.episode import Episode
-    from collabrl.protocols.base import CollabProtocol, Policy
     from collabrl.protocols.config import ProtocolConfig
 
+# Where an installed package registers a protocol: each entry point loads to a ProtocolSpec.
+ENTRY_POINT_GROUP = "collabrl.protocols"
 
-class PolicyPrompt(Enum):
-    """Which prompt the policy answers in when no `--prompt` is given."""
-
-    BENCHMARK = "benchmark"  # the benchmark's own prompt template (solo)
-    DEFAULT = "default"  # the relay template, whatever the benchmark's (relay)
-    OWN = "own"  # the protocol's paper's prompts; `--prompt` is refused
-
-
-# The collaborators a protocol may bring in beside the policy, by the ProtocolConfig
-# key (or section, for tools) that names them.
-COLLABORATORS = ("teacher", "experts", "planner", "tools")
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What a protocol's builder gets: its config, the loaded policy, and what the
-    caller knows of the policy's model, engine, prompt and benchmark."""
-
-    config: ProtocolConfig
-    policy: Policy
-    model: str  # the policy's model reference (consult's self-collab experts are copies)
-    engine: EngineConfig  # the policy's engine options: collaborators derive theirs
-    template: PromptTemplate  # the policy's prompt: the caller's, else the relay template
-    extract_fallback: tuple[str, ...]  # the benchmark's answer extractors
-    options: Any = None  # an instance of the spec's options class (`protocol.options`)
-
-    @property
-    def extract(self) -> tuple[str, ...]:
-        """The answer extractors of a protocol that answers in `template`."""
-        return (*self.template.extract, *self.extract_fallback)
-
-
-Builder = Callable[[BuildContext], "CollabProtocol"]
-
-
-def _no_check(config: ProtocolConfig) -> None:
-    """A protocol whose setup needs nothing beyond the shared sub-config checks."""
-
-
-def _no_reference(config: ProtocolConfig) -> bool:
-    return False
-
-
-def _no_extras(episode: Episode) -> dict[str, Any]:
-    return {}
-
-
-@dataclass(frozen=True)
-class ProtocolSpec:
-    """One protocol: its name, how it is built, and what the rest of collabrl asks of it."""
-
-    name: str  # `--protocol NAME`, and every episode's meta["protocol"]
-    help: str  # one line without a final period, shown in the help of `--protocol`
-    build: Builder  # the protocol over the policy (the caller closes it)
-    # The ProtocolConfig section of its options (relay, consult, …); None: none of its own.
-    section: str | None = None
-    prompt: PolicyPrompt = PolicyPrompt.BENCHMARK
-    # For a protocol that brings its own prompt: that prompt, from its config, as the
-    # protocol itself picks it (a trainer counts the prompt's tokens before any model
-    # loads); None where it is known only once the protocol runs (apollo's lists its
-    # tools' schemas).
-    template: Callable[[ProtocolConfig], PromptTemplate] | None = None
-    # What it may bring in beside the policy (names from COLLABORATORS): the dry run lists
-    # the models under the ProtocolConfig keys of the same names (teacher, experts, planner).
-    collaborators: tuple[str, ...] = ()
-    # Refuses a setup of this protocol that cannot run (a missing collaborator), after
-    # every sub-config has been checked and before any model loads.
-    check: Callable[[ProtocolConfig], None] = _no_check
-    # Whether a collaborator it runs is the `reference` stand-in (outputs must say so).
-    uses_reference: Callable[[ProtocolConfig], bool] = _no_reference
-    # What a trainer reads of its episodes besides the common extras (train/rollout.py).
-    episode_extras: Callable[[Episode], dict[str, Any]] = _no_extras
-    # Those extras a GRPO step logs as batch means (`episodes/KEY`), when present.
-    metric_keys: tuple[str, ...] = ()
-    # Whether `collab train grpo` may roll out on it (the correctness reward); the other
-    # methods roll out on their own protocol (train/grpo_config.py PROTOCOL_OF).
-    grpo: bool = True
-    # A dataclass of its own options, read from `protocol.options` (each field an
-    # `option(default, help)`); None: it takes none there.
-    options: type | None = None
-
-    @property
-    def own_prompt(self) -> bool:
-        """Whether it brings its paper's prompts (no `--prompt`, no benchmark prompt)."""
-        return self.prompt is PolicyPrompt.OWN
-
-    @property
-    def bench_prompt(self) -> bool:
-        """Whether, without `--prompt`, the policy answers in the benchmark's prompt."""
-        return self.prompt is PolicyPrompt.BENCHMARK
-
+BUILTIN: tuple[ProtocolSpec, ...] = (
+    solo.SPEC,
+    relay.SPEC,
+    consult.SPEC,
+    strategy.SPEC,
+    apollo.SPEC,
+)
 
 # The registered protocols by name, in registration order (the built-in ones first).
 _SPECS: dict[str, ProtocolSpec] = {}
+# Plugins that could not be loaded, by entry-point name: why (the unknown-name error says).
+_BROKEN: dict[str, str] = {}
+_plugins_loaded = False
 
 
 def register(spec: ProtocolSpec) -> ProtocolSpec:
-    """Add a protocol; its name must be new (`unregister` frees one)."""
-    unknown = [c for c in spec.collaborators if c not in COLLABORATORS]
-    if unknown:
-        raise ValueError(f"protocol {spec.name}: unknown collaborator {unknown[0]!r}")
+    """Add a protocol; its name must be new (`unregister` frees one), and a collaborator
+    or flag it shares with a registered protocol must be declared the same (the CLI has
+    one option per config key)."""
     if spec.name in _SPECS:
         raise ValueError(f"a protocol named {spec.name!r} is already registered")
+    for collaborator in spec.collaborators:
+        if collaborator.served and collaborator.author is None:
+            raise ValueError(
+                f"protocol {spec.name}: collaborator {collaborator.name!r} is served, so it "
+                "writes segments: declare their author"
+            )
+    _check_declarations(spec)
     _SPECS[spec.name] = spec
     return spec
+
+
+def _check_declarations(spec: ProtocolSpec) -> None:
+    """Refuse a key declared otherwise than by a registered protocol, or a CLI option
+    declared for two keys."""
+    known: dict[str, Collaborator | Flag] = {**_by_key(_collaborators()), **_by_key(_flags())}
+    options = {decl: key for key, item in known.items() for decl in _decls(item)}
+    for item in (*spec.collaborators, *spec.flags):
+        if item.key in known and known[item.key] != item:
+            raise ValueError(
+                f"protocol {spec.name}: protocol.{item.key} is declared otherwise by "
+                f"{_declarer(item.key)} (share its declaration)"
+            )
+        for decl in _decls(item):
+            if options.get(decl, item.key) != item.key:
+                raise ValueError(
+                    f"protocol {spec.name}: {decl} already sets protocol.{options[decl]}"
+                )
+
+
+def _declarer(key: str) -> str:
+    """The first registered protocol that declares `key`."""
+    for spec in _SPECS.values():
+        if key in {item.key for item in (*spec.collaborators, *spec.flags)}:
+            return spec.name
+    raise KeyError(key)
+
+
+def _decls(item: Collaborator | Flag) -> tuple[str, ...]:
+    if isinstance(item, Flag):
+        return item.decls
+    return (item.flag,) if item.flag else ()
 
 
 def unregister(name: str) -> None:
@@ -141,33 +99,101 @@ def unregister(name: str) -> None:
     _SPECS.pop(name, None)
 
 
+def _load_plugins() -> None:
+    """Register every installed plugin protocol, once. One that fails to load, or whose
+    name is taken, is skipped with one line on stderr: a broken third-party package must
+    not stop the built-in protocols (the unknown-name error names it)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = point.load()
+            if not isinstance(spec, ProtocolSpec):
+                raise TypeError(f"{point.value} is a {type(spec).__name__}, not a ProtocolSpec")
+            if spec.name in _SPECS:
+                raise ValueError(f"the name {spec.name!r} is taken")
+            register(spec)
+        except Exception as error:  # whatever a plugin raises is the plugin's failure
+            _BROKEN[point.name] = f"{type(error).__name__}: {error}"
+            print(
+                f"collabrl: skipped the protocol plugin '{point.name}' ({point.value}): "
+                f"{_BROKEN[point.name]}",
+                file=sys.stderr,
+            )
+
+
+def _registered() -> dict[str, ProtocolSpec]:
+    _load_plugins()
+    return _SPECS
+
+
 def names() -> tuple[str, ...]:
     """The registered protocol names, the built-in ones first."""
-    return tuple(_SPECS)
+    return tuple(_registered())
+
+
+def specs() -> tuple[ProtocolSpec, ...]:
+    """Every registered protocol's spec, the built-in ones first."""
+    return tuple(_registered().values())
 
 
 def get(name: str) -> ProtocolSpec:
     """The spec of protocol `name`; a one-line UserError listing the names otherwise."""
-    spec = _SPECS.get(name)
+    spec = _registered().get(name)
     if spec is None:
-        raise UserError(f"unknown protocol '{name}'", f"use one of {', '.join(names())}")
+        fix = f"use one of {', '.join(names())}"
+        if _BROKEN:
+            broken = "; ".join(f"{plugin}: {why}" for plugin, why in _BROKEN.items())
+            fix += f" (plugins that failed to load: {broken})"
+        raise UserError(f"unknown protocol '{name}'", fix)
     return spec
 
 
 def find(name: object) -> ProtocolSpec | None:
     """The spec of protocol `name`, or None (an episode from an unregistered protocol)."""
-    return _SPECS.get(name) if isinstance(name, str) else None
+    return _registered().get(name) if isinstance(name, str) else None
 
 
 def metric_keys() -> tuple[str, ...]:
     """Every registered protocol's logged extras, each once, in registration order."""
-    return tuple(dict.fromkeys(key for spec in _SPECS.values() for key in spec.metric_keys))
+    return tuple(dict.fromkeys(key for spec in specs() for key in spec.metric_keys))
 
 
 def protocol_help() -> str:
     """The help of `--protocol`: every registered protocol and its line."""
-    listed = " ".join(f"{spec.name}: {spec.help}." for spec in _SPECS.values())
+    listed = " ".join(f"{spec.name}: {spec.help}." for spec in specs())
     return f"Who writes next. {listed} See docs/protocols/."
+
+
+def _by_key(items: list[Any]) -> dict[str, Any]:
+    """Each item once by its config key, the first declaration kept."""
+    found: dict[str, Any] = {}
+    for item in items:
+        found.setdefault(item.key, item)
+    return found
+
+
+def _collaborators() -> list[Collaborator]:
+    return [c for spec in _SPECS.values() for c in spec.collaborators]
+
+
+def _flags() -> list[Flag]:
+    return [f for spec in _SPECS.values() for f in spec.flags]
+
+
+def collaborators() -> tuple[Collaborator, ...]:
+    """Every registered protocol's collaborators, each once by config key (the CLI builds
+    one option of each)."""
+    _load_plugins()
+    return tuple(_by_key(_collaborators()).values())
+
+
+def flags() -> tuple[Flag, ...]:
+    """Every registered protocol's own flags, each once by config key."""
+    _load_plugins()
+    return tuple(_by_key(_flags()).values())
 
 
 def read_options(config: ProtocolConfig) -> Any:
@@ -187,59 +213,90 @@ def read_options(config: ProtocolConfig) -> Any:
     return build_config(spec.options, [config.options], prefix="protocol.options.")
 
 
-# The five built-in protocols; their parts are in protocols/builtin.py.
-BUILTIN: tuple[ProtocolSpec, ...] = (
-    ProtocolSpec(
-        name="solo",
-        help="the policy answers alone, every paper's baseline",
-        build=builtin.build_solo,
-    ),
-    ProtocolSpec(
-        name="relay",
-        help="RelayLLM, the policy hands the pen to a teacher (--teacher) for n tokens",
-        build=builtin.build_relay,
-        section="relay",
-        prompt=PolicyPrompt.DEFAULT,
-        collaborators=("teacher",),
-        check=builtin.check_relay,
-        uses_reference=builtin.relay_uses_reference,
-        grpo=False,
-    ),
-    ProtocolSpec(
-        name="consult",
-        help="EAPO, the policy consults a panel of K experts (--expert or --self-collab)",
-        build=builtin.build_consult,
-        section="consult",
-        prompt=PolicyPrompt.OWN,
-        template=builtin.consult_template,
-        collaborators=("experts",),
-        check=builtin.check_consult,
-        uses_reference=builtin.consult_uses_reference,
-        episode_extras=builtin.consult_extras,
-        metric_keys=("accept_prob",),
-        grpo=False,
-    ),
-    ProtocolSpec(
-        name="strategy",
-        help="rSIM, a planner (--planner) injects a reasoning strategy before every step",
-        build=builtin.build_strategy,
-        section="strategy",
-        prompt=PolicyPrompt.OWN,
-        template=builtin.strategy_template,
-        collaborators=("planner",),
-        check=builtin.check_strategy,
-        episode_extras=strategy_extras,
-        grpo=False,
-    ),
-    ProtocolSpec(
-        name="apollo",
-        help="AlphaApollo, the policy reasons with tools (python, retrieval, MCP)",
-        build=builtin.build_apollo,
-        section="apollo",
-        prompt=PolicyPrompt.OWN,
-        collaborators=("tools",),
-    ),
-)
+# -- what a config's collaborators are, whichever protocol declares them -----------------
+
+OPTIONS_PREFIX = "options."
+
+
+def collaborator_value(
+    config: ProtocolConfig, collaborator: Collaborator
+) -> str | list[str] | None:
+    """What `config` gives for `collaborator`: a model reference or base URL, a list of
+    them, or None. A plugin's ("options.KEY") is read raw from `protocol.options`; a
+    section (apollo's tools) is configuration, never "given", so None."""
+    if collaborator.key.startswith(OPTIONS_PREFIX):
+        value = config.options.get(collaborator.key.removeprefix(OPTIONS_PREFIX))
+    else:
+        value = getattr(config, collaborator.key)
+    if isinstance(value, str) or (isinstance(value, list) and value):
+        return value
+    return None
+
+
+def collaborator_refs(config: ProtocolConfig, collaborator: Collaborator) -> list[str]:
+    """`collaborator_value` as a list: none, one, or a list's references."""
+    value = collaborator_value(config, collaborator)
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def check_collaborators(config: ProtocolConfig) -> None:
+    """Refuse a collaborator the running protocol never calls (`--protocol solo --teacher
+    X` would otherwise run without it, silently). A plugin's, under `protocol.options`, is
+    refused by the running protocol's options class instead."""
+    own = {c.key for c in get(config.name).collaborators}
+    for collaborator in collaborators():
+        key = collaborator.key
+        if key in own or key.startswith(OPTIONS_PREFIX):
+            continue
+        if collaborator_value(config, collaborator) is not None:
+            users = [s.name for s in specs() if key in {c.key for c in s.collaborators}]
+            raise UserError(
+                f"protocol.{key} is set, but the {config.name} protocol has no {collaborator.name}",
+                f"drop it, or use a protocol that has: {', '.join(users)}",
+            )
+
+
+def served_collaborators(config: ProtocolConfig) -> list[tuple[Collaborator, str]]:
+    """The models the running protocol calls beside the policy, as model references or
+    base URLs, each with its declaration: the dry run lists them, eval and training probe
+    them (an in-process rsim planner is not one: it trains beside the policy)."""
+    found = []
+    for collaborator in get(config.name).collaborators:
+        if collaborator.serves(config):
+            found += [(collaborator, ref) for ref in collaborator_refs(config, collaborator)]
+    return found
+
+
+def collaborators_of(config: ProtocolConfig) -> list[str]:
+    """The model references and base URLs of `served_collaborators`."""
+    return [ref for _, ref in served_collaborators(config)]
+
+
+def check_protocol_config(config: ProtocolConfig) -> None:
+    """Refuse a setup that cannot run, before any model is loaded: every sub-config is
+    checked, whichever protocol runs, so a typo never waits for a model load; then the
+    collaborators it is given, and the protocol's own check (relay needs a teacher)."""
+    spec = get(config.name)  # an unknown name lists the registered ones
+    config.relay.check()
+    config.consult.check()
+    config.strategy.check()
+    config.apollo.check()
+    read_options(config)
+    check_collaborators(config)
+    for collaborator in collaborators():
+        if collaborator.served:
+            for ref in collaborator_refs(config, collaborator):
+                stand_in_accuracy(ref)  # `reference@2` is refused here, not at its first call
+    spec.check(config)
+
+
+def uses_reference(config: ProtocolConfig) -> bool:
+    """Whether a collaborator that this protocol runs is the `reference` stand-in, which
+    reads each task's gold answer (outputs must say so)."""
+    return get(config.name).uses_reference(config)
+
 
 for _spec in BUILTIN:
     register(_spec)

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from collabrl.config import EngineConfig, PoolConfig, option
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
+from collabrl.engines.reference import is_stand_in
 from collabrl.episode import Author, EndReason, Episode, Segment
-from collabrl.errors import UserError
+from collabrl.errors import MissingInput, UserError
 from collabrl.protocols.base import (
-    COLLABORATOR_STREAM,
     Policy,
     Task,
-    episode_seed,
+    collaborator_seeds,
     finish,
     guard,
     new_episodes,
@@ -41,54 +40,15 @@ from collabrl.protocols.base import (
     run_rounds,
     segment_end,
 )
+from collabrl.protocols.collaborators import collaborator_engine, collaborator_pool
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
+from collabrl.protocols.relay_config import RelayConfig
+from collabrl.protocols.spec import BuildContext, Collaborator, PolicyPrompt, ProtocolSpec
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from collabrl.engines.calls import CallRecord
     from collabrl.engines.pool import ExpertPool
-
-
-@dataclass
-class RelayConfig:
-    """How the policy may call the teacher."""
-
-    max_calls: int = option(8, "Calls answered per episode; later calls are format errors.")
-    max_call_tokens: int = option(
-        1000, "Largest n a call may request; a larger request is clipped to it."
-    )
-    fixed_k: int | None = option(
-        None, "Fixed-k mode: every call gets k teacher tokens whatever its n (paper Table 5)."
-    )
-    teacher_free: bool = option(
-        False,
-        "Ban `<call>` and `</call>` as bad words: the paper's teacher-free evaluation (Table 4).",
-    )
-    teacher_timeout: float = option(
-        600.0, "Seconds one teacher call may take (a local CPU teacher writes ~15 tokens/s)."
-    )
-    teacher_temperature: float | None = option(
-        None,
-        "Teacher sampling temperature; unset: the policy's. The teacher is never asked for "
-        "log-probs, so a training policy's sampling settings stay its own.",
-    )
-    continue_after_teacher_eos: bool = option(
-        False,
-        "A teacher reply that ends at its EOS completes the answer and ends the episode "
-        "(RelayLLM's code); true lets the policy write on after it.",
-    )
-
-    def check(self) -> None:
-        if self.max_calls < 0:
-            raise UserError(f"relay.max_calls must be >= 0, got {self.max_calls}")
-        if self.max_call_tokens < 1:
-            raise UserError(f"relay.max_call_tokens must be >= 1, got {self.max_call_tokens}")
-        if self.fixed_k is not None and self.fixed_k < 1:
-            raise UserError(f"relay.fixed_k must be >= 1, got {self.fixed_k}")
-        t = self.teacher_temperature
-        if t is not None and not 0 <= t < float("inf"):
-            raise UserError(f"relay.teacher_temperature must be a finite number >= 0, got {t}")
+    from collabrl.protocols.config import ProtocolConfig
 
 
 @dataclass(frozen=True)
@@ -162,33 +122,6 @@ class RelayProtocol:
         self.config = config
         self.extract = extract
 
-    @classmethod
-    def teacher_pool(
-        cls,
-        ref: str,
-        config: RelayConfig,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        engine: EngineConfig | None = None,
-        **endpoint: str | None,
-    ) -> ExpertPool:
-        """The teacher as a one-expert pool: timeouts, retries, failures as records.
-
-        `tokenizer` (the policy's) counts the `reference` stand-in's tokens, so that
-        `<call>n</call>` grants it n tokens of the policy's own. `engine`: how a local
-        teacher is loaded (its device and dtype).
-        """
-        from collabrl.engines.pool import ExpertPool
-
-        pool = PoolConfig(
-            endpoints=[ref],
-            num_experts=1,
-            timeout=config.teacher_timeout,
-            chat_template_kwargs=dict(chat_template_kwargs or {}),
-            **endpoint,
-        )
-        return ExpertPool(pool, engine, tokenizer=tokenizer)
-
     # -- the loop --------------------------------------------------------------------------
 
     def run(self, tasks: list[Task], params: SamplingParams) -> list[Episode]:
@@ -253,13 +186,11 @@ class RelayProtocol:
         ]
         # Each call with its own n and its episode's seed (the teacher samples the n
         # tokens; calls of a group's samples must not share one seed).
-        own = [
-            self._teacher_params(
-                params, step.n, episode_seed(params, episodes[i], round_no, COLLABORATOR_STREAM)
-            )
-            for i, step in calls
-        ]
-        for (i, step), record in zip(calls, self.teacher.ask_each_sync(asked, own), strict=True):
+        seeds = tuple(
+            seed for i, _ in calls for seed in collaborator_seeds(params, episodes[i], round_no, 1)
+        )
+        batch = self._teacher_params(params, seeds).with_budgets([step.n for _, step in calls])
+        for (i, step), record in zip(calls, self.teacher.ask_sync(asked, batch), strict=True):
             # A reply that cannot be taken in fails its own episode, not the round.
             guard(episodes[i], self._take_reply, episodes[i], record, step, params)
 
@@ -271,15 +202,14 @@ class RelayProtocol:
         if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
             episode.end = EndReason.TEACHER_EOS
 
-    def _teacher_params(self, params: SamplingParams, n: int, seed: int | None) -> SamplingParams:
-        """n tokens at the teacher's own temperature, with no stop, ban or log-probs."""
+    def _teacher_params(self, params: SamplingParams, seeds: tuple[int, ...]) -> SamplingParams:
+        """The calls' own seeds, at the teacher's own temperature, with no stop, ban or
+        log-probs."""
         temperature = self.config.teacher_temperature
         return dataclasses.replace(
             params,
             n=1,
-            seed=seed,
-            seeds=(),
-            max_tokens=n,
+            seeds=seeds,
             stop=(),
             include_stop=False,
             banned=(),
@@ -316,3 +246,49 @@ class RelayProtocol:
         self.policy.close()
         if self.teacher is not None:
             self.teacher.close()
+
+
+# -- the spec --------------------------------------------------------------------------
+
+TEACHER = Collaborator(
+    "teacher", key="teacher", flag="--teacher", served=True, author=Author.TEACHER
+)
+
+
+def build_relay(ctx: BuildContext) -> RelayProtocol:
+    config = ctx.config
+    teacher = None
+    if config.teacher:
+        teacher = collaborator_pool(
+            [config.teacher],
+            config.relay.teacher_timeout,
+            collaborator_engine(ctx.engine, config.chat_template_kwargs),
+            # `<call>n</call>` grants the `reference` stand-in n tokens of the policy's own.
+            tokenizer=ctx.policy.tokenizer,
+        )
+    return RelayProtocol(ctx.policy, teacher, ctx.template, config.relay, ctx.extract)
+
+
+def check_relay(config: ProtocolConfig) -> None:
+    if not config.teacher and not config.relay.teacher_free:
+        raise MissingInput(
+            "the relay protocol needs a teacher",
+            "pass --teacher MODEL_OR_URL, or --set protocol.relay.teacher_free=true",
+        )
+
+
+def relay_uses_reference(config: ProtocolConfig) -> bool:
+    return bool(config.teacher) and is_stand_in(config.teacher) and not config.relay.teacher_free
+
+
+SPEC = ProtocolSpec(
+    name="relay",
+    help="RelayLLM, the policy hands the pen to a teacher (--teacher) for n tokens",
+    build=build_relay,
+    section="relay",
+    prompt=PolicyPrompt.DEFAULT,
+    collaborators=(TEACHER,),
+    check=check_relay,
+    uses_reference=relay_uses_reference,
+    grpo=False,
+)

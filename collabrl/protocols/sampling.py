@@ -1,15 +1,16 @@
-"""Run a protocol over units of work (a problem and which of its samples) in fixed,
-seeded chunks: how `collab eval` and the data builders sample.
+"""Run a protocol over units of work (a problem and which of its samples) in fixed
+chunks: how `collab eval` and the data builders sample.
 
-Chunk boundaries are fixed over the whole list of units and the chunk starting at
-position p is sampled with seed `seed + p`, so a run interrupted and resumed samples
-exactly what an uninterrupted one does (with the same engine and batch size): a chunk
-partly done is sampled again whole, and only its missing units are handed back.
+Every chunk runs with the run's seed, and the protocol seeds each episode by its own
+problem and sample (`protocols.base.episode_seed`), so a unit's seeds are the same
+whatever chunk it is in. Chunk boundaries are fixed over the whole list of units; a
+chunk partly done is sampled again whole, and only its missing units are handed back,
+so a run interrupted and resumed samples exactly what an uninterrupted one does (with
+the same engine and batch size).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
@@ -52,6 +53,5 @@ def sample_chunks(
         members = units[start : start + chunk]
         if all(u.key in done for u in members):
             continue
-        seed = None if params.seed is None else params.seed + start
-        episodes = protocol.run([u.task() for u in members], dataclasses.replace(params, seed=seed))
+        episodes = protocol.run([u.task() for u in members], params)
         yield [(u, e) for u, e in zip(members, episodes, strict=True) if u.key not in done]

@@ -13,12 +13,12 @@ from collabrl.episode import Episode
 from collabrl.protocols.base import (
     Policy,
     Task,
-    episode_seeds,
     finish,
     new_episodes,
     round_params,
     segment_end,
 )
+from collabrl.protocols.spec import BuildContext, ProtocolSpec
 
 
 class SoloProtocol:
@@ -34,8 +34,7 @@ class SoloProtocol:
         segments = self.policy.continue_(
             # Text-only policies (an endpoint without --tokenizer) get the chat prompt.
             [e.visible_ids or e.meta["prompt"] for e in episodes],
-            [params.max_tokens] * len(episodes),
-            round_params(params, 0, seeds=episode_seeds(params, episodes, 0)),
+            round_params(params, episodes, 0),
         )
         for episode, segment in zip(episodes, segments, strict=True):
             episode.add(segment)
@@ -45,3 +44,12 @@ class SoloProtocol:
 
     def close(self) -> None:
         self.policy.close()
+
+
+def build_solo(ctx: BuildContext) -> SoloProtocol:
+    return SoloProtocol(ctx.policy, ctx.template, ctx.extract)
+
+
+SPEC = ProtocolSpec(
+    name="solo", help="the policy answers alone, every paper's baseline", build=build_solo
+)

@@ -28,14 +28,13 @@ The strategy set and its keyword counting live in `strategies.py`; the planners 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from collabrl.config import option
 from collabrl.data.prompts import PromptTemplate
+from collabrl.engines import is_url
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
-from collabrl.errors import UserError
+from collabrl.errors import MissingInput, UserError
 from collabrl.protocols.base import (
     PLANNER_STREAM,
     Policy,
@@ -49,17 +48,20 @@ from collabrl.protocols.base import (
     remaining,
     segment_end,
 )
+from collabrl.protocols.collaborators import collaborator_engine
+from collabrl.protocols.spec import BuildContext, Collaborator, Flag, PolicyPrompt, ProtocolSpec
 from collabrl.protocols.strategies import PlannerContext, observe_step
+from collabrl.protocols.strategy_config import StrategyConfig
 from collabrl.rewards.rsim import follow_share, format_reward
 from collabrl.strategies import (
     STEP_DELIMITER,
     STRATEGIES,
-    STRATEGY_NAMES,
     TERMINAL,
     count_strategies,
 )
 
 if TYPE_CHECKING:  # the planners bring in torch: not needed to check a config
+    from collabrl.protocols.config import ProtocolConfig
     from collabrl.protocols.planner import Planner, PlannerChoice
 
 
@@ -103,7 +105,7 @@ def guided_steps(episode: Episode) -> list[tuple[str, str]]:
 def strategy_extras(episode: Episode) -> dict[str, object]:
     """What the rSIM rewards and logs read of a `strategy` episode besides its
     correctness (its end reason is the common extras' `end`): the strategy spec's
-    episode extras (protocols/builtin.py)."""
+    episode extras (its SPEC below)."""
     text = "".join(s.text for s in episode.segments if s.author is Author.POLICY)
     return {
         "strategies": list(episode.meta.get("strategies", [])),
@@ -145,91 +147,6 @@ PS_PLUS_PROMPT = PromptTemplate(
 )
 
 # -- the protocol ----------------------------------------------------------------------
-
-PLANNER_KINDS = ("rsim", "prompting", "ps+")
-# What ends an episode besides max_steps and the token budget (StrategyConfig.end).
-END_MODES = ("terminal", "eos")
-
-
-@dataclass
-class StrategyConfig:
-    """How the planner and the reasoner take turns (rSIM)."""
-
-    planner_kind: str = option(
-        "rsim",
-        "rsim: a causal LM with a 9-way action head picks each strategy; prompting: an LLM is "
-        "asked to name it (the paper's Planner Prompting baseline); ps+: no planner, the "
-        "Plan-and-Solve+ prompt and one response (the PS+ baseline).",
-    )
-    max_steps: int = option(
-        12, "Strategies per episode (terminal included); the episode ends after the last step."
-    )
-    step_max_tokens: int = option(256, "Tokens the reasoner may write in one step.")
-    planner_temperature: float = option(
-        1.0,
-        "Planner sampling temperature (softmax(logits / T), or the prompted LLM's); "
-        "1 samples as in RL rollouts, 0 takes the argmax (the paper's evaluation).",
-    )
-    summary_chars: int = option(
-        200,
-        "f_obs: the planner sees each finished step on one line, cut to this many characters "
-        "(head … tail); 0 shows whole steps.",
-    )
-    head_seed: int = option(
-        0, "Seed of the rsim action head's random initialisation (a backbone without a head)."
-    )
-    masked: list[str] = option(
-        [],
-        "Strategies the rsim planner may not choose (rSIM Table 5 masks one at a time), by "
-        "name, e.g. [self-reflection]; empty: all nine.",
-    )
-    end: str = option(
-        "terminal",
-        "What ends an episode besides max_steps and the token budget. terminal: only the "
-        "planner choosing terminal (rSIM Algorithm 1, 'while a_trace is not Terminal'); a "
-        "reasoner EOS inside a step is dropped and the planner is asked again. eos: also "
-        "the reasoner's EOS (appendix A.7, 'terminates when a terminal strategy is chosen or "
-        "an end-of-sequence is reached').",
-    )
-
-    def masked_indices(self) -> tuple[int, ...]:
-        """The masked strategies' action indices."""
-        return tuple(STRATEGY_NAMES.index(name) for name in self.masked)
-
-    def check(self) -> None:
-        if self.planner_kind not in PLANNER_KINDS:
-            raise UserError(
-                f"unknown planner kind '{self.planner_kind}'", f"use {', '.join(PLANNER_KINDS)}"
-            )
-        if self.max_steps < 1:
-            raise UserError(f"strategy.max_steps must be >= 1, got {self.max_steps}")
-        if self.step_max_tokens < 1:
-            raise UserError(f"strategy.step_max_tokens must be >= 1, got {self.step_max_tokens}")
-        if self.planner_temperature < 0:
-            raise UserError(
-                f"strategy.planner_temperature must be >= 0, got {self.planner_temperature}"
-            )
-        if self.summary_chars != 0 and self.summary_chars < 8:
-            raise UserError(f"strategy.summary_chars must be 0 or >= 8, got {self.summary_chars}")
-        if self.end not in END_MODES:
-            raise UserError(f"unknown strategy.end '{self.end}'", f"use {' or '.join(END_MODES)}")
-        self._check_masked()
-
-    def _check_masked(self) -> None:
-        unknown = [name for name in self.masked if name not in STRATEGY_NAMES]
-        if unknown:
-            raise UserError(
-                f"strategy.masked names unknown strategies: {', '.join(unknown)}",
-                f"use names among {', '.join(STRATEGY_NAMES)}",
-            )
-        if self.masked and self.planner_kind != "rsim":
-            raise UserError(
-                f"strategy.masked applies to the rsim planner, not to {self.planner_kind}",
-                "drop strategy.masked, or use --planner-kind rsim",
-            )
-        if len(set(self.masked)) == len(STRATEGY_NAMES):
-            raise UserError("strategy.masked removes all nine strategies", "keep at least one")
-
 
 # What an rsim planner context holds besides the question and the observed steps
 # (`planner_text`): "Question: " and "\nNext strategy:", and "\nStep 12: " before each
@@ -422,8 +339,65 @@ class StrategyProtocol:
             self.planner.close()
 
 
+# -- the spec --------------------------------------------------------------------------
+
+# In-process under the rsim planner (a folder or backbone trained beside the policy),
+# served only when prompted (a model reference or base URL, as a teacher is).
+PLANNER = Collaborator(
+    "planner",
+    key="planner",
+    flag="--planner",
+    served=True,
+    author=Author.GUIDANCE,
+    served_when=lambda config: config.strategy.planner_kind == "prompting",
+)
+
+
+def build_strategy(ctx: BuildContext) -> StrategyProtocol:
+    from collabrl.protocols.planner import load_planner  # torch: not to check a config
+
+    config, strategy = ctx.config, ctx.config.strategy
+    planner = None
+    if strategy.planner_kind != "ps+":
+        planner = load_planner(
+            config.planner,
+            strategy.planner_kind,
+            strategy.planner_temperature,
+            strategy.head_seed,
+            collaborator_engine(ctx.engine, config.chat_template_kwargs),
+            strategy.masked_indices(),
+        )
+    return StrategyProtocol(ctx.policy, planner, strategy, ctx.extract_fallback)
+
+
+def check_strategy(config: ProtocolConfig) -> None:
+    if config.strategy.planner_kind == "ps+":
+        return
+    if not config.planner:
+        raise MissingInput("the strategy protocol needs a planner", "pass --planner MODEL_OR_URL")
+    if config.strategy.planner_kind == "rsim" and is_url(config.planner):
+        raise UserError(
+            f"an rsim planner runs in-process and cannot be reached at {config.planner}",
+            "pass a planner folder or a model reference, or --planner-kind prompting",
+        )
+
+
+SPEC = ProtocolSpec(
+    name="strategy",
+    help="rSIM, a planner (--planner) injects a reasoning strategy before every step",
+    build=build_strategy,
+    section="strategy",
+    prompt=PolicyPrompt.OWN,
+    template=lambda config: policy_template(config.strategy),
+    collaborators=(PLANNER,),
+    flags=(Flag("strategy.planner_kind", ("--planner-kind",)),),
+    check=check_strategy,
+    episode_extras=strategy_extras,
+    grpo=False,
+)
+
+
 __all__ = [
-    "END_MODES",
     "PS_PLUS_PROMPT",
     "STEP_PROMPT",
     "StrategyConfig",

@@ -8,7 +8,8 @@ the ρ_s and turn-budget schedules, DAPO's clip) and `rsim` (rSIM: the strategy
 protocol, whose planner trains beside the reasoner, `train/rsim.py`). The rollout
 (`train/rollout.py`) runs the protocol on the live model; the reward functions
 (`train/rewards.py`) read the Episodes' extras. This module is the command's entry:
-the config is `train/grpo_config.py`, the trainer `train/trainer.py`.
+the config is `train/grpo_config.py`, TRL's arguments of it `train/grpo_args.py`, the
+trainer `train/trainer.py`.
 """
 
 from __future__ import annotations
@@ -29,19 +30,27 @@ from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.runner import prepare_run_folder
 from collabrl.models import resolve_model
-from collabrl.protocols.config import collaborators_of
+from collabrl.protocols.registry import collaborators_of
+from collabrl.train.grpo_args import check_run, pin_steps
 from collabrl.train.grpo_config import (
+    METHOD_FIELDS,
     RESUMABLE_KEYS,
     GRPOTrainConfig,
-    held_out_config,
-    pin_steps,
     rollout_protocol,
     training_prompt,
 )
+from collabrl.train.held_out import held_out_config
 from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
-from collabrl.train.run import FINAL, is_main_process, num_processes, quiet_trl_notices, started_run
+from collabrl.train.run import (
+    FINAL,
+    is_main_process,
+    num_processes,
+    quiet_trl_notices,
+    started_run,
+    unread_keys,
+)
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 
@@ -56,7 +65,7 @@ def train_grpo(
     """Run (or resume) a GRPO training run into its folder; `progress(done, total)` is
     called with optimizer steps (and the held-out evaluations' samples), `report` with a
     line per step and per evaluation."""
-    config.check()
+    check_run(config)
     quiet_trl_notices()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
     for ref in collaborators_of(rollout_protocol(config)):
@@ -73,7 +82,8 @@ def train_grpo(
     # a resume keeps them.
     config = pin_steps(config, out, len(bench.items), num_processes())
     config = pin_horizons(config, out)
-    with started_run(config, out, RESUMABLE_KEYS, config.steps) as checkpoint:
+    unread = unread_keys(config.method, METHOD_FIELDS, rollout_protocol(config))
+    with started_run(config, out, RESUMABLE_KEYS, config.steps, unread) as checkpoint:
         result = run_grpo(config, bench, out, checkpoint, progress, report)
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (none for a protocol

@@ -1,10 +1,11 @@
-"""The config of `collab train grpo|relay|eapo|rsim` and TRL's GRPOConfig built from it.
+"""The config of `collab train grpo|relay|eapo|rsim`.
 
 `GRPOTrainConfig` is what a run is (the policy, its data, the method's protocol and
-reward, the schedules, the `trl` block); `grpo_args` turns it into TRL's arguments,
-each value set in one place: the run's own fields set the TRL arguments the rollout
-mirrors (`MIRRORED_TRL_KEYS`), and the `trl` block may not contradict them. The
-trainer (`train/trainer.py`) and the command's entry (`train/grpo.py`) build on it.
+reward, the schedules, the `trl` block). Like TRL's own config modules this one is a
+leaf: it imports no trainer and not TRL. What needs them lives on the trainer side:
+`train/grpo_args.py` turns the config into TRL's GRPOConfig and holds the checks that
+need TRL (`check_run`, which a run and its dry run call first); the trainer
+(`train/trainer.py`) and the command's entry (`train/grpo.py`) build on both.
 """
 
 from __future__ import annotations
@@ -12,32 +13,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from collabrl.config import DataColumns, DecodingConfig, EngineConfig, SamplingConfig, option
+from collabrl.config import DataColumns, DecodingConfig, EngineConfig, option
 from collabrl.data.prompts import get_prompt
 from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.protocols.consult import check_turn_fits
-from collabrl.train.compat import checkpointing_args
+from collabrl.protocols.consult_config import check_turn_fits
 from collabrl.train.lora import LoraSettings
-from collabrl.train.rsim import RSIMConfig
-from collabrl.train.run import (
-    CHECKPOINTS,
-    check_report_to,
-    check_trl_keys,
-    resumed_config,
-    trackers,
-    trl_args,
-)
-from collabrl.train.schedules import ScheduleConfig
+from collabrl.train.rsim_config import RSIMConfig
+from collabrl.train.schedule_config import ScheduleConfig
+from collabrl.train.trackers import check_report_to
 
 if TYPE_CHECKING:
     from collabrl.data.prompts import PromptTemplate
-    from collabrl.eval.config import EvalConfig
 
 METHODS = ("grpo", "relay", "eapo", "rsim")
 
@@ -171,8 +162,18 @@ class GRPOTrainConfig(DataColumns):
         "temperature": "sampling.temperature",
     }
 
+    def __post_init__(self) -> None:
+        # A relay, eapo or rsim run rolls out on its method's protocol: the resolved config
+        # names it (config.yaml, `config show`, the dry run), not the protocol section's
+        # default, solo. A run folder saved before says solo, and reads as the method's
+        # protocol all the same (--resume compares the configs as read).
+        default = ProtocolConfig().name
+        if self.method in PROTOCOL_OF and self.protocol.name == default:
+            self.protocol = dataclasses.replace(self.protocol, name=PROTOCOL_OF[self.method])
+
     def check(self) -> None:
-        """Refuse values no run can use, before any data or model is loaded."""
+        """Refuse values no run can use, before any data or model is loaded (what needs
+        TRL is refused by `grpo_args.check_run`)."""
         if self.method not in METHODS:
             raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
         if self.reward not in ("simple", "difficulty_aware"):
@@ -222,20 +223,15 @@ class GRPOTrainConfig(DataColumns):
         if self.prompt is not None:
             get_prompt(self.prompt)
         allowed = grpo_protocols() if self.method == "grpo" else (PROTOCOL_OF[self.method],)
-        # "solo" is ProtocolConfig's default: what a run that names no protocol carries.
-        if self.protocol.name not in (*allowed, "solo"):
+        if self.protocol.name not in allowed:
             raise UserError(
                 f"collab train {self.method} rolls out on {' or '.join(allowed)}, "
                 f"not '{self.protocol.name}'",
                 "drop --protocol",
             )
-        rollout_protocol(self).check()
+        registry.check_protocol_config(rollout_protocol(self))
         if self.method == "eapo":  # asking every expert must not end the episode unanswered
             check_turn_fits(rollout_protocol(self).consult, self.sampling.max_tokens)
-        from trl import GRPOConfig
-
-        # Checked under the names this transformers reads: either checkpointing name works.
-        check_trl_keys(checkpointing_args(self.trl, default=False), GRPOConfig)
         for key in self.trl:
             if key in MIRRORED_TRL_KEYS:
                 field = MIRRORED_TRL_KEYS[key]
@@ -243,10 +239,8 @@ class GRPOTrainConfig(DataColumns):
                     f"trl.{key} is collab train's {field}: the rollout reads it too",
                     f"set {field} instead (--set {field}=VALUE)",
                 )
-        check_colocated_tensor_parallel(self.trl)
         if self.max_prompt_tokens is not None:
             own_template(self)  # refused where the prompt is known only at run time (apollo)
-        grpo_args(self, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
         self.lora.check_targets(self.model)  # last: it reads the model's config.json
 
     def check_eval_steps(self) -> None:
@@ -264,15 +258,12 @@ class GRPOTrainConfig(DataColumns):
             )
 
     def check_rewards(self) -> None:
-        """Every reward function named loads, and `replace` has one to replace with."""
-        from collabrl.train.rewards import load_reward_func
-
+        """`replace` has a reward function to replace with (that each loads is checked
+        on the trainer side, `grpo_args.check_run`: loading runs the user's module)."""
         if self.reward_mode not in ("add", "replace"):
             raise UserError(f"unknown reward_mode '{self.reward_mode}'", "use add or replace")
         if self.reward_mode == "replace" and not self.reward_funcs:
             raise UserError("reward_mode replace needs reward_funcs", "pass --reward-func")
-        for spec in self.reward_funcs:
-            load_reward_func(spec)
 
 
 # Bounds on what a value may allocate: completions generated per step and process (the
@@ -349,32 +340,6 @@ def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
     return config.prompt or bench_prompt
 
 
-# EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
-DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
-
-# vLLM-sampled episodes are corrected per token, truncated at TRL's cap (TIS). TRL's
-# default, a sequence-level mask, multiplies the token ratios of a whole episode: over
-# thousands of policy tokens small sampler/trainer differences add up and push the
-# longest episodes outside the bounds, which drops them whole (`train/importance.py`
-# measures how many). The `trl` block overrides it.
-IS_DEFAULTS = {"vllm_importance_sampling_mode": "token_truncate"}
-
-
-def check_colocated_tensor_parallel(trl: dict[str, Any]) -> None:
-    """Refuse a colocated vLLM split over several GPUs: TRL gathers the prompts of a
-    tensor-parallel group before each generate, but the rollout calls each process's
-    `vllm.LLM` directly with its own prompts, so the group's ranks would generate
-    different batches and desynchronise or hang."""
-    size = trl_value(trl, "vllm_tensor_parallel_size")
-    if colocated_vllm(trl) and size > 1:
-        raise UserError(
-            f"trl.vllm_tensor_parallel_size {size} with the colocated vLLM is not supported "
-            "(the rollout generates on each process's own vLLM)",
-            f"serve the policy with `trl vllm-serve --model PATH --tensor-parallel-size {size}` "
-            "and set trl.vllm_mode: server, or use trl.vllm_tensor_parallel_size: 1",
-        )
-
-
 def own_template(config: GRPOTrainConfig) -> PromptTemplate | None:
     """The template of a rollout protocol that brings its paper's prompts, as its spec
     says the protocol picks it; None for one that answers in the data's or the run's
@@ -393,24 +358,6 @@ def own_template(config: GRPOTrainConfig) -> PromptTemplate | None:
     )
 
 
-def trl_value(trl: dict[str, Any], key: str) -> Any:
-    """TRL's GRPOConfig argument `key` as the `trl` block sets it, else TRL's default."""
-    from trl import GRPOConfig
-
-    return trl.get(key, next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == key))
-
-
-def colocated_vllm(trl: dict[str, Any]) -> bool:
-    """Whether the rollouts generate on a vLLM in every training process."""
-    return bool(trl_value(trl, "use_vllm")) and trl_value(trl, "vllm_mode") == "colocate"
-
-
-def sizes_vllm(trl: dict[str, Any]) -> bool:
-    """Whether the run's prompt length sizes TRL's vLLM: a colocated one whose length
-    the `trl` block leaves unset."""
-    return colocated_vllm(trl) and "vllm_max_model_length" not in trl
-
-
 # TRL's GRPOConfig arguments that are a run's own fields: TRL reads the argument and the
 # rollout (or the run folder, the schedules) the field, so the field alone sets both and
 # the trl block may not contradict it.
@@ -426,111 +373,3 @@ MIRRORED_TRL_KEYS = {
     "seed": "seed",
     "save_total_limit": "save_total_limit",
 }
-
-
-def mirrored_value(config: GRPOTrainConfig, key: str) -> Any:
-    """The value TRL's argument `key` takes from the run's field."""
-    value: Any = config
-    for part in MIRRORED_TRL_KEYS[key].split("."):
-        value = getattr(value, part)
-    # TRL turns top-k off with 0, the engines with -1.
-    return max(value, 0) if key == "top_k" else value
-
-
-def grpo_args(config: GRPOTrainConfig, out: Path, prompt_tokens: int | None = None) -> Any:
-    """TRL's GRPOConfig for the run: CPU-safe defaults, then the `trl` block.
-    The colocated vLLM is sized to max_prompt_tokens, else to `prompt_tokens`, the
-    longest prompt of the data (`prompt_length.longest_prompt`)."""
-    import torch
-    from trl import GRPOConfig
-
-    cpu = not torch.cuda.is_available()
-    settings: dict[str, Any] = {
-        "output_dir": str(out / CHECKPOINTS),
-        **{key: mirrored_value(config, key) for key in MIRRORED_TRL_KEYS},
-        "per_device_train_batch_size": config.prompts_per_step * config.sampling.n,
-        "logging_steps": 1,
-        "disable_tqdm": True,  # the command draws its own bar
-        "save_steps": config.save_steps,
-        "save_strategy": "steps",
-        "report_to": trackers(config.report_to),
-        # Truncation is the Episode's to say (a teacher's last token is not an EOS).
-        "mask_truncated_completions": False,
-        # On a CPU, bf16 makes a step ~10x slower.
-        "bf16": not cpu and torch.cuda.is_bf16_supported(),
-        "use_cpu": cpu,
-        **IS_DEFAULTS,
-        **(DAPO_CLIP if config.method == "eapo" else {}),
-        **vllm_length(config, config.max_prompt_tokens or prompt_tokens),
-        # Last: the block's checkpointing switch, under either name, decides (off unless
-        # it says so; on a CPU it only slows the step).
-        **checkpointing_args(config.trl, default=False),
-    }
-    return trl_args(GRPOConfig, settings)
-
-
-def vllm_length(config: GRPOTrainConfig, prompt_tokens: int | None) -> dict[str, int]:
-    """A colocated vLLM sized to the longest sequence a rollout can write: the prompt and
-    the episode's budget (every author's tokens). Left to TRL, the length is the model's
-    (max_position_embeddings: 131,072 for R1-Distill-7B), and vLLM reserves that context
-    in the KV cache it carves out of vllm_gpu_memory_utilization; the `trl` block may set
-    it."""
-    if prompt_tokens is None or not sizes_vllm(config.trl):
-        return {}
-    return {"vllm_max_model_length": prompt_tokens + config.sampling.max_tokens}
-
-
-def epoch_steps(problems: int, args: Any, world: int, group: int) -> int:
-    """Optimizer steps of one pass over `problems` with TRL's arguments `args` on `world`
-    processes: every problem's `group` samples trained once per TRL num_iterations (TRL
-    trains each generation that many times)."""
-    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
-    return math.ceil(problems * group / per_step) * args.num_iterations
-
-
-def pin_steps(config: GRPOTrainConfig, out: Path, problems: int, world: int) -> GRPOTrainConfig:
-    """`config` with steps 0 ("one epoch") as a number: one pass over the `problems`
-    the run trains on, on `world` processes; a resumed run keeps the number its folder's
-    config.yaml holds (as `schedules.pin_horizons` keeps the horizons)."""
-    if config.steps:
-        return config
-    before = resumed_config(config, out)
-    if before is not None and before.steps:
-        return dataclasses.replace(config, steps=before.steps)
-    args = grpo_args(config, Path("checks-only"))
-    return dataclasses.replace(config, steps=epoch_steps(problems, args, world, config.sampling.n))
-
-
-def held_out_config(
-    config: GRPOTrainConfig,
-    out: Path,
-    model: str,
-    prompt: str | None,
-    planner: str | None = None,
-) -> EvalConfig:
-    """The `collab eval` run of the held-out set for `model`: greedy, with the run's
-    protocol (eapo's expert channel locked, rSIM's `planner` greedy, as the papers
-    evaluate) and the prompt the policy trained with (none for a protocol that brings
-    its own)."""
-    from collabrl.eval.config import EvalConfig
-
-    protocol = rollout_protocol(config)
-    if config.method == "eapo":
-        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
-    if config.method == "rsim":
-        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
-        protocol.planner = planner
-    return EvalConfig(
-        benchmark=config.eval_data,
-        problem_field=config.problem_field,
-        answer_field=config.answer_field,
-        id_field=config.id_field,
-        split=config.eval_split,
-        model=model,
-        prompt=prompt,
-        limit=config.eval_limit,
-        out=str(out),
-        protocol=protocol,
-        sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
-        engine=config.engine,
-    )

@@ -1,6 +1,7 @@
 """Held-out evaluation during training (`eval_steps`): every N steps the live policy is
 scored greedily on `eval_data`, as `collab eval` scores it, into `eval-step-N/`, and
-the scores join metrics.jsonl as `eval/*` (and the curves).
+the scores join metrics.jsonl as `eval/*` (and the curves). `held_out_config` is that
+evaluation's config, also the one of the end-of-run evaluation (`train/grpo.py`).
 
 Under `accelerate launch` every process evaluates a share of the held-out samples and
 the main process writes them: unwrapping the model for generation gathers ZeRO-3's
@@ -11,12 +12,14 @@ next step's first collective until `ddp_timeout` ended the job.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
-from collabrl.train.grpo_config import GRPOTrainConfig, held_out_config
+from collabrl.config import SamplingConfig
+from collabrl.train.grpo_config import GRPOTrainConfig, rollout_protocol
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -24,6 +27,42 @@ if TYPE_CHECKING:
 
     from collabrl.eval.config import EvalConfig
     from collabrl.train.rollout import ProtocolRollout
+
+
+def held_out_config(
+    config: GRPOTrainConfig,
+    out: Path,
+    model: str,
+    prompt: str | None,
+    planner: str | None = None,
+) -> EvalConfig:
+    """The `collab eval` run of the held-out set for `model`: greedy, with the run's
+    protocol (eapo's expert channel locked, rSIM's `planner` greedy, as the papers
+    evaluate) and the prompt the policy trained with (none for a protocol that brings
+    its own)."""
+    from collabrl.eval.config import EvalConfig
+
+    protocol = rollout_protocol(config)
+    if config.method == "eapo":
+        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
+    if config.method == "rsim":
+        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
+        protocol.planner = planner
+    return EvalConfig(
+        benchmark=config.eval_data,
+        problem_field=config.problem_field,
+        answer_field=config.answer_field,
+        id_field=config.id_field,
+        split=config.eval_split,
+        model=model,
+        prompt=prompt,
+        limit=config.eval_limit,
+        out=str(out),
+        protocol=protocol,
+        sampling=SamplingConfig(max_tokens=config.sampling.max_tokens, temperature=0.0),
+        engine=config.engine,
+    )
+
 
 # What a step's held-out evaluation logs of its metrics, as eval/<key>.
 LOGGED = ("pass@1", "call_ratio", "mean_completion_tokens")

@@ -272,9 +272,10 @@ def plan_run(
     """Resolve `config` as `collab train` would, without loading a weight, for the launch
     of `accelerate_config` (see `launch_of`; `num_processes` as `accelerate launch
     --num_processes` overrides the file's)."""
-    from collabrl.train.grpo_config import grpo_args, rollout_protocol
+    from collabrl.train.grpo_args import check_run, grpo_args
+    from collabrl.train.grpo_config import rollout_protocol
 
-    config.check()
+    check_run(config)
     launch = launch_of(accelerate_config)
     if num_processes is not None:
         launch = dataclasses.replace(launch, processes=num_processes, source="--num-processes")
@@ -305,7 +306,7 @@ def _training_data(plan: TrainPlan, config: GRPOTrainConfig) -> TrainingData | N
     refused here too), its prompts rendered as the rollout renders them where their
     length matters (max_prompt_tokens, a colocated vLLM) and the tokenizer is here."""
     from collabrl.data.benchmarks import Fields, load_benchmark
-    from collabrl.train.grpo_config import sizes_vllm
+    from collabrl.train.grpo_args import sizes_vllm
     from collabrl.train.prompt_length import fit_prompts, prompt_lengths
 
     if not _data_known(config.data):
@@ -337,6 +338,7 @@ def _run_section(
 ) -> None:
     section = "run"
     plan.add(section, "method", config.method)
+    plan.add(section, "protocol", config.protocol.name)
     plan.add(section, "policy", config.model)
     plan.add(
         section, "data", config.data + ("" if config.limit is None else f" (first {config.limit})")
@@ -349,7 +351,7 @@ def _run_section(
 
 def _steps(config: GRPOTrainConfig, data: TrainingData | None, args: Any, world: int) -> str:
     """The optimizer steps, "0: one epoch" counted as the run will count it."""
-    from collabrl.train.grpo_config import epoch_steps
+    from collabrl.train.grpo_args import epoch_steps
 
     if config.steps:
         return str(config.steps)
@@ -364,7 +366,7 @@ def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | No
     """The training set's counts and prompt limit, and the held-out set, opened as the
     run opens it; one not on this machine is a warning."""
     from collabrl.data.benchmarks import Fields, load_benchmark
-    from collabrl.train.grpo_config import held_out_config
+    from collabrl.train.held_out import held_out_config
 
     limit = config.max_prompt_tokens
     plan.add("run", "max prompt tokens", "none (no limit)" if limit is None else limit)
@@ -422,7 +424,7 @@ TRL_KEYS = (
 
 
 def _trl_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
-    from collabrl.train.grpo_config import sizes_vllm
+    from collabrl.train.grpo_args import sizes_vllm
 
     section = "TRL (effective)"
     # TRL reads gradient_checkpointing; transformers >= 5.20 mirrors its new name into it.
@@ -495,11 +497,14 @@ def _placement_section(
     )
     for role, ref in _collaborators(protocol):
         plan.add(section, role, _where(ref, config, plan))
-    if "planner" in registry.get(protocol.name).collaborators and protocol.planner:
-        if not _on_this_machine(protocol.planner):
-            plan.warnings.append(f"model '{protocol.planner}' is not on this machine")
-        where = "trained beside the policy in every process (float32, DDP)"
-        plan.add(section, "planner", f"{protocol.planner}: {where}")
+    for collaborator in registry.get(protocol.name).collaborators:
+        if collaborator.served and not collaborator.serves(protocol):
+            # A model the protocol runs in-process (rSIM's planner): trained beside the policy.
+            for ref in registry.collaborator_refs(protocol, collaborator):
+                if not _on_this_machine(ref):
+                    plan.warnings.append(f"model '{ref}' is not on this machine")
+                where = "trained beside the policy in every process (float32, DDP)"
+                plan.add(section, collaborator.name, f"{ref}: {where}")
     _shared_gpus(plan, _local_servers(protocol, args), launch.processes)
 
 
@@ -560,14 +565,16 @@ def _shared_gpus(plan: TrainPlan, servers: list[tuple[str, str]], processes: int
 
 
 def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
-    """(role, model reference or URL) of every teacher or expert beside the policy, as
-    the protocol's spec names its collaborators (the planner has its own line)."""
-    roles = registry.get(protocol.name).collaborators
+    """(role, model reference or URL) of every model the protocol's spec serves beside
+    the policy (a teacher, "experts 1", "experts 2", a prompted planner)."""
     found: list[tuple[str, str]] = []
-    if "teacher" in roles and protocol.teacher:
-        found.append(("teacher", protocol.teacher))
-    if "experts" in roles:
-        found += [(f"expert {i}", ref) for i, ref in enumerate(protocol.experts, start=1)]
+    for collaborator in registry.get(protocol.name).collaborators:
+        if collaborator.serves(protocol):
+            refs = registry.collaborator_refs(protocol, collaborator)
+            if collaborator.many:
+                found += [(f"{collaborator.name} {i}", ref) for i, ref in enumerate(refs, 1)]
+            else:
+                found += [(collaborator.name, ref) for ref in refs]
     return found
 
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import encode_prompt
 from collabrl.errors import UserError
-from collabrl.train.grpo_config import GRPOTrainConfig, own_template, sizes_vllm, training_prompt
+from collabrl.train.grpo_args import sizes_vllm
+from collabrl.train.grpo_config import GRPOTrainConfig, own_template, training_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -18,90 +18,30 @@ cancel out. The planner's rate is multiplied by λ and the reasoner's by 1 − �
 (`agent_lr_factors`), which is what the weighted objective does under plain SGD; the
 two loss terms are then summed unweighted.
 
-This module holds the config, the λ schedule, what the trainer reads of an episode and
-the planner's loss, all plain functions; `rsim_trainer.py` puts them into TRL's
-GRPOTrainer.
+This module holds the λ schedule, what the trainer reads of an episode and
+the planner's loss, all plain functions (the config is `rsim_config.py`);
+`rsim_trainer.py` puts them into TRL's GRPOTrainer.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collabrl.config import option
 from collabrl.episode import Author, EndReason, Episode
-from collabrl.errors import UserError, require
 from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import planner_contexts
 from collabrl.strategies import STRATEGY_NAMES
+from collabrl.train.rsim_config import RSIMConfig, default_switch_step
 
 if TYPE_CHECKING:
     import torch
 
-TRAIN_MODES = ("joint", "planner", "reasoner")
 PLANNER_DIR = "planner"  # the planner's folder in a checkpoint and in the run folder
 STRATEGY_PLOT = "strategies.png"
-
-
-@dataclass
-class RSIMConfig:
-    """Who learns in an rSIM run, and how the two losses are weighed."""
-
-    train: str = option(
-        "joint",
-        "joint: planner and reasoner together (leader-follower, §4); planner: the reasoner "
-        "frozen (a plug-in planner for it); reasoner: the planner frozen.",
-    )
-    lambda_first: float = option(
-        0.7,
-        "λ for steps 1..lambda_switch_step (§4: 0.7, the planner first). λ scales the "
-        "learning rates: the planner's by λ, the reasoner's by 1 − λ (under AdamW a loss "
-        "weight would cancel out).",
-    )
-    lambda_after: float = option(
-        0.3,
-        "λ after lambda_switch_step (§4: 0.3, the reasoner's turn): planner rate × λ, "
-        "reasoner rate × (1 − λ).",
-    )
-    lambda_switch_step: int = option(
-        0,
-        "N, the last step of the first stage; 0: half the run (the paper gives no N), "
-        "written into the run's config.yaml as a number when it starts, so a resume with "
-        "another --steps keeps it.",
-    )
-    planner_learning_rate: float | None = option(
-        None,
-        "AdamW learning rate of the planner before λ scales it (default: learning_rate, as in §5).",
-    )
-    planner_chunk: int = option(
-        16,
-        "Planner decisions per forward and backward pass of its loss; a micro-batch holds "
-        "up to per_device_train_batch_size × strategy.max_steps of them (16 × 12 at paper "
-        "scale), and the planner's activations peak at one chunk's. Gradients accumulate "
-        "over the chunks, so the update does not depend on it.",
-    )
-
-    def check(self) -> None:
-        if self.train not in TRAIN_MODES:
-            raise UserError(f"unknown rsim.train '{self.train}'", f"use {', '.join(TRAIN_MODES)}")
-        for key in ("lambda_first", "lambda_after"):
-            value = getattr(self, key)
-            require(f"rsim.{key}", value, 0.0 <= value <= 1.0, "in [0, 1]")
-        step = self.lambda_switch_step
-        require("rsim.lambda_switch_step", step, step >= 0, ">= 0 (0: half the run)")
-        lr = self.planner_learning_rate
-        require("rsim.planner_learning_rate", lr, lr is None or lr > 0, "> 0")
-        chunk = self.planner_chunk
-        require("rsim.planner_chunk", chunk, chunk >= 1, ">= 1")
-
-
-def default_switch_step(max_steps: int) -> int:
-    """N when lambda_switch_step is 0: half the run, rounded up."""
-    return math.ceil(max_steps / 2)
 
 
 def planner_weight(step: int, config: RSIMConfig, max_steps: int) -> float:

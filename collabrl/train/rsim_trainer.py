@@ -46,7 +46,6 @@ from collabrl.strategies import STRATEGY_NAMES
 from collabrl.train.rsim import (
     PLANNER_DIR,
     PlannerBatch,
-    RSIMConfig,
     agent_lr_factors,
     end_shares,
     planner_batch,
@@ -55,6 +54,7 @@ from collabrl.train.rsim import (
     planner_weight,
     without_failed,
 )
+from collabrl.train.rsim_config import RSIMConfig
 
 
 class RSIMTrainer(GRPOTrainer):

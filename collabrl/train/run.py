@@ -1,6 +1,7 @@
 """The run folder every trainer writes, and the TRL callback that fills it.
 
-    OUT/config.yaml      the resolved config (runs.prepare_folder)
+    OUT/config.yaml      the resolved config, less what the method never reads, under a
+                         header of how it ran (runs.prepare_folder)
     OUT/metrics.jsonl    every TRL log line, one per optimizer step
     OUT/train_curves.png the logged curves against the step
     OUT/checkpoints/     TRL's checkpoint-<step> folders: what --resume continues from
@@ -13,13 +14,12 @@ after that checkpoint are dropped first, because the resumed run logs those step
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import shutil
 import time
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +30,7 @@ from collabrl.errors import UserError
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
 
+    from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.lora import LoraSettings
 
 T = TypeVar("T")
@@ -69,36 +70,6 @@ def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
         raise UserError(f"invalid TRL settings: {first}", "fix the trl.* values") from err
 
 
-# The experiment trackers `report_to` offers, and the package each one needs.
-TRACKERS = {
-    "tensorboard": ("tensorboard", "tensorboardX"),
-    "wandb": ("wandb",),
-    "trackio": ("trackio",),
-}
-
-
-def trackers(report_to: str) -> list[str]:
-    """TRL's `report_to` list of a comma-separated `report_to` ("none": none)."""
-    names = [name.strip() for name in report_to.split(",") if name.strip()]
-    return [] if names == ["none"] else names
-
-
-def check_report_to(report_to: str) -> None:
-    """An unknown tracker or one whose package is missing is refused before any model
-    loads (transformers would fail only once the trainer is built)."""
-    for name in trackers(report_to):
-        if name not in TRACKERS:
-            raise UserError(
-                f"report_to '{name}' is not a tracker collab train offers",
-                f"use none, or one or more of {', '.join(TRACKERS)} joined by commas",
-            )
-        if not any(importlib.util.find_spec(package) for package in TRACKERS[name]):
-            raise UserError(
-                f"report_to {name}: the {TRACKERS[name][0]} package is not installed",
-                f"pip install {TRACKERS[name][0]}, or --report-to none",
-            )
-
-
 def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:
     """A mistyped `trl.KEY` fails before the model loads; the keys the run folder owns
     are refused."""
@@ -123,23 +94,40 @@ def quiet_trl_notices() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
 
 
+def unread_keys(
+    method: str, method_fields: Mapping[str, str], protocol: ProtocolConfig
+) -> frozenset[str]:
+    """What a GRPO-based run's config.yaml leaves out: the fields of the other methods
+    (`method_fields`: field -> the method that reads it) and the protocol keys its
+    rollout `protocol` never reads (`protocols/saved.py`)."""
+    from collabrl.protocols.saved import unread_protocol_keys
+
+    others = frozenset(name for name, owner in method_fields.items() if owner != method)
+    return others | unread_protocol_keys(protocol)
+
+
 @contextmanager
 def started_run(
-    config: Any, out: Path, resumable: frozenset[str], max_steps: int | None = None
+    config: Any,
+    out: Path,
+    resumable: frozenset[str],
+    max_steps: int | None = None,
+    omit: frozenset[str] = frozenset(),
 ) -> Iterator[str | None]:
     """Bind `out` to `config` and give the checkpoint to resume from (None: a fresh
     run). Refused, before anything is written: `--resume` without a checkpoint, a fresh
     run over another run's checkpoints, another experiment's folder, and resuming a run
     that already reached `max_steps` (transformers would train one step past it). A
     run that fails inside the block before logging a step (a user's reward function
-    that raises at the first batch) leaves no folder it made (`runs.run_folder`)."""
+    that raises at the first batch) leaves no folder it made (`runs.run_folder`). The
+    keys in `omit`, which the run never reads, are not saved (`unread_keys`)."""
     checkpoint = last_checkpoint(out / CHECKPOINTS, config.resume)
     if checkpoint and max_steps is not None and checkpoint_step(checkpoint) >= max_steps:
         raise UserError(
             f"{out} already reached step {checkpoint_step(checkpoint)} of {max_steps}",
             "raise --steps to train further, or evaluate OUT/final with collab eval",
         )
-    with runs.run_folder(config, out, resumable, (out / METRICS,), is_main_process()):
+    with runs.run_folder(config, out, resumable, (out / METRICS,), is_main_process(), omit):
         for log in (out / METRICS, out / ROLLOUTS):
             if log.exists():
                 keep_metrics_until(log, checkpoint_step(checkpoint) if checkpoint else 0)
@@ -148,7 +136,8 @@ def started_run(
 
 def resumed_config(config: T, out: Path) -> T | None:
     """The config a run resumed into `out` was started with (its config.yaml, as the run
-    folder saved it), whose pinned numbers it keeps; None for a fresh run."""
+    folder saved it: what it left out reads as the defaults), whose pinned numbers it
+    keeps; None for a fresh run."""
     from collabrl.config import build_config, read_yaml
 
     saved = out / runs.CONFIG

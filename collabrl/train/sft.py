@@ -38,7 +38,6 @@ from collabrl.train.run import (
     CURVES,
     FINAL,
     METRICS,
-    check_report_to,
     check_trl_keys,
     checkpoint_step,
     plot_curves,
@@ -46,9 +45,9 @@ from collabrl.train.run import (
     recorder,
     save_final,
     started_run,
-    trackers,
     trl_args,
 )
+from collabrl.train.trackers import check_report_to, trackers
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -129,7 +129,7 @@ def build_trainer(
     from trl import GRPOTrainer
 
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
     from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
@@ -137,7 +137,7 @@ def build_trainer(
     from collabrl.train.schedules import ScheduleCallback
 
     if config.steps == 0:  # TRL would read max_steps 0 as num_train_epochs (3)
-        raise ValueError("steps 0 (one epoch) is resolved by grpo_config.pin_steps first")
+        raise ValueError("steps 0 (one epoch) is resolved by grpo_args.pin_steps first")
     # TRL's arguments set up the distributed state, which makes "cuda" (engine.device auto)
     # this process's own GPU under `accelerate launch`: built before the collaborators
     # load, so that they do not all land on GPU 0.

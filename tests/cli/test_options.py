@@ -7,6 +7,8 @@ print as one line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,16 @@ from collabrl.config import (
     check_sections,
     describe_config,
     field_help,
+    option,
 )
+from collabrl.episode import Author
 from collabrl.errors import UserError
+from collabrl.protocols import registry
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.spec import Collaborator, Flag, ProtocolSpec
 
 runner = CliRunner()
+WIDE = {"COLUMNS": "400"}  # help and usage errors on unwrapped lines
 
 
 def _refused(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -43,15 +51,21 @@ def _config_commands() -> list[tuple[str, typer.core.TyperCommand]]:
     root = typer.main.get_command(app)
     found = [(name, root.commands[name]) for name in ("infer", "serve")]
     found.append(("eval", root.commands["eval"].commands["run"]))
+    found += [(f"train-{m}", root.commands["train"].commands[m]) for m in TRAIN_METHODS]
     return found
+
+
+TRAIN_METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 @pytest.mark.parametrize(("command", "click_command"), _config_commands())
 def test_every_option_sets_a_key_its_config_has(command: str, click_command) -> None:
+    """The protocol options built from the registry included (`get_params`)."""
     helps = field_help(opt.load_config_class(command))
-    keys = [opt.config_key(p) for p in click_command.params]
+    params = click_command.get_params(typer.Context(click_command))
+    keys = [opt.config_key(p) for p in params]
     assert [k for k in keys if k is not None and k not in helps] == []
-    assert {"model", "config", "set_"} <= {p.name for p in click_command.params}
+    assert {"model", "config", "set_"} <= {p.name for p in params}
 
 
 @pytest.mark.parametrize(
@@ -59,6 +73,9 @@ def test_every_option_sets_a_key_its_config_has(command: str, click_command) -> 
     [
         (["eval", "run", "--help"], "eval", ["model", "sampling.n", "engine.kind", "out"]),
         (["infer", "--help"], "infer", ["model", "engine.api_key", "engine.served_model"]),
+        (["infer", "--help"], "infer", ["protocol.teacher", "protocol.consult.self_collab"]),
+        (["eval", "run", "--help"], "eval", ["protocol.experts", "protocol.planner"]),
+        (["train", "relay", "--help"], "train-relay", ["protocol.teacher", "reward"]),
         (["serve", "--help"], "serve", ["model", "engine.kind", "api_key", "port"]),
     ],
 )
@@ -261,3 +278,113 @@ def test_describe_config_keeps_text_with_line_breaks_on_one_line() -> None:
 def test_every_shipped_config_resolves_and_passes_its_checks(path: Path) -> None:
     config = opt.load_config("eval", path, {}, [])
     config.check()
+
+
+# --- protocol options come from the registry -----------------------------------------------------
+
+
+@dataclass
+class CriticOptions:
+    """A registered-in-the-test protocol's options, as a plugin's (`protocol.options`)."""
+
+    critic: str | None = option(None, "critic: the model that reviews the answer (a test's).")
+    rounds: int = option(1, "Review rounds (a test's).")
+    strict: bool = option(False, "Refuse on any doubt (a test's).")
+
+
+def _show_options(config: ProtocolConfig) -> None:
+    """Refuses every run, saying what reached the config (no model is loaded)."""
+    raise UserError(f"given {sorted(config.options.items())}")
+
+
+CRITIC = ProtocolSpec(
+    name="critic",
+    help="the policy answers and a critic reviews it",
+    build=lambda ctx: None,  # never built: its check refuses every run
+    collaborators=(
+        Collaborator("critic", "options.critic", "--critic", served=True, author=Author.EXPERT),
+    ),
+    flags=(Flag("options.rounds", ("--rounds",)), Flag("options.strict", ("--strict",))),
+    check=_show_options,
+    grpo=False,
+    options=CriticOptions,
+)
+
+
+@pytest.fixture
+def critic() -> Iterator[ProtocolSpec]:
+    registry.register(CRITIC)
+    try:
+        yield CRITIC
+    finally:
+        registry.unregister(CRITIC.name)
+
+
+def test_a_registered_protocols_options_reach_its_config(critic) -> None:
+    args = ["infer", "critic", "Hi", "--critic", "m", "--rounds", "3", "--strict"]
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, UserError), result.output
+    assert str(result.exception) == "given [('critic', 'm'), ('rounds', 3), ('strict', True)]"
+    typed = runner.invoke(app, ["infer", "critic", "Hi", "--rounds", "three"], env=WIDE)
+    assert typed.exit_code == 2 and "Invalid value for '--rounds'" in typed.output
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["infer", "--help"], True),
+        (["eval", "run", "--help"], True),
+        (["train", "grpo", "--help"], False),  # its spec does not allow `collab train grpo`
+        (["train", "relay", "--help"], False),  # a method offers its own protocol's only
+    ],
+)
+def test_help_lists_a_registered_protocols_options(critic, args: list[str], shown: bool) -> None:
+    result = runner.invoke(app, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    for flag, help_text in [("--critic", "critic: the model that reviews"), ("--rounds", "Review")]:
+        assert (flag in result.stdout, help_text in result.stdout) == (shown, shown)
+
+
+def test_options_of_an_unregistered_protocol_are_gone(critic) -> None:
+    assert "--critic" in runner.invoke(app, ["infer", "--help"]).stdout
+    registry.unregister(CRITIC.name)
+    assert "--critic" not in runner.invoke(app, ["infer", "--help"]).stdout
+
+
+def test_train_rsim_offers_no_planner_kind() -> None:
+    result = runner.invoke(app, ["train", "rsim", "--help"], env={"COLUMNS": "400"})
+    assert "--planner " in result.stdout and "--planner-kind" not in result.stdout
+
+
+# --- an error's fix names options the running command has ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        # `collab train rsim` has no --planner-kind (it trains an rsim planner).
+        (
+            ["train", "rsim", "--model", "x", "--planner", "http://localhost:1/v1"],
+            "a model reference, or --set protocol.strategy.planner_kind=prompting",
+        ),
+        # Commands that have the flags keep them.
+        (["train", "eapo", "--model", "x"], "pass --expert MODEL_OR_URL, --self-collab, or --set"),
+        (["infer", "relay", "Hi", "--model", "x"], "pass --teacher MODEL_OR_URL, or --set"),
+        # `collab filter`'s --teacher is its own (its config has no protocol).
+        (["filter", "--data", "arith"], "pass --teacher MODEL_OR_URL and/or --decontaminate"),
+    ],
+)
+def test_an_errors_fix_names_a_flag_only_where_the_command_has_it(
+    args: list[str], fix: str, tmp_path: Path, monkeypatch
+) -> None:
+    message = _refused(args, tmp_path, monkeypatch)
+    assert fix in message, message
+
+
+def test_config_show_notes_a_missing_collaborator_as_a_set() -> None:
+    result = runner.invoke(app, ["config", "show", "train-eapo"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "pass --set protocol.experts=[MODEL_OR_URL], --set protocol.consult.self_collab=true, "
+        in result.stderr
+    )

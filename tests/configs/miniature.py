@@ -26,7 +26,7 @@ from typing import Any
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
-from collabrl.protocols.consult import turn_tokens
+from collabrl.protocols.consult_config import turn_tokens
 from collabrl.train.grpo_config import PROTOCOL_OF
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

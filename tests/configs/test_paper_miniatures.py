@@ -21,7 +21,8 @@ import yaml
 from collabrl.cli.options import load_config
 from collabrl.engines import is_url
 from collabrl.engines.reference import is_stand_in
-from collabrl.train.grpo_config import PROTOCOL_OF, changed_keys, grpo_args
+from collabrl.train.grpo_args import grpo_args
+from collabrl.train.grpo_config import PROTOCOL_OF, changed_keys
 from tests.configs.miniature import (
     GROUP,
     MAX_TOKENS,

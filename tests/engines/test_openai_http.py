@@ -577,7 +577,7 @@ def test_a_policy_behind_a_text_only_server_is_marked_reencoded(
 
     with OpenAIEngine(server.url, model="tiny", max_retries=0, timeout=10) as engine:
         policy = Policy(engine, smol_tokenizer, owns_engine=False)
-        [segment] = policy.continue_([[1, 2, 3]], [50], SamplingParams(max_tokens=50))
+        [segment] = policy.continue_([[1, 2, 3]], SamplingParams(max_tokens=50))
     assert segment.meta["reencoded"] is True
     assert segment.token_ids == smol_tokenizer("hello 0", add_special_tokens=False)["input_ids"]
     assert segment.logprobs is None

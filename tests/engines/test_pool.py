@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collabrl.config import PoolConfig, build_config
+from collabrl.config import EngineConfig, PoolConfig, build_config
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.calls import UNKNOWN_EXPERT, Call, CallRecord, stats
 from collabrl.engines.endpoints import endpoint_index
@@ -320,20 +320,28 @@ def test_closed_pool_refuses_work(tiny_model_dir: Path) -> None:
 def test_chat_template_kwargs_reach_every_endpoints_engine(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """The pool's options render the experts' chat prompts, and key the cache apart."""
+    """The options of the pool's engine config render the experts' chat prompts, and
+    key the cache apart."""
     folder = str(thinking_model_dir(tiny_model_dir, tmp_path / "thinking"))
-    cache = str(tmp_path / "cache")
-    quiet = PoolConfig(
-        endpoints=[folder], cache_dir=cache, chat_template_kwargs={"enable_thinking": False}
-    )
-    with ExpertPool(PoolConfig(endpoints=[folder], cache_dir=cache)) as pool:
+    config = PoolConfig(endpoints=[folder], cache_dir=str(tmp_path / "cache"))
+    quiet = EngineConfig(chat_template_kwargs={"enable_thinking": False})
+    with ExpertPool(config) as pool:
         [thinking] = pool.ask_sync([(1, CHAT)], SHORT)
-    with ExpertPool(quiet) as pool:
+    with ExpertPool(config, quiet) as pool:
         [first] = pool.ask_sync([(1, CHAT)], SHORT)
         [again] = pool.ask_sync([(1, CHAT)], SHORT)
     assert thinking.outcome == first.outcome == "ok"  # not the other options' cached answer
     assert first.prompt_tokens > thinking.prompt_tokens  # the empty think block
     assert again.outcome == "cached" and again.text == first.text
+
+
+def test_a_pools_chat_template_options_are_its_engine_configs_alone() -> None:
+    """One entry for them: the engine config every endpoint's engine is built with (a
+    protocol's collaborators get the protocol's there); the pool config has none."""
+    assert "chat_template_kwargs" not in {f.name for f in dataclasses.fields(PoolConfig)}
+    quiet = EngineConfig(chat_template_kwargs={"enable_thinking": False})
+    with ExpertPool(PoolConfig(endpoints=[REFERENCE]), quiet) as pool:
+        assert pool.engine_config.chat_template_kwargs == {"enable_thinking": False}
 
 
 # --- the response cache ------------------------------------------------------------------------

@@ -31,8 +31,10 @@ from collabrl.engines.base import Prompt, SamplingParams
 from collabrl.engines.pool import ExpertPool
 from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Author, EndReason, Episode
+from collabrl.protocols import registry
 from collabrl.protocols.apollo import ApolloConfig, ApolloProtocol, build_router
 from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.consult import ConsultConfig, ConsultProtocol
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
@@ -166,7 +168,7 @@ class BrokenPool:
     def __init__(self, num_experts: int = 1) -> None:
         self.config = PoolConfig(endpoints=[REFERENCE], num_experts=num_experts)
 
-    def ask_each_sync(self, calls: Sequence[Any], params: Sequence[Any]) -> list[Any]:
+    def ask_sync(self, calls: Sequence[Any], params: Any) -> list[Any]:
         raise RuntimeError("pool bug")
 
     def close(self) -> None:
@@ -272,7 +274,8 @@ CONTROL = ("\x1b[2J", "\x07", "\x00", "\u202e", "\r", "\x08", "\ufffd")
 DECOYS = (*TAGS, *CONTROL, "\\boxed{", "}", "\\boxed{7}", "Answer: 7", "<call>3</call>", "\n\n")
 
 # Per protocol: the blocks whose text is not the policy's answer (its calls, and replies
-# it forged). Solo and strategy have none: whatever they box is theirs.
+# it forged). Solo and strategy have none: whatever they box is theirs. Every built-in
+# protocol needs an entry: the test below iterates the registry.
 BLOCKS = {
     "apollo": ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE)),
     "consult": ((AGENT_CALLS_OPEN, AGENT_CALLS_CLOSE), (AGENT_RETURNS_OPEN, AGENT_RETURNS_CLOSE)),
@@ -337,7 +340,9 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(smol_tokenizer):
     # The stand-in answers 42 (each task's reference), never the gold answer.
-    teacher = RelayProtocol.teacher_pool(REFERENCE, RelayConfig(), tokenizer=smol_tokenizer)
+    teacher = collaborator_pool(
+        [REFERENCE], RelayConfig().teacher_timeout, tokenizer=smol_tokenizer
+    )
     experts = ExpertPool(PoolConfig(endpoints=[REFERENCE], num_experts=2), tokenizer=smol_tokenizer)
     yield Setup(smol_tokenizer, teacher, experts)
     teacher.close()
@@ -387,7 +392,7 @@ ADVERSARY = settings(
 )
 
 
-@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("name", [spec.name for spec in registry.BUILTIN])
 def test_no_policy_output_raises_is_credited_or_exceeds_a_budget(setup, smol_tokenizer, name):
     turns = st.lists(replies_for(smol_tokenizer, name), min_size=2, max_size=2)
 

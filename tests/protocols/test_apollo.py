@@ -27,6 +27,7 @@ from collabrl.protocols.apollo import (
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from collabrl.protocols.registry import check_protocol_config
 from collabrl.tools.mcp_client import ToolRouter
 from tests.protocols.scripted import ScriptedEngine
 
@@ -207,7 +208,7 @@ def test_config_refuses_what_cannot_run():
         ApolloConfig(max_tool_calls=0).check()
     with pytest.raises(UserError):
         ApolloConfig(mcp_servers=["ftp://nowhere"]).check()
-    ProtocolConfig(name="apollo").check()
+    check_protocol_config(ProtocolConfig(name="apollo"))
 
 
 # ----------------------------------------------------------------------------- MCP

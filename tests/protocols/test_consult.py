@@ -27,18 +27,20 @@ from collabrl.episode import Author, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.consult import (
-    ANSWER_TOKENS,
-    CALL_TOKENS,
     QUERY_BUDGET_SPENT,
-    ConsultConfig,
     ConsultProtocol,
     ConsultTurn,
     accepts,
-    check_turn_fits,
     consult_turn,
     expert_messages,
     policy_text,
     training_prompt,
+)
+from collabrl.protocols.consult_config import (
+    ANSWER_TOKENS,
+    CALL_TOKENS,
+    ConsultConfig,
+    check_turn_fits,
     turn_tokens,
 )
 from collabrl.protocols.parsing import (
@@ -386,7 +388,7 @@ def test_rho_draws_repeat_with_the_seed(smol_tokenizer, pool):
     script = [calls((1, "a"), (2, "b"), (3, "c"))] * 3 + ["Answer: 1"]
 
     def accepted(seed: int) -> list[bool]:
-        params = SamplingParams(max_tokens=400, seed=seed)
+        params = SamplingParams(max_tokens=800, seed=seed)  # room for all three turns
         episode, _ = run_one(smol_tokenizer, pool, script, config, params)
         return [s.meta["accepted"] for s in episode.calls]
 

@@ -82,14 +82,14 @@ def test_the_samples_of_a_group_are_sent_with_distinct_seeds(smol_tokenizer) -> 
 def test_each_relay_teacher_call_has_its_episodes_seed(smol_tokenizer, monkeypatch) -> None:
     engine = SeedRecorder(smol_tokenizer, lambda prompt: "Let me ask. <call>4</call>")
     teacher = ExpertPool(PoolConfig(endpoints=[REFERENCE], num_experts=1), tokenizer=smol_tokenizer)
-    asked: list[list[SamplingParams]] = []
-    real = teacher.ask_each_sync
+    asked: list[SamplingParams] = []
+    real = teacher.ask_sync
 
     def spy(calls, params):
-        asked.append(list(params))
+        asked.append(params)
         return real(calls, params)
 
-    monkeypatch.setattr(teacher, "ask_each_sync", spy)
+    monkeypatch.setattr(teacher, "ask_sync", spy)
     relay = RelayProtocol(
         Policy(engine, smol_tokenizer), teacher, get_prompt("relay"), RelayConfig(), ()
     )
@@ -97,9 +97,9 @@ def test_each_relay_teacher_call_has_its_episodes_seed(smol_tokenizer, monkeypat
         relay.run(GROUP, PARAMS)
     finally:
         teacher.close()
-    first = [p.seed for p in asked[0]]
-    assert None not in first and len(set(first)) == len(GROUP)
-    assert all(p.max_tokens == 4 for p in asked[0])
+    first = asked[0].seeds
+    assert len(first) == len(set(first)) == len(GROUP)
+    assert [asked[0].prompt_budget(i) for i in range(len(GROUP))] == [4] * len(GROUP)
 
 
 def test_the_k_experts_of_a_turn_are_asked_with_distinct_seeds(
@@ -110,24 +110,24 @@ def test_the_k_experts_of_a_turn_are_asked_with_distinct_seeds(
     replies = iter([call, call, "Answer: 42", "Answer: 42"])
     engine = SeedRecorder(smol_tokenizer, lambda prompt: next(replies))
     config = PoolConfig(endpoints=[str(tiny_model_dir)], num_experts=3)
-    asked: list[list[SamplingParams]] = []
+    asked: list[SamplingParams] = []
     with ExpertPool(config) as pool:
-        real = pool.ask_each_sync
+        real = pool.ask_sync
 
         def spy(calls, params):
-            asked.append(list(params))
+            asked.append(params)
             return real(calls, params)
 
-        monkeypatch.setattr(pool, "ask_each_sync", spy)
+        monkeypatch.setattr(pool, "ask_sync", spy)
         consult = ConsultProtocol(
             Policy(engine, smol_tokenizer),
             pool,
             ConsultConfig(mode="open", expert_max_tokens=4, expert_temperature=1.0),
         )
         episodes = consult.run(GROUP[:2], dataclasses.replace(PARAMS, max_tokens=256))
-    seeds = [p.seed for p in asked[0]]
-    assert len(seeds) == 6 and None not in seeds and len(set(seeds)) == 6
-    assert all(p.temperature == 1.0 for p in asked[0])
+    seeds = asked[0].seeds
+    assert len(seeds) == 6 and len(set(seeds)) == 6
+    assert asked[0].temperature == 1.0
     # Two samples with the same three queries: the sampled expert answers differ.
     answers = [[s.text for s in e.calls] for e in episodes]
     assert answers[0] != answers[1]

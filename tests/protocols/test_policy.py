@@ -23,8 +23,8 @@ def test_each_row_asks_a_tight_server_for_its_own_budget(smol_tokenizer, tmp_pat
     with ServerProcess(folder, role="policy") as server:
         policy = Policy(OpenAIEngine(server.url), smol_tokenizer)
         try:
-            params = SamplingParams(temperature=1.0, seed=0)
-            segments = policy.continue_([long_row, short_row], budgets, params)
+            params = SamplingParams(temperature=1.0, seed=0).with_budgets(budgets)
+            segments = policy.continue_([long_row, short_row], params)
         finally:
             policy.close()
     assert [len(s.token_ids) <= b for s, b in zip(segments, budgets, strict=True)] == [True, True]

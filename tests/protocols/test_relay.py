@@ -14,6 +14,7 @@ from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Author
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.parsing import CALL_CLOSE
 from collabrl.protocols.relay import RelayConfig, RelayProtocol, relay_step, teacher_messages
 from collabrl.rewards.verify import is_equivalent
@@ -26,7 +27,7 @@ QUESTION = "What is 2+3?"
 
 def _relay(policy_engine, teacher_ref: str | None, tokenizer, **config) -> RelayProtocol:
     cfg = RelayConfig(**config)
-    teacher = RelayProtocol.teacher_pool(teacher_ref, cfg) if teacher_ref else None
+    teacher = collaborator_pool([teacher_ref], cfg.teacher_timeout) if teacher_ref else None
     return RelayProtocol(Policy(policy_engine, tokenizer), teacher, TEMPLATE, cfg, TEMPLATE.extract)
 
 
@@ -310,7 +311,7 @@ def test_unreachable_teacher_is_a_failed_call_and_the_episode_goes_on(smol_token
 def _reference_relay(tokenizer, replies: list[str]) -> RelayProtocol:
     """A scripted policy with the `reference` stand-in as its teacher."""
     cfg = RelayConfig()
-    teacher = RelayProtocol.teacher_pool(REFERENCE, cfg, tokenizer=tokenizer)
+    teacher = collaborator_pool([REFERENCE], cfg.teacher_timeout, tokenizer=tokenizer)
     policy = Policy(ScriptedEngine(tokenizer, replies), tokenizer)
     return RelayProtocol(policy, teacher, TEMPLATE, cfg, TEMPLATE.extract)
 
@@ -422,12 +423,12 @@ def test_the_teacher_samples_with_its_own_settings(smol_tokenizer) -> None:
     own = RelayConfig(teacher_free=True, teacher_temperature=0.0)
     relay = RelayProtocol(Policy(policy, smol_tokenizer), None, TEMPLATE, own, TEMPLATE.extract)
     training = SamplingParams(max_tokens=100, temperature=0.9, logprobs=True, stop=("</call>",))
-    asked = relay._teacher_params(training, 5, seed=3)
-    assert (asked.max_tokens, asked.temperature, asked.logprobs, asked.stop) == (5, 0.0, False, ())
-    assert asked.seed == 3
+    asked = relay._teacher_params(training, (3,))
+    assert (asked.temperature, asked.logprobs, asked.stop) == (0.0, False, ())
+    assert asked.seeds == (3,)
     inherited = RelayProtocol(
         Policy(policy, smol_tokenizer), None, TEMPLATE, RelayConfig(teacher_free=True), ()
-    )._teacher_params(training, 5, seed=3)
+    )._teacher_params(training, (3,))
     assert inherited.temperature == 0.9 and not inherited.logprobs
 
 
@@ -441,7 +442,7 @@ def test_a_call_commands_number_is_never_read_as_the_answer(smol_tokenizer) -> N
     extractor (arith benchmarks fall back to it): the answer is read with commands cut."""
     script = ScriptedEngine(smol_tokenizer, ["I need help <call>42</call>", " I give up."])
     cfg = RelayConfig(teacher_timeout=5.0)
-    teacher = RelayProtocol.teacher_pool(f"http://127.0.0.1:{free_port()}/v1", cfg)
+    teacher = collaborator_pool([f"http://127.0.0.1:{free_port()}/v1"], cfg.teacher_timeout)
     relay = RelayProtocol(Policy(script, smol_tokenizer), teacher, TEMPLATE, cfg, ("last_number",))
     [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
     relay.close()

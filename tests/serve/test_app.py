@@ -419,12 +419,12 @@ def test_a_policy_over_http_records_the_ids_it_sampled(eos_model, eos_server):
     local = TransformersEngine.from_ref(str(eos_model))
     prompt = local.encode(POLICY_CHAT)
     params = SamplingParams(max_tokens=12, logprobs=True)
-    [here] = Policy(local, local.tokenizer).continue_([prompt], [12], params)
+    [here] = Policy(local, local.tokenizer).continue_([prompt], params)
     assert here.meta["finish_reason"] == "stop" and len(here.token_ids) < 12
     assert here.token_ids[-1] in local.model.generation_config.eos_token_id  # kept, as sampled
     with OpenAIEngine(eos_server.url, max_retries=0, timeout=60) as remote:
         policy = Policy(remote, local.tokenizer, owns_engine=False)
-        [there] = policy.continue_([prompt], [12], params)
+        [there] = policy.continue_([prompt], params)
     assert there.token_ids == here.token_ids
     assert there.logprobs == pytest.approx(here.logprobs, abs=1e-4)
     assert there.meta["finish_reason"] == "stop" and "reencoded" not in there.meta
@@ -471,18 +471,17 @@ def test_chat_template_kwargs_per_request(eos_model, eos_server):
 
 
 def test_a_remote_pool_sends_its_chat_template_kwargs(eos_server):
-    from collabrl.config import PoolConfig
+    from collabrl.config import EngineConfig, PoolConfig
     from collabrl.engines.base import SamplingParams
     from collabrl.engines.pool import ExpertPool
 
     calls = [(1, POLICY_CHAT)]
     params = SamplingParams(max_tokens=2)
-    with ExpertPool(PoolConfig(endpoints=[eos_server.url], num_experts=1)) as pool:
+    config = PoolConfig(endpoints=[eos_server.url], num_experts=1)
+    with ExpertPool(config) as pool:
         [thinking] = pool.ask_sync(calls, params)
-    quiet = PoolConfig(
-        endpoints=[eos_server.url], num_experts=1, chat_template_kwargs={"enable_thinking": False}
-    )
-    with ExpertPool(quiet) as pool:
+    quiet = EngineConfig(chat_template_kwargs={"enable_thinking": False})
+    with ExpertPool(config, quiet) as pool:
         [record] = pool.ask_sync(calls, params)
     assert record.ok and record.prompt_tokens > thinking.prompt_tokens
 
@@ -499,12 +498,12 @@ def test_smollm2_over_http_records_what_the_transformers_engine_does():
     local = TransformersEngine.from_ref("smollm2-135m")
     prompt = local.encode([{"role": "user", "content": "What is the capital of France?"}])
     params = SamplingParams(max_tokens=24, logprobs=True)
-    [here] = Policy(local, local.tokenizer).continue_([prompt], [24], params)
+    [here] = Policy(local, local.tokenizer).continue_([prompt], params)
     assert here.meta["finish_reason"] == "stop"
     assert here.token_ids[-1] == local.tokenizer.convert_tokens_to_ids("<|im_end|>")
     with ServerProcess("smollm2-135m", role="policy") as server:
         with OpenAIEngine(server.url, max_retries=0, timeout=120) as remote:
             policy = Policy(remote, local.tokenizer, owns_engine=False)
-            [there] = policy.continue_([prompt], [24], params)
+            [there] = policy.continue_([prompt], params)
     assert there.token_ids == here.token_ids and "reencoded" not in there.meta
     assert there.logprobs == pytest.approx(here.logprobs, abs=1e-4)

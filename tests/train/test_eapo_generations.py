@@ -11,7 +11,7 @@ import pytest
 from collabrl.config import DecodingConfig
 from collabrl.episode import EndReason
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.protocols.consult import ConsultConfig, turn_tokens
+from collabrl.protocols.consult_config import ConsultConfig, turn_tokens
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.run import METRICS

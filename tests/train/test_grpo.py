@@ -13,7 +13,7 @@ from collabrl.config import DecodingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.protocols.consult import ConsultConfig, turn_tokens
+from collabrl.protocols.consult_config import ConsultConfig, turn_tokens
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
@@ -231,7 +231,7 @@ def test_the_held_out_set_reads_the_training_columns_and_its_own_split(
     ],
 )
 def test_the_trl_blocks_checkpointing_switch_decides_under_either_name(trl, on, tmp_path) -> None:
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
 
     config = _config(Path("m"), tmp_path, trl=trl)
     config.check()
@@ -242,7 +242,7 @@ def test_the_trl_blocks_checkpointing_switch_decides_under_either_name(trl, on, 
 
 
 def test_checkpointing_kwargs_pass_under_either_name(tmp_path) -> None:
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
 
     trl = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"every_n_layers": 2}}
     args = grpo_args(_config(Path("m"), tmp_path, trl=trl), tmp_path)
@@ -264,9 +264,11 @@ def test_checkpointing_kwargs_pass_under_either_name(tmp_path) -> None:
     ],
 )
 def test_trl_blocks_no_run_can_use_are_refused_by_check(trl, fragment, tmp_path) -> None:
+    from collabrl.train.grpo_args import check_run
+
     config = _config(Path("m"), tmp_path, trl=trl)
     with pytest.raises(UserError, match=fragment) as caught:
-        config.check()
+        check_run(config)
     assert "\n" not in str(caught.value)  # one line
 
 
@@ -279,11 +281,13 @@ def test_trl_blocks_no_run_can_use_are_refused_by_check(trl, fragment, tmp_path)
     ],
 )
 def test_tensor_parallel_vllm_is_fine_where_the_rollout_goes_through_trl(trl, tmp_path) -> None:
-    _config(Path("m"), tmp_path, trl=trl).check()
+    from collabrl.train.grpo_args import check_run
+
+    check_run(_config(Path("m"), tmp_path, trl=trl))
 
 
 def test_importance_sampling_is_per_token_unless_the_trl_block_says_otherwise(tmp_path) -> None:
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
 
     assert grpo_args(_config(Path("m"), tmp_path), tmp_path).vllm_importance_sampling_mode == (
         "token_truncate"
@@ -294,7 +298,7 @@ def test_importance_sampling_is_per_token_unless_the_trl_block_says_otherwise(tm
 
 
 def test_a_generation_batch_that_splits_a_group_is_a_user_error(tmp_path) -> None:
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
 
     # 1 sample a micro-batch × 3 micro-batches: a group of 2 would straddle generations.
     trl = {"per_device_train_batch_size": 1, "steps_per_generation": 3}
@@ -303,7 +307,7 @@ def test_a_generation_batch_that_splits_a_group_is_a_user_error(tmp_path) -> Non
 
 
 def test_the_sampling_section_sets_trls_mirrored_arguments(tmp_path) -> None:
-    from collabrl.train.grpo_config import grpo_args
+    from collabrl.train.grpo_args import grpo_args
 
     sampling = DecodingConfig(n=2, max_tokens=16, temperature=0.7, top_p=0.9, top_k=-1)
     args = grpo_args(_config(Path("m"), tmp_path, sampling=sampling), tmp_path)

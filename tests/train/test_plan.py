@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from collabrl.cli.main import app
 from collabrl.config import build_config, read_yaml
 from collabrl.errors import UserError
-from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.grpo_config import PROTOCOL_OF, GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
 from collabrl.train.plan import (
     GIB,
@@ -73,6 +73,7 @@ def test_every_shipped_config_resolves_without_loading_a_weight(path: Path, monk
     sections = {"run", "TRL (effective)", "batch (completions)", "who runs where"}
     assert sections | {"memory per device (estimate)"} <= set(plan.sections)
     assert rows["method"] == path.stem.split("-")[0]
+    assert rows["protocol"] == PROTOCOL_OF[rows["method"]]  # the method's, not solo
 
 
 def test_the_relay_paper_config_shows_its_effective_settings() -> None:

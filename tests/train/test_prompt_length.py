@@ -19,7 +19,8 @@ from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import train_grpo
-from collabrl.train.grpo_config import GRPOTrainConfig, grpo_args, pin_steps
+from collabrl.train.grpo_args import grpo_args, pin_steps
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.plan import plan_run
 from collabrl.train.prompt_length import prompt_lengths
 

@@ -9,6 +9,7 @@ import pytest
 
 from collabrl.episode import EndReason
 from collabrl.errors import UserError
+from collabrl.train.grpo_args import check_run
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rewards import accuracy, load_reward_func, reward_functions
 
@@ -160,7 +161,7 @@ def test_a_reward_function_trl_cannot_call_is_refused_when_it_loads(bad_rewards,
     with pytest.raises(UserError, match=problem):
         load_reward_func(f"{bad_rewards}:{name}")
     with pytest.raises(UserError, match=problem):  # and so by every run's and dry run's check
-        GRPOTrainConfig(reward_funcs=[f"{bad_rewards}:{name}"]).check()
+        check_run(GRPOTrainConfig(reward_funcs=[f"{bad_rewards}:{name}"]))
 
 
 def test_a_builtin_is_refused_by_its_signature() -> None:

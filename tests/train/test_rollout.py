@@ -15,6 +15,7 @@ from collabrl.engines.openai_http import OpenAIEngine
 from collabrl.engines.reference import REFERENCE
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
+from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
 from collabrl.train.rewards import no_credit_on_error, relay_simple
 from collabrl.train.rollout import ProtocolRollout, identical_group_share, warn_if_all_identical
@@ -38,7 +39,7 @@ class ScriptedPolicy(ScriptedEngine):
 def _rollout(tokenizer, replies: list[str], generations: int = 2) -> ProtocolRollout:
     engine = ScriptedPolicy(tokenizer, replies)
     config = RelayConfig()
-    teacher = RelayProtocol.teacher_pool(REFERENCE, config, tokenizer=tokenizer)
+    teacher = collaborator_pool([REFERENCE], config.teacher_timeout, tokenizer=tokenizer)
     protocol = RelayProtocol(Policy(engine, tokenizer), teacher, TEMPLATE, config, TEMPLATE.extract)
     return ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=64), generations)
 

@@ -11,7 +11,6 @@ from collabrl.errors import UserError
 from collabrl.protocols.strategies import PlannerContext
 from collabrl.protocols.strategy import guided_steps, strategy_extras
 from collabrl.train.rsim import (
-    RSIMConfig,
     agent_lr_factors,
     end_shares,
     guided_token_counts,
@@ -21,6 +20,7 @@ from collabrl.train.rsim import (
     planner_weight,
     without_failed,
 )
+from collabrl.train.rsim_config import RSIMConfig
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ from collabrl.protocols.strategy import StrategyConfig
 from collabrl.rewards.rsim import group_advantages, planner_reward
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
-from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, RSIMConfig
+from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT
+from collabrl.train.rsim_config import RSIMConfig
 from collabrl.train.run import METRICS
 from collabrl.train.trainer import build_trainer
 from tests.saved_activations import SavedActivations

@@ -1,5 +1,6 @@
-"""Tests for collabrl.train.run's pieces every trainer shares: the line a step reports,
-the experiment trackers a run may report to, and the final model a LoRA run saves."""
+"""Tests for the pieces every trainer shares: the line a step reports (train/run.py),
+the experiment trackers a run may report to (train/trackers.py), and the final model a
+LoRA run saves."""
 
 from __future__ import annotations
 
@@ -9,14 +10,8 @@ import pytest
 
 from collabrl.errors import UserError
 from collabrl.train.lora import LoraSettings
-from collabrl.train.run import (
-    check_report_to,
-    keep_metrics_until,
-    last_checkpoint,
-    save_final,
-    step_line,
-    trackers,
-)
+from collabrl.train.run import keep_metrics_until, last_checkpoint, save_final, step_line
+from collabrl.train.trackers import check_report_to, trackers
 
 
 def test_a_step_line_shows_what_the_step_logged_with_time_and_eta() -> None:

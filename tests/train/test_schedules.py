@@ -19,13 +19,8 @@ from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.consult import ConsultConfig, ConsultProtocol
-from collabrl.train.schedules import (
-    Clock,
-    ScheduleCallback,
-    ScheduleConfig,
-    accept_prob,
-    turn_budget,
-)
+from collabrl.train.schedule_config import Clock, ScheduleConfig
+from collabrl.train.schedules import ScheduleCallback, accept_prob, turn_budget
 from tests.protocols.scripted import ScriptedEngine
 from tests.protocols.test_consult import calls
 

@@ -18,8 +18,9 @@ import yaml
 
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
-from collabrl.protocols.consult import check_turn_fits
-from collabrl.train.grpo_config import METHODS, GRPOTrainConfig, grpo_args
+from collabrl.protocols.consult_config import check_turn_fits
+from collabrl.train.grpo_args import check_run, grpo_args
+from collabrl.train.grpo_config import METHODS, GRPOTrainConfig
 
 TRAIN_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
 GRPO_CONFIGS = sorted(p for p in TRAIN_CONFIGS.glob("*.yaml") if not p.name.startswith("sft-"))
@@ -38,7 +39,7 @@ MINI_BATCHED = {
 def _resolved(path: Path, tmp_path: Path) -> tuple[GRPOTrainConfig, Any]:
     method = yaml.safe_load(path.read_text())["method"]  # the command the config is for
     config = load_config(f"train-{method}", path, {}, [])
-    config.check()
+    check_run(config)
     return config, grpo_args(config, tmp_path)
 
 

@@ -1,0 +1,50 @@
+"""RelayLLM's options (`protocol.relay`): config only, so that `ProtocolConfig` and a
+trainer's config read them without loading the protocol (`protocols/relay.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabrl.config import option
+from collabrl.errors import UserError
+
+
+@dataclass
+class RelayConfig:
+    """How the policy may call the teacher."""
+
+    max_calls: int = option(8, "Calls answered per episode; later calls are format errors.")
+    max_call_tokens: int = option(
+        1000, "Largest n a call may request; a larger request is clipped to it."
+    )
+    fixed_k: int | None = option(
+        None, "Fixed-k mode: every call gets k teacher tokens whatever its n (paper Table 5)."
+    )
+    teacher_free: bool = option(
+        False,
+        "Ban `<call>` and `</call>` as bad words: the paper's teacher-free evaluation (Table 4).",
+    )
+    teacher_timeout: float = option(
+        600.0, "Seconds one teacher call may take (a local CPU teacher writes ~15 tokens/s)."
+    )
+    teacher_temperature: float | None = option(
+        None,
+        "Teacher sampling temperature; unset: the policy's. The teacher is never asked for "
+        "log-probs, so a training policy's sampling settings stay its own.",
+    )
+    continue_after_teacher_eos: bool = option(
+        False,
+        "A teacher reply that ends at its EOS completes the answer and ends the episode "
+        "(RelayLLM's code); true lets the policy write on after it.",
+    )
+
+    def check(self) -> None:
+        if self.max_calls < 0:
+            raise UserError(f"relay.max_calls must be >= 0, got {self.max_calls}")
+        if self.max_call_tokens < 1:
+            raise UserError(f"relay.max_call_tokens must be >= 1, got {self.max_call_tokens}")
+        if self.fixed_k is not None and self.fixed_k < 1:
+            raise UserError(f"relay.fixed_k must be >= 1, got {self.fixed_k}")
+        t = self.teacher_temperature
+        if t is not None and not 0 <= t < float("inf"):
+            raise UserError(f"relay.teacher_temperature must be a finite number >= 0, got {t}")

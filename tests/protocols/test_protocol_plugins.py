@@ -1,0 +1,207 @@
+"""Protocols as plugins, collaborators declared once: the registry finds installed plugin
+protocols through the `collabrl.protocols` entry points (a broken or clashing one is
+skipped with one line), refuses a collaborator the running protocol does not declare,
+whichever protocol declares it, and every collaborator pool is built by one helper."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collabrl.config import EngineConfig
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.calls import Call
+from collabrl.engines.reference import Reference
+from collabrl.errors import MissingInput, UserError
+from collabrl.protocols import registry, relay
+from collabrl.protocols.build import build_protocol
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.registry import check_protocol_config
+from collabrl.protocols.strategy_config import StrategyConfig
+
+# --- entry-point loading -------------------------------------------------------------------------
+
+PLUGINS = {
+    # A protocol that borrows relay's teacher: it declares the same collaborator.
+    "collab_tutor": """
+from collabrl.protocols.relay import TEACHER
+from collabrl.protocols.solo import build_solo
+from collabrl.protocols.spec import ProtocolSpec
+
+SPEC = ProtocolSpec("tutor", "a tutor plugin", build_solo, collaborators=(TEACHER,))
+""",
+    "collab_broken": "raise ImportError('no module named torchvision')\n",
+    "collab_clash": """
+from collabrl.protocols.solo import build_solo
+from collabrl.protocols.spec import ProtocolSpec
+
+SPEC = ProtocolSpec("relay", "a second relay", build_solo)
+""",
+}
+ENTRY_POINTS = """[collabrl.protocols]
+tutor = collab_tutor:SPEC
+broken = collab_broken:SPEC
+clash = collab_clash:SPEC
+"""
+
+
+@pytest.fixture
+def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Three installed plugin packages (as pip leaves them: modules and a dist-info with
+    entry_points.txt on sys.path), and a registry that has not looked for plugins yet."""
+    for module, source in PLUGINS.items():
+        (tmp_path / f"{module}.py").write_text(source)
+    dist = tmp_path / "collab_plugins-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: collab-plugins\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
+    monkeypatch.setattr(registry, "_BROKEN", {})
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    yield
+
+
+def test_an_installed_plugin_protocol_is_registered_after_the_built_in_ones(
+    plugins, capsys
+) -> None:
+    builtin = tuple(spec.name for spec in registry.BUILTIN)
+    assert registry.names() == (*builtin, "tutor")
+    assert registry.get("tutor").help == "a tutor plugin"
+    # The built-in relay stands; the clashing plugin and the broken one are one line each.
+    assert registry.get("relay") is relay.SPEC
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2
+    assert "'broken'" in lines[0] and "ImportError: no module named torchvision" in lines[0]
+    assert "'clash'" in lines[1] and "the name 'relay' is taken" in lines[1]
+    registry.names()  # loaded once: no second warning
+    assert capsys.readouterr().err == ""
+
+
+def test_a_broken_plugin_is_named_in_the_unknown_protocol_error(plugins) -> None:
+    with pytest.raises(UserError) as err:
+        registry.get("broken")
+    message = str(err.value)
+    assert "unknown protocol 'broken'" in message and "\n" not in message
+    assert "plugins that failed to load: broken: ImportError" in message
+
+
+def test_a_plugin_sharing_a_collaborator_takes_it_and_is_listed_as_its_user(plugins) -> None:
+    check_protocol_config(ProtocolConfig(name="tutor", teacher="reference"))
+    with pytest.raises(UserError, match="use a protocol that has: relay, tutor"):
+        check_protocol_config(ProtocolConfig(name="solo", teacher="reference"))
+    assert [c.key for c in registry.collaborators()].count("teacher") == 1
+
+
+# --- collaborators declared once -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "who"),
+    [
+        (
+            "solo",
+            {"teacher": "reference"},
+            "protocol.teacher is set, but the solo protocol has no teacher",
+        ),
+        (
+            "relay",
+            {"experts": ["reference"]},
+            "the relay protocol has no experts; drop it, or use a protocol that has: consult",
+        ),
+        (
+            "consult",
+            {"planner": "m", "experts": ["reference"]},
+            "has no planner; drop it, or use a protocol that has: strategy",
+        ),
+    ],
+)
+def test_a_collaborator_the_protocol_does_not_declare_is_refused(name, given, who) -> None:
+    with pytest.raises(UserError, match=who):
+        check_protocol_config(ProtocolConfig(name=name, **given))
+
+
+def test_a_protocols_own_check_names_its_collaborators_flag() -> None:
+    # The CLI rewrites a flag its command lacks into --set protocol.KEY=VALUE; the flag
+    # it names is the one the spec declares.
+    for name, collaborator in (
+        ("relay", "teacher"),
+        ("consult", "experts"),
+        ("strategy", "planner"),
+    ):
+        spec = registry.get(name)
+        [declared] = [c for c in spec.collaborators if c.name == collaborator]
+        with pytest.raises(MissingInput) as err:
+            check_protocol_config(ProtocolConfig(name=name))
+        assert f"pass {declared.flag} MODEL_OR_URL" in str(err.value)
+
+
+def test_the_served_collaborators_are_what_the_spec_declares_served() -> None:
+    relay_ = ProtocolConfig(name="relay", teacher="http://t:1/v1")
+    assert registry.collaborators_of(relay_) == ["http://t:1/v1"]
+    consult = ProtocolConfig(name="consult", experts=["a", "b"])
+    assert registry.collaborators_of(consult) == ["a", "b"]
+    # The rsim planner runs in-process; a prompted one is served (probed, listed).
+    rsim = ProtocolConfig(name="strategy", planner="some/planner")
+    assert registry.collaborators_of(rsim) == []
+    prompted = StrategyConfig(planner_kind="prompting")
+    asked = ProtocolConfig(name="strategy", planner="http://p:1/v1", strategy=prompted)
+    assert registry.collaborators_of(asked) == ["http://p:1/v1"]
+    # Apollo's tools are its section: never a model to list.
+    assert registry.collaborators_of(ProtocolConfig(name="apollo")) == []
+
+
+def test_an_rsim_planner_at_a_url_is_refused_by_the_strategy_check() -> None:
+    config = ProtocolConfig(name="strategy", planner="http://p:1/v1")
+    with pytest.raises(UserError, match="an rsim planner runs in-process"):
+        check_protocol_config(config)
+
+
+# --- one helper builds every collaborator's engine and pool --------------------------------------
+
+POLICY_ENGINE = EngineConfig(
+    device="cpu",
+    dtype="bfloat16",
+    api_key="key",
+    served_model="the-policy",
+    chat_template_kwargs={"policy": True},
+)
+
+
+def test_a_prompted_planner_gets_a_collaborators_engine_not_the_policys(
+    tiny_model_dir: Path, tiny_engine
+) -> None:
+    """Before, the planner copied the policy's engine options: the policy's served model
+    name was requested at the planner's server."""
+    config = ProtocolConfig(
+        name="strategy",
+        planner="http://127.0.0.1:1/v1",
+        strategy=StrategyConfig(planner_kind="prompting"),
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    protocol = build_protocol(config, str(tiny_model_dir), POLICY_ENGINE, policy_engine=tiny_engine)
+    try:
+        planner = protocol.planner.engine
+        assert planner.model is None  # the policy's served model name stays the policy's
+        assert planner.chat_template_kwargs == {"enable_thinking": False}
+    finally:
+        protocol.close()
+
+
+def test_the_consult_warmup_pool_serves_every_expert_with_the_builders_engine() -> None:
+    from collabrl.builders.consult_warmup import ConsultWarmupConfig, _expert_pool
+
+    engine = EngineConfig(api_key="key", served_model="expert-model")
+    config = ConsultWarmupConfig(expert="reference", num_experts=3, engine=engine)
+    with _expert_pool(config) as pool:
+        assert pool.config.num_experts == 3
+        # A served expert is asked with the builder's own key and model name.
+        assert (pool.engine_config.api_key, pool.engine_config.served_model) == (
+            "key",
+            "expert-model",
+        )
+        calls = [Call(k, [{"role": "user", "content": "2+2?"}], Reference("4")) for k in (1, 3)]
+        records = pool.ask_sync(calls, SamplingParams(max_tokens=50))
+    assert [r.outcome for r in records] == ["ok", "ok"]
