@@ -1,5 +1,6 @@
-"""How a protocol (or a data builder) loads the models it brings in beside the policy:
-one rule for a collaborator's engine options, one helper for a pool of them.
+"""How a protocol (or a data builder) loads and asks the models it brings in beside the
+policy: one rule for a collaborator's engine options, one helper for a pool of them, one
+for how its calls are sampled.
 
 A relay teacher, consult's experts, the filter builder's teacher and the consult warm-up's
 experts are all an `ExpertPool` built here; a prompted rSIM planner gets its engine from
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from collabrl.config import EngineConfig, PoolConfig
+from collabrl.engines.base import SamplingParams
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,3 +56,19 @@ def collaborator_pool(
 
     pool = PoolConfig(endpoints=list(refs), num_experts=num_experts, timeout=timeout)
     return ExpertPool(pool, engine, tokenizer=tokenizer)
+
+
+def collaborator_params(
+    seeds: Sequence[int],
+    budgets: Sequence[int],
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = -1,
+) -> SamplingParams:
+    """How one batch of collaborator calls is sampled: call i with its own seed
+    `seeds[i]` (from `collaborator_seeds`: a group's samples must not share one) and its
+    own token budget `budgets[i]`, at the collaborator's temperature and nucleus. Nothing
+    of the policy's sampling carries over: no stop string or ban of its protocol (a
+    collaborator writes plain text), no log-probs (nothing trains on its tokens)."""
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seeds=tuple(seeds))
+    return params.with_budgets(budgets)

@@ -19,7 +19,6 @@ as help in `Episode.call_ratio_*` and carry no loss.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,7 +42,11 @@ from collabrl.protocols.base import (
     run_rounds,
     segment_end,
 )
-from collabrl.protocols.collaborators import collaborator_engine, collaborator_pool
+from collabrl.protocols.collaborators import (
+    collaborator_engine,
+    collaborator_params,
+    collaborator_pool,
+)
 from collabrl.protocols.consult_config import ConsultConfig
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
@@ -435,17 +438,18 @@ class ConsultProtocol:
         if not calls:
             return [[] for _ in turns]
         assert self.pool is not None  # open mode always has one
-        expert = SamplingParams(
-            max_tokens=self.config.expert_max_tokens,
-            temperature=self.config.expert_temperature,
-            top_p=self.config.expert_top_p,
-        )
         seeds = tuple(
             seed
             for episode, turn, _ in turns
             for seed in collaborator_seeds(params, episode, round_no, len(turn.queries))
         )
-        records = self.pool.ask_sync(calls, dataclasses.replace(expert, seeds=seeds))
+        expert = collaborator_params(
+            seeds,
+            [self.config.expert_max_tokens] * len(calls),
+            self.config.expert_temperature,
+            self.config.expert_top_p,
+        )
+        records = self.pool.ask_sync(calls, expert)
         out: list[list[CallRecord]] = []
         for _, turn, _ in turns:
             out.append(records[: len(turn.queries)])

@@ -20,7 +20,6 @@ trajectory a trainer sees is exactly the one the policy was conditioned on.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,11 @@ from collabrl.protocols.base import (
     run_rounds,
     segment_end,
 )
-from collabrl.protocols.collaborators import collaborator_engine, collaborator_pool
+from collabrl.protocols.collaborators import (
+    collaborator_engine,
+    collaborator_params,
+    collaborator_pool,
+)
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
 from collabrl.protocols.relay_config import RelayConfig
 from collabrl.protocols.spec import BuildContext, Collaborator, PolicyPrompt, ProtocolSpec
@@ -189,7 +192,7 @@ class RelayProtocol:
         seeds = tuple(
             seed for i, _ in calls for seed in collaborator_seeds(params, episodes[i], round_no, 1)
         )
-        batch = self._teacher_params(params, seeds).with_budgets([step.n for _, step in calls])
+        batch = self._teacher_params(params, seeds, [step.n for _, step in calls])
         for (i, step), record in zip(calls, self.teacher.ask_sync(asked, batch), strict=True):
             # A reply that cannot be taken in fails its own episode, not the round.
             guard(episodes[i], self._take_reply, episodes[i], record, step, params)
@@ -202,20 +205,15 @@ class RelayProtocol:
         if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
             episode.end = EndReason.TEACHER_EOS
 
-    def _teacher_params(self, params: SamplingParams, seeds: tuple[int, ...]) -> SamplingParams:
-        """The calls' own seeds, at the teacher's own temperature, with no stop, ban or
-        log-probs."""
+    def _teacher_params(
+        self, params: SamplingParams, seeds: tuple[int, ...], budgets: list[int]
+    ) -> SamplingParams:
+        """The calls' own seeds and n, at the teacher's own temperature (the policy's
+        unless `relay.teacher_temperature` is set) and the policy's nucleus."""
         temperature = self.config.teacher_temperature
-        return dataclasses.replace(
-            params,
-            n=1,
-            seeds=seeds,
-            stop=(),
-            include_stop=False,
-            banned=(),
-            logprobs=False,
-            temperature=params.temperature if temperature is None else temperature,
-        )
+        if temperature is None:
+            temperature = params.temperature
+        return collaborator_params(seeds, budgets, temperature, params.top_p, params.top_k)
 
     def _teacher_segment(self, record: CallRecord, step: RelayStep, budget: int) -> Segment:
         text = record.text or ""

@@ -10,7 +10,6 @@ pyproject.toml (group `collabrl.protocols`), so `collab infer echo …`, `collab
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,7 +30,11 @@ from collabrl.protocols.base import (
     remaining,
     segment_end,
 )
-from collabrl.protocols.collaborators import collaborator_engine, collaborator_pool
+from collabrl.protocols.collaborators import (
+    collaborator_engine,
+    collaborator_params,
+    collaborator_pool,
+)
 from collabrl.protocols.spec import BuildContext, Collaborator, ProtocolSpec
 
 if TYPE_CHECKING:
@@ -113,9 +116,8 @@ class EchoProtocol:
         calls = [(1, echo_messages(e.segments[0].text), t.reference) for e, t in asking]
         # Each call seeded by its own episode, so that a group's samples differ.
         seeds = tuple(s for e, _ in asking for s in collaborator_seeds(params, e, round_no, 1))
-        asked = dataclasses.replace(
-            params, n=1, seeds=seeds, stop=(), banned=(), logprobs=False
-        ).with_budgets([min(share, remaining(e, params)) for e, _ in asking])
+        budgets = [min(share, remaining(e, params)) for e, _ in asking]
+        asked = collaborator_params(seeds, budgets, params.temperature, params.top_p, params.top_k)
         for (episode, _), record in zip(asking, self.echo.ask_sync(calls, asked), strict=True):
             episode.add(self._segment(record, remaining(episode, params)))
 

@@ -423,12 +423,12 @@ def test_the_teacher_samples_with_its_own_settings(smol_tokenizer) -> None:
     own = RelayConfig(teacher_free=True, teacher_temperature=0.0)
     relay = RelayProtocol(Policy(policy, smol_tokenizer), None, TEMPLATE, own, TEMPLATE.extract)
     training = SamplingParams(max_tokens=100, temperature=0.9, logprobs=True, stop=("</call>",))
-    asked = relay._teacher_params(training, (3,))
+    asked = relay._teacher_params(training, (3,), [7])
     assert (asked.temperature, asked.logprobs, asked.stop) == (0.0, False, ())
-    assert asked.seeds == (3,)
+    assert asked.seeds == (3,) and asked.max_tokens == 7
     inherited = RelayProtocol(
         Policy(policy, smol_tokenizer), None, TEMPLATE, RelayConfig(teacher_free=True), ()
-    )._teacher_params(training, (3,))
+    )._teacher_params(training, (3,), [7])
     assert inherited.temperature == 0.9 and not inherited.logprobs
 
 
