@@ -411,7 +411,7 @@ def load_planner(
         raise UserError(f"the {kind} planner needs a model", "pass --planner MODEL_OR_URL")
     if kind == "prompting":
         return PromptingPlanner(create_engine(ref, engine), temperature=temperature)
-    if is_url(ref):  # ProtocolConfig.check refuses it first, for the commands
+    if is_url(ref):  # the strategy spec's check refuses it first, for the commands
         raise UserError(
             f"an rsim planner runs in-process and cannot be reached at {ref}",
             "pass a planner folder or a model reference, or --planner-kind prompting",

@@ -4,7 +4,7 @@ running protocol never reads (`runs.prepare_folder`'s `omit`).
 A relay run reads `protocol.relay` and its teacher, not consult's, strategy's or apollo's
 sections nor the experts or planner; `protocol.options` only a protocol with an options
 class reads. Left out, they load as their defaults (a collaborator the protocol does not
-declare is refused when set: `ProtocolConfig.check`), so the saved file is still a
+declare is refused when set: `registry.check_collaborators`), so the saved file is still a
 `--config` file and its run still resumes.
 """
 
