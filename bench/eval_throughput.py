@@ -162,6 +162,11 @@ class TimedModel:
         self.prompt_slots = 0
         self.prompt_tokens = 0
 
+    def get_base_model(self) -> Any:
+        """The wrapped model, as a peft model answers: the engine reads the KV-cache
+        keyword from its `forward` (transformers 5.24 renamed it), which a proxy lacks."""
+        return self._model
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """A forward pass of the continuous path: one new token per row is a decode step,
         anything longer a prefill (which never has padding there)."""
@@ -170,7 +175,7 @@ class TimedModel:
         out = self._model(*args, **kwargs)
         self.generate_seconds += time.perf_counter() - t0
         rows, width = input_ids.shape
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
         if width == 1 and cache is not None and cache.get_seq_length() > 1:
             self.row_steps += rows
         else:  # a prefill: it yields each row's first token, as generate's first step does
@@ -291,8 +296,14 @@ def step_profile(
     of transformers' default one (which `generate`, hence the loop, uses).
     """
     import torch
+    from transformers import DynamicCache
 
-    from collabrl.engines.continuous import _right_align, growing_cache, spare_room
+    from collabrl.engines.continuous import (
+        _right_align,
+        cache_argument,
+        growing_cache,
+        spare_room,
+    )
 
     sizes = sorted({1, *batch_sizes})
     times: dict[int, list[float]] = {b: [] for b in sizes}
@@ -304,7 +315,8 @@ def step_profile(
             ids = torch.randint(0, vocab, (b, context), generator=gen, device=model.device)
             nxt = torch.randint(0, vocab, (b, 1), generator=gen, device=model.device)
             with torch.inference_mode():
-                cache = model(input_ids=ids, use_cache=True).past_key_values
+                cache = DynamicCache()
+                model(input_ids=ids, **cache_argument(model, cache), use_cache=True)
                 if growing:
                     room = spare_room(context + steps)
                     buffers = [
@@ -317,7 +329,7 @@ def step_profile(
                     cache = growing_cache(buffers, context)
                 for _ in range(steps):
                     t0 = time.perf_counter()
-                    model(input_ids=nxt, past_key_values=cache, use_cache=True)
+                    model(input_ids=nxt, **cache_argument(model, cache), use_cache=True)
                     times[b].append(time.perf_counter() - t0)
     return {b: statistics.median(ts) for b, ts in times.items()}
 

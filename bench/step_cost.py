@@ -10,13 +10,17 @@ resident memory is its own:
 - `lora`: a LoRA adapter (the `lora:` defaults, r 16) in one micro-batch;
 - `lora/8`: the adapter in micro-batches of 8.
 
+`--prompts`, `--generations`, `--max-tokens` and `--micro-batch` (the `/8` settings'
+micro-batch) change those sizes, for a smoke run.
+
 The settings alternate `--rounds` times. Per setting it prints the median of TRL's
 `step_time` over the steps after the first, the rollout's share of it
 (`episodes/rollout_seconds`), the peak resident memory, and both as ratios to `full`.
 
     python bench/step_cost.py --model runs/evidence/relay/sft/final \\
         --data runs/evidence/relay/train.jsonl
-    python bench/step_cost.py --model smollm2-135m --steps 2 --rounds 1   # smoke
+    python bench/step_cost.py --model smollm2-135m --steps 2 --rounds 1 --prompts 1 \\
+        --generations 2 --max-tokens 8 --micro-batch 1                     # smoke
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-MICRO_BATCHES_OF_8 = [
-    *("--set", "trl.per_device_train_batch_size=8"),
-    *("--set", "trl.gradient_accumulation_steps=4"),
-]
-SETTINGS = {
-    "full": [],
-    "full/8": MICRO_BATCHES_OF_8,
-    "lora": ["--lora"],
-    "lora/8": ["--lora", *MICRO_BATCHES_OF_8],
-}
+SETTINGS = ("full", "full/8", "lora", "lora/8")
+
+
+def setting_args(setting: str, args: argparse.Namespace) -> list[str]:
+    """The `collab train` options of `setting`: `/8` splits the step's completions into
+    micro-batches of `--micro-batch` (gradient accumulation over the rest)."""
+    extra = ["--lora"] if setting.startswith("lora") else []
+    if setting.endswith("/8"):
+        completions = args.prompts * args.generations
+        extra += [
+            *("--set", f"trl.per_device_train_batch_size={args.micro_batch}"),
+            *("--set", f"trl.gradient_accumulation_steps={completions // args.micro_batch}"),
+        ]
+    return extra
 
 
 def run(setting: str, args: argparse.Namespace) -> dict[str, float]:
@@ -49,9 +57,10 @@ def run(setting: str, args: argparse.Namespace) -> dict[str, float]:
         command = [
             *(sys.executable, "-m", "collabrl", "train", "relay"),
             *("--model", args.model, "--data", args.data, "--teacher", "reference@0.7"),
-            *("--set", "prompt=plain", "--steps", str(args.steps), "--prompts-per-step", "4"),
-            *("--num-generations", "8", "--max-tokens", "64", "--temperature", "0.7"),
-            *("--lr", "2e-5", "--set", "seed=0", "--out", out, *SETTINGS[setting]),
+            *("--set", "prompt=plain", "--steps", str(args.steps)),
+            *("--prompts-per-step", str(args.prompts), "--num-generations", str(args.generations)),
+            *("--max-tokens", str(args.max_tokens), "--temperature", "0.7"),
+            *("--lr", "2e-5", "--set", "seed=0", "--out", out, *setting_args(setting, args)),
         ]
         log = Path(out) / "stderr.log"
         with log.open("wb") as stderr:
@@ -75,9 +84,16 @@ def main() -> None:
     parser.add_argument("--data", default="runs/evidence/relay/train.jsonl")
     parser.add_argument("--steps", type=int, default=4, help="steps per run (first dropped)")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the settings")
+    # The evidence step's sizes; smaller ones make a smoke run.
+    parser.add_argument("--prompts", type=int, default=4, help="problems per step")
+    parser.add_argument("--generations", type=int, default=8, help="samples per problem")
+    parser.add_argument("--max-tokens", type=int, default=64, help="max completion tokens")
+    parser.add_argument("--micro-batch", type=int, default=8, help="the /8 settings' micro-batch")
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is dropped)")
+    if (args.prompts * args.generations) % args.micro_batch:
+        parser.error("--micro-batch must divide --prompts × --generations")
 
     results: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     for round_ in range(args.rounds):
