@@ -244,6 +244,7 @@ def test_embedded_model_loads_from_its_conversion_cache() -> None:
     assert "Paris" in top, top
 
 
+@pytest.mark.slow  # a second conversion of SmolLM2, ~18 s; the embedded cache is the first
 def test_gguf_path_is_converted_once_into_a_keyed_cache_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

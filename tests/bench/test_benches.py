@@ -4,8 +4,9 @@ The benches are code that nothing else imports, so an API change breaks them sil
 (eval_throughput.py crashed for a while after the KV-cache keyword changed). Each
 script in bench/ is a test case here, found by globbing, so a new bench without a
 smoke setting below fails. A smoke run checks that the script exits 0 and prints its
-ratio line(s); the numbers themselves mean nothing at these sizes. The cheap ones run
-in the default suite (~25 s together), the rest with `-m slow`.
+ratio line(s); the numbers themselves mean nothing at these sizes. The cheapest two
+run in the default suite (~10 s together: the default run has a 15-minute budget), the
+rest with `-m slow`.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ SMOKES = {
             *("--max-tokens", "16", "--every", "8", "--n", "4"),
         ),
         (rf"^B=1: median overhead {RATIO}",),
+        slow=True,
     ),
     "serve_throughput.py": Smoke(
         ("--model", "{model}", "--max-tokens", "4", "--repeats", "1", "--clients", "2"),
@@ -93,6 +95,7 @@ SMOKES = {
             *("1", "--prompts", "1", "--generations", "2", "--max-tokens", "8", "--limit", "4"),
         ),
         (rf"^relay\s.*{RATIO}\s+{RATIO}",),
+        slow=True,
     ),
 }
 
