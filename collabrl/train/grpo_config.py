@@ -313,11 +313,9 @@ def grpo_protocols() -> tuple[str, ...]:
 
 
 def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
-    """The method's protocol (EAPO trains with the expert channel open)."""
-    name = PROTOCOL_OF[config.method]
-    if config.method == "grpo" and config.protocol.name in grpo_protocols():
-        name = config.protocol.name
-    protocol = dataclasses.replace(config.protocol, name=name)
+    """The protocol the run rolls out on: the one its resolved config names (the method's,
+    `__post_init__`; `check` refuses another), EAPO's with the expert channel open."""
+    protocol = dataclasses.replace(config.protocol)
     if config.method == "eapo":
         protocol.consult = dataclasses.replace(protocol.consult, mode="open")
     return protocol
