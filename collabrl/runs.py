@@ -180,7 +180,8 @@ def prepare_folder(
                 _check_same_experiment(to_dict(config, omit), previous, out_dir, resumable)
         out_dir.mkdir(parents=True, exist_ok=True)
         # Atomic (temp file + rename): a run killed here leaves the old config, not half of it.
-        tmp = saved.with_suffix(".yaml.tmp")
+        # The temp file is this process's own: every rank of a launch binds the folder.
+        tmp = saved.with_suffix(f".yaml.{os.getpid()}.tmp")
         save_config(config, tmp, omit, provenance())  # proves the folder is writable, too
         os.replace(tmp, saved)
     except OSError as err:

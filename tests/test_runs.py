@@ -4,6 +4,7 @@ folder it made."""
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,3 +162,33 @@ def test_a_damaged_line_before_the_last_is_one_line(
         runs.read_records(path)
     assert f"{path}{problem}" in refused.value.problem and "\n" not in str(refused.value)
     assert path.read_bytes().startswith(b'{"id": 1}\n' + line)
+
+
+def _bind_repeatedly(out_dir: str, times: int, failures: multiprocessing.Queue) -> None:
+    """One rank of a launch: every process binds the run folder (`started_run`)."""
+    refused = 0
+    for _ in range(times):
+        try:
+            runs.prepare_folder(BuildConfig(), Path(out_dir), RESUMABLE, ())
+        except UserError:
+            refused += 1
+    failures.put(refused)
+
+
+def test_every_rank_of_a_launch_binds_the_same_folder_at_once(tmp_path: Path) -> None:
+    """Under `accelerate launch` every process writes config.yaml: through one shared temp
+    file, one rank's rename took the file from under the other's ("cannot write the run
+    folder", about 1 in 25 here)."""
+    context = multiprocessing.get_context("spawn")
+    failures = context.Queue()
+    ranks = [
+        context.Process(target=_bind_repeatedly, args=(str(tmp_path), 200, failures))
+        for _ in range(2)
+    ]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(timeout=120)
+    assert [rank.exitcode for rank in ranks] == [0, 0]
+    assert failures.get(timeout=5) + failures.get(timeout=5) == 0
+    assert [p.name for p in tmp_path.iterdir()] == [runs.CONFIG]  # no temp file left
