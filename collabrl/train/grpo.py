@@ -33,11 +33,11 @@ from collabrl.models import resolve_model
 from collabrl.protocols.registry import collaborators_of
 from collabrl.train.grpo_args import check_run, pin_steps
 from collabrl.train.grpo_config import (
-    METHOD_FIELDS,
     RESUMABLE_KEYS,
     GRPOTrainConfig,
     rollout_protocol,
     training_prompt,
+    unread_keys,
 )
 from collabrl.train.held_out import held_out_config
 from collabrl.train.plan import model_shape
@@ -49,7 +49,6 @@ from collabrl.train.run import (
     num_processes,
     quiet_trl_notices,
     started_run,
-    unread_keys,
 )
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
@@ -82,8 +81,7 @@ def train_grpo(
     # a resume keeps them.
     config = pin_steps(config, out, len(bench.items), num_processes())
     config = pin_horizons(config, out)
-    unread = unread_keys(config.method, METHOD_FIELDS, rollout_protocol(config))
-    with started_run(config, out, RESUMABLE_KEYS, config.steps, unread) as checkpoint:
+    with started_run(config, out, RESUMABLE_KEYS, config.steps, unread_keys(config)) as checkpoint:
         result = run_grpo(config, bench, out, checkpoint, progress, report)
     if config.eval_data is not None and is_main_process():
         # The policy is evaluated with the prompt it trained with (none for a protocol

@@ -22,6 +22,7 @@ from collabrl.errors import UserError, require
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.consult_config import check_turn_fits
+from collabrl.protocols.saved import unread_protocol_keys
 from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim_config import RSIMConfig
 from collabrl.train.schedule_config import ScheduleConfig
@@ -319,6 +320,13 @@ def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
     if config.method == "eapo":
         protocol.consult = dataclasses.replace(protocol.consult, mode="open")
     return protocol
+
+
+def unread_keys(config: GRPOTrainConfig) -> frozenset[str]:
+    """What the run's config.yaml leaves out: the other methods' fields (METHOD_FIELDS)
+    and the protocol keys its rollout protocol never reads (`protocols/saved.py`)."""
+    others = frozenset(name for name, owner in METHOD_FIELDS.items() if owner != config.method)
+    return others | unread_protocol_keys(rollout_protocol(config))
 
 
 # Resources and bookkeeping: a resumed run may change them.

@@ -19,7 +19,7 @@ import shutil
 import time
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,7 +30,6 @@ from collabrl.errors import UserError
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
 
-    from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.lora import LoraSettings
 
 T = TypeVar("T")
@@ -92,18 +91,6 @@ def quiet_trl_notices() -> None:
     every other warning still shows."""
     warnings.filterwarnings("ignore", message=".*'rollout_func'", category=UserWarning)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-
-
-def unread_keys(
-    method: str, method_fields: Mapping[str, str], protocol: ProtocolConfig
-) -> frozenset[str]:
-    """What a GRPO-based run's config.yaml leaves out: the fields of the other methods
-    (`method_fields`: field -> the method that reads it) and the protocol keys its
-    rollout `protocol` never reads (`protocols/saved.py`)."""
-    from collabrl.protocols.saved import unread_protocol_keys
-
-    others = frozenset(name for name, owner in method_fields.items() if owner != method)
-    return others | unread_protocol_keys(protocol)
 
 
 @contextmanager

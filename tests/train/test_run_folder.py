@@ -17,8 +17,8 @@ from collabrl.config import save_config
 from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.train.grpo import train_grpo
-from collabrl.train.grpo_config import METHOD_FIELDS, RESUMABLE_KEYS, rollout_protocol
-from collabrl.train.run import METRICS, resumed_config, started_run, unread_keys
+from collabrl.train.grpo_config import METHOD_FIELDS, RESUMABLE_KEYS, unread_keys
+from collabrl.train.run import METRICS, resumed_config, started_run
 
 # The fields another method than relay reads.
 NOT_RELAYS = {field for field, method in METHOD_FIELDS.items() if method != "relay"}
@@ -65,7 +65,7 @@ def test_an_old_relay_folder_saved_whole_resumes(tmp_path: Path) -> None:
     config = relay_config("smollm2-135m", tmp_path)
     save_config(config, tmp_path / runs.CONFIG)  # before issue 34: every section
     (tmp_path / METRICS).write_text('{"step": 1}\n')  # bound: it has trained
-    unread = unread_keys(config.method, METHOD_FIELDS, rollout_protocol(config))
+    unread = unread_keys(config)
     other = dataclasses.replace(config, reward="simple")
     with (
         pytest.raises(UserError, match="different reward"),
