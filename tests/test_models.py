@@ -197,9 +197,12 @@ def test_adapter_tokenizer_is_preferred_when_saved_with_it(
     assert "<|tool|>" not in load_tokenizer(str(tiny_model_dir)).get_vocab()
 
 
-def test_adapter_with_non_local_base_is_a_user_error(lora_dir: Path, tmp_path: Path) -> None:
+def test_adapter_with_non_local_base_is_a_user_error(
+    lora_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))  # not the user's
     adapter = tmp_path / "remote-base"
     shutil.copytree(lora_dir, adapter)
     config = json.loads((adapter / "adapter_config.json").read_text())
@@ -209,6 +212,27 @@ def test_adapter_with_non_local_base_is_a_user_error(lora_dir: Path, tmp_path: P
         resolve_model(str(adapter))
     assert "not available locally" in info.value.problem
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in info.value.problem
+
+
+def test_adapter_of_a_hub_base_in_the_hf_cache_resolves_it_there(
+    lora_dir: Path, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from tests.test_models_hub_cache import fake_hub_cache
+
+    # An adapter trained elsewhere names its base by hub name, as PEFT saves it.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = fake_hub_cache(
+        tmp_path / "hub", "HuggingFaceTB/SmolLM2-135M-Instruct", tiny_model_dir
+    )
+    adapter = tmp_path / "hub-base"
+    shutil.copytree(lora_dir, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    ref = resolve_model(str(adapter))
+    assert ref.base is not None and ref.base.source == snapshot.resolve()
 
 
 def test_adapter_without_base_is_a_user_error(lora_dir: Path, tmp_path: Path) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from collabrl.cli import options as opt
+from collabrl.cli.cautions import print_warnings
+from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
 
-console = Console()
+console = make_console()
 
 app = typer.Typer(
     help="Build a warm-up SFT set from the policy's own samples (rows TRL's SFTTrainer "
@@ -49,6 +50,7 @@ def relay(
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
+    _warn_test_split(cfg.data)
     with progress_bar(console, f"relay warm-up · {cfg.model} on {cfg.data}") as progress:
         result = build_relay_warmup(cfg, progress)
     s = result.stats
@@ -93,6 +95,7 @@ def rsim(
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
+    _warn_test_split(cfg.data)
     with progress_bar(console, f"rSIM warm-up · {cfg.model} on {cfg.data}") as progress:
         result = build_rsim_warmup(cfg, progress)
     s = result.stats
@@ -142,6 +145,7 @@ def consult(
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
+    _warn_test_split(cfg.data)
     with progress_bar(console, f"consult warm-up · {cfg.model} on {cfg.data}") as progress:
         result = build_consult_warmup(cfg, progress)
     s = result.stats
@@ -186,6 +190,7 @@ def apollo(
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
+    _warn_test_split(cfg.data)
     with progress_bar(console, f"apollo warm-up · {cfg.model} on {cfg.data}") as progress:
         result = build_apollo_warmup(cfg, progress)
     s = result.stats
@@ -202,6 +207,12 @@ def apollo(
         ],
         s["rejected"],
     )
+
+
+def _warn_test_split(data: str) -> None:
+    from collabrl.eval.cautions import split_warning
+
+    print_warnings(console, [split_warning(data, "building a warm-up set from")])
 
 
 def _print(

@@ -39,6 +39,9 @@ def show(
             raise UserError(err.problem, fix) from err
         # Shown all the same: the run adds the value on its command line.
         print(f"note: {MissingInput(err.problem, fix)}", file=sys.stderr)
+    warnings = getattr(resolved, "warnings", None)  # what the command warns of as it starts
+    for warning in warnings() if warnings else []:
+        print(f"warning: {warning}", file=sys.stderr)
     print(describe_config(resolved, _expanded(resolved)), end="")
 
 

@@ -7,17 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
 from collabrl.cli import options as opt
+from collabrl.cli.cautions import print_warnings
+from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
 
 if TYPE_CHECKING:
     from collabrl.eval.config import EvalConfig
 
-console = Console()
+console = make_console()
 
 
 class _DefaultToRun(TyperGroup):
@@ -87,7 +88,7 @@ def run(
     set_: list[str] = opt.SET,
 ) -> None:
     """Sample a model on a benchmark, or on several (aime24,math500) in turn; write
-    config.yaml, samples.jsonl and metrics.json into each one's run folder."""
+    config.yaml, samples.jsonl, metrics.json and results.json into each one's run folder."""
     from collabrl.eval.runner import run_eval
     from collabrl.eval.suite import benchmark_names
 
@@ -95,6 +96,7 @@ def run(
     # config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before the benchmark or a model is loaded
+    print_warnings(console, cfg.warnings())  # before anything loads, suites included
     names = benchmark_names(cfg.benchmark)
     if len(names) > 1:
         _run_suite(cfg, names)
@@ -166,7 +168,9 @@ def _summary(metrics: dict) -> list[tuple[str, str]]:
 
 @app.command("report")
 def report(
-    runs: list[Path] = typer.Argument(..., help="Run folders to compare."),
+    runs: list[Path] = typer.Argument(
+        ..., help="Run folders to compare; a suite's --out folder stands for its benchmarks'."
+    ),
     format: str = typer.Option("table", "--format", help="table, markdown or json."),
     student: Path = typer.Option(
         None, "--student", help="Run of the small model alone: adds RelayLLM's router baselines."
@@ -196,13 +200,14 @@ def report(
         plot_pass_at_k,
         report_rows,
         router_rows,
+        run_folders,
     )
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{format}'", "use table, markdown or json")
     if (student is None) != (teacher is None):
         raise UserError("router baselines need both runs", "pass --student RUN and --teacher RUN")
-    loaded = [load_run(r) for r in runs]
+    loaded = [load_run(r) for r in run_folders(runs)]  # a suite's --out DIR: its runs
     tables = [report_rows(loaded)]
     if student is not None:
         tables.append(router_rows(student, teacher, loaded))
@@ -211,7 +216,7 @@ def report(
     if plot is not None:
         plot_pass_at_k(loaded, plot)
         # On stderr: stdout stays a table, markdown or JSON that can be piped.
-        Console(stderr=True).print(f"pass@k plot: {plot}", highlight=False)
+        make_console(stderr=True).print(f"pass@k plot: {plot}", highlight=False)
     if format == "json":
         print(json.dumps({"runs": loaded, "tables": tables}, indent=2))
         return

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from collabrl.cli import options as opt
+from collabrl.cli.console import make_console
 
-console = Console()
+console = make_console()
 
 COLUMNS = (
     ("round", "round"),

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from collabrl.cli import options as opt
+from collabrl.cli.cautions import print_warnings
+from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
 
-console = Console()
+console = make_console()
 
 
 def filter_data(
@@ -36,10 +37,12 @@ def filter_data(
     """Sample a teacher k times per problem and keep the problems it solves often enough
     (RelayLLM §3.2.2); --decontaminate first drops rows that overlap an evaluation set."""
     from collabrl.builders.filter import build_filter
+    from collabrl.eval.cautions import split_warning
 
     # The options above reach the config through ctx (see cli/options.py), by their keys.
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)  # every value, before the data or a model is loaded
+    print_warnings(console, [split_warning(cfg.data, "filtering")])
     with progress_bar(console, f"filter · {cfg.teacher or 'decontaminate'}") as progress:
         result = build_filter(cfg, progress=progress)
     _print_summary(result.stats, result.out_dir, result.new_samples)

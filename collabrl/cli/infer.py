@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from collabrl.cli import options as opt
+from collabrl.cli.console import make_console
 
-console = Console()
+console = make_console()
 
 
 def infer(

@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
@@ -17,11 +16,13 @@ from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
 from collabrl.cli import tools as tools_cli
 from collabrl.cli import train as train_cli
+from collabrl.cli.console import make_console, quiet_library_bars
 from collabrl.cli.evolve import evolve
 from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
 from collabrl.cli.options import config_command
 from collabrl.cli.serve import serve
+from collabrl.cli.view import view
 from collabrl.errors import UserError
 
 # What a Ctrl-C leaves, by command: the long jobs keep what they finished in their run
@@ -78,8 +79,9 @@ app.command("serve", cls=config_command("serve"))(serve)
 app.command("infer", cls=config_command("infer"))(infer)
 app.command("filter", cls=config_command("filter"))(filter_data)
 app.command("evolve", cls=config_command("evolve"))(evolve)
-console = Console()
-err_console = Console(stderr=True)
+app.command("view")(view)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -127,6 +129,7 @@ def models() -> None:
 
 def main() -> None:
     """Run the CLI; user errors become one line on stderr and a non-zero exit."""
+    quiet_library_bars(sys.stderr)  # before any command imports transformers
     try:
         code = app(standalone_mode=False)
     except UserError as err:

@@ -20,7 +20,7 @@ import re
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,15 +157,25 @@ class _ConfigCommand(TyperCommand):
         return [*params[:at], *built, *params[at:]]
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        from collabrl.config import inline_yaml
+
         helps = config_helps(self.config_class)
+        defaults = config_defaults(self.config_class)
         for param in self.get_params(ctx):
             key = config_key(param)
+            if key is None:
+                continue
+            # This process only prints help, then exits: the parameters are rewritten.
             if key == PROTOCOL_KEY:  # every registered protocol, with its spec's line
                 from collabrl.protocols.registry import protocol_help
 
                 param.help = protocol_help()
-            elif key is not None:
-                param.help = helps[key]  # this process only prints help, then exits
+            else:
+                param.help = helps[key]
+            # The option's own default is None (not given); the config's is what it sets
+            # then. An argument's is left out: a required one's would mislead.
+            if _shown_default(defaults.get(key)) and param.param_type_name == "option":
+                param.default, param.show_default = inline_yaml(defaults[key]), True
         super().format_help(ctx, formatter)
 
 
@@ -183,6 +193,42 @@ def config_helps(command: str) -> dict[str, str]:
         own = field_help(spec.options)
         helps |= {f"protocol.options.{k}": v for k, v in own.items() if k not in helps}
     return helps
+
+
+def config_defaults(command: str) -> dict[str, Any]:
+    """Dotted key -> value of `command`'s config when nothing is given, as `collab config
+    show COMMAND` prints it (FIXED_KEYS applied), with the defaults of every registered
+    protocol's options class (`protocol.options.KEY`) where the config has a protocol."""
+    from collabrl.config import build_config
+
+    values = _dotted_values(load_config(command, None, {}, []))
+    if command not in PROTOCOL_OPTIONS:
+        return values
+    from collabrl.protocols import registry
+
+    for spec in (s for s in registry.specs() if s.options is not None):
+        own = _dotted_values(build_config(spec.options, []))
+        own = {f"protocol.options.{k}": v for k, v in own.items()}
+        values |= {k: v for k, v in own.items() if k not in values}  # as `config_helps`
+    return values
+
+
+def _shown_default(value: Any) -> bool:
+    """Whether `--help` shows a config default: not for None or an empty list or mapping
+    (nothing is set then, as when the option is not given)."""
+    return value is not None and value not in ([], {})
+
+
+def _dotted_values(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every field of dataclass `config`, its sections' included."""
+    values: dict[str, Any] = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if is_dataclass(value):
+            values |= _dotted_values(value, f"{prefix}{f.name}.")
+        else:
+            values[prefix + f.name] = value
+    return values
 
 
 def offered_protocols(command: str) -> list[ProtocolSpec]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from collabrl.cli import options as opt
+from collabrl.cli.console import make_console
 
-console = Console()
+console = make_console()
 
 
 def serve(
@@ -35,6 +35,7 @@ def serve(
 ) -> None:
     """Serve a model: `vllm serve` on a GPU, the embedded batched server on a CPU.
     `collab serve tools` serves the Python and retrieval tools over MCP instead."""
+    from collabrl.engines import resolve_kind
     from collabrl.errors import UserError
     from collabrl.serve.config import ROLES
     from collabrl.serve.server import choose_engine, serve_embedded
@@ -50,9 +51,12 @@ def serve(
     if cfg.role == "tools":
         _serve_tools(cfg, dry_run)
         return
-    kind = choose_engine(cfg)
+    # A dry run needs no weights, as `train --dry-run`: a model not on this machine (a
+    # cluster's path, from a laptop) is a warning and the command names it as typed.
+    missing = dry_run and _warn_if_missing(cfg.model)
+    kind = resolve_kind(cfg.model, cfg.engine) if missing else choose_engine(cfg)
     if kind == "vllm":
-        _serve_vllm(cfg, dry_run)
+        _serve_vllm(cfg, dry_run, missing)
         return
     if dry_run:
         console.print(
@@ -81,12 +85,36 @@ def _warn_if_open(cfg) -> None:
     if stdio or not cfg.exposed or cfg.resolved_api_key() is not None:
         return
     what = "run code in the python tool" if cfg.role == "tools" else "use the model"
-    Console(stderr=True).print(
+    make_console(stderr=True).print(
         f"[yellow]warning:[/] --host {cfg.host} without an API key: anyone who can reach this "
         f"machine can {what}; pass --api-key or set {API_KEY_ENV}",
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _warn_if_missing(model: str) -> bool:
+    """In a dry run: whether `model` is not on this machine, said in one line on stderr
+    with where it was looked for. A URL is left to `choose_engine`, which refuses it."""
+    from rich.markup import escape
+
+    from collabrl.engines import is_url
+    from collabrl.errors import UserError
+    from collabrl.models import resolve_model
+
+    if is_url(model):
+        return False
+    try:
+        resolve_model(model)
+    except UserError as err:
+        make_console(stderr=True).print(
+            f"[yellow]warning:[/] {escape(err.problem)}; this dry run shows what would run "
+            "where it is",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return True
+    return False
 
 
 def _serve_tools(cfg, dry_run: bool) -> None:
@@ -107,7 +135,7 @@ def _serve_tools(cfg, dry_run: bool) -> None:
     if cfg.transport == "http":
         check_address(cfg.host, cfg.port)
     # Over stdio, stdout is the protocol's channel: every word for people goes to stderr.
-    say = Console(stderr=True)
+    say = make_console(stderr=True)
 
     def announce(address: str) -> None:
         _warn_if_open(cfg)
@@ -133,7 +161,9 @@ def _serve_tools(cfg, dry_run: bool) -> None:
     say.print("stopped")
 
 
-def _serve_vllm(cfg, dry_run: bool) -> None:
+def _serve_vllm(cfg, dry_run: bool, missing: bool) -> None:
+    """`vllm serve` the model; `missing`: a dry run's model not on this machine, which
+    the command names as typed (no adapter or conversion can be known without it)."""
     from collabrl.engines.vllm import installed_vllm
     from collabrl.serve.vllm_launcher import (
         check_vllm_ready,
@@ -147,11 +177,11 @@ def _serve_vllm(cfg, dry_run: bool) -> None:
 
     if not dry_run:
         check_vllm_ready()  # before converting any weights
-    lora = lora_adapter_for(cfg.model)
+    lora = None if missing else lora_adapter_for(cfg.model)
     distribution, version = installed_vllm() or ("vllm", None)
     command = vllm_command(
         cfg,
-        model_path_for(cfg.model, convert=not dry_run),
+        cfg.model if missing else model_path_for(cfg.model, convert=not dry_run),
         version,
         api_key=cfg.resolved_api_key(),
         lora=lora,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from collabrl.cli.console import make_console
 from collabrl.tools.retrieval import RetrievalConfig
 
 app = typer.Typer(help="The tools of the apollo protocol, run by hand.", no_args_is_help=True)
-console = Console()
+console = make_console()
 DEFAULTS = RetrievalConfig()
 
 BACKEND = typer.Option(DEFAULTS.backend, "--backend", help="bm25 (no model) or minilm (dense).")

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from collabrl.cli import options as opt
+from collabrl.cli.cautions import print_warnings
+from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
 
-console = Console()
+console = make_console()
 
 app = typer.Typer(
     help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO), rsim (rSIM).",
@@ -39,12 +40,15 @@ def sft(
 ) -> None:
     """RelayLLM §3.1 warm-up: supervised fine-tuning on prompt/completion rows (from
     `collab build-warmup`), the loss on the completion only. OUT/final is the model."""
+    from collabrl.eval.cautions import split_warning
     from collabrl.train.run import is_main_process
     from collabrl.train.sft import train_sft
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
     main = is_main_process()  # under accelerate launch, one process draws and reports
+    if main:
+        print_warnings(console, [split_warning(cfg.data, "SFT on")])
     with progress_bar(console, f"SFT · {cfg.model} on {cfg.data}", main) as progress:
         result = train_sft(cfg, progress, _report)
     if not main:
@@ -185,27 +189,11 @@ def rollouts(
     every: bool = typer.Option(False, "--all", help="Every step the run kept."),
 ) -> None:
     """Print the episodes a grpo/relay/eapo/rsim run kept of its steps (`save_rollouts`)
-    as transcripts, each segment coloured by its author (policy, teacher, expert,
-    planner's guidance, tool)."""
-    from collabrl.cli.transcript import print_episode
-    from collabrl.episode import Episode
-    from collabrl.errors import UserError
-    from collabrl.runs import read_records
-    from collabrl.train.run import ROLLOUTS
+    as transcripts, each segment coloured by its author, with their reward, its parts
+    and their advantage: `collab view RUN`, which also reads an eval's samples."""
+    from collabrl.cli.view import show
 
-    if not (run / ROLLOUTS).is_file():
-        raise UserError(f"no {ROLLOUTS} in {run}", "pass a grpo, relay, eapo or rsim run folder")
-    records = read_records(run / ROLLOUTS)
-    steps = sorted({r["step"] for r in records})
-    if not steps:
-        raise UserError(f"{run / ROLLOUTS} holds no episode yet", "wait for the first step")
-    shown = steps if every else [steps[-1] if step is None else step]
-    if shown[0] not in steps:
-        raise UserError(f"step {shown[0]} was not kept", f"kept steps: {steps[0]}–{steps[-1]}")
-    for record in (r for r in records if r["step"] in shown):
-        scored = f"correct {record.get('correct')} · gold {record.get('gold')}"
-        console.print(f"[bold]step {record['step']}[/bold] · {scored}", highlight=False)
-        print_episode(console, Episode.from_dict(record["episode"]))
+    show(run, step, every)
 
 
 def _train(
@@ -219,6 +207,7 @@ def _train(
     """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
     config through ctx (cli/options.py); the command's name is the method."""
     from collabrl.train.grpo import train_grpo
+    from collabrl.train.plan import run_warnings
     from collabrl.train.run import is_main_process
 
     cfg = opt.resolve(ctx, config, set_)
@@ -227,6 +216,8 @@ def _train(
         _print_plan(cfg, accelerate_config, num_processes)
         return
     main = is_main_process()  # under accelerate launch, one process draws and reports
+    if main:
+        print_warnings(console, run_warnings(cfg))
     with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}", main) as progress:
         result = train_grpo(cfg, progress, _report)
     if not main:
@@ -278,8 +269,7 @@ def _print_plan(cfg: object, accelerate_config: Path | None, num_processes: int 
         for key, value in rows:
             table.add_row(key, value)
         console.print(table)
-    for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    print_warnings(console, plan.warnings)
     console.print("dry run: nothing was loaded or trained")
 
 

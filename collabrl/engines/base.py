@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -203,6 +203,19 @@ class Interruptible(Protocol):
     shuts down): within `interruptible(event)`, setting `event` ends it at the next token."""
 
     def interruptible(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
+
+# Called with a row's index (prompt-major, `n` rows per prompt) and its tokens so far.
+TokenCallback = Callable[[int, list[int]], None]
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """An engine that reports tokens as they are decoded (a server streaming its answer):
+    within `streaming(on_tokens)`, every new token of a row calls `on_tokens` from the
+    generating thread."""
+
+    def streaming(self, on_tokens: TokenCallback) -> AbstractContextManager[None]: ...
 
 
 def encode_prompt(

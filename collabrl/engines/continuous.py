@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache, TopKLogitsWarper, TopPLogitsWarper
 from transformers.cache_utils import DynamicLayer
 
-from collabrl.engines.base import SamplingParams
+from collabrl.engines.base import SamplingParams, TokenCallback
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -291,6 +291,7 @@ class Decoder:
     hits_stop: Callable[[list[int]], bool] | None = None
     banned: list[list[int]] = field(default_factory=list)
     interrupt: threading.Event | None = None
+    on_tokens: TokenCallback | None = None  # told each row's tokens as they grow
     cached_tokens: int = 0  # prompt tokens served from the store
 
     def run(self, rows: list[Row], params: SamplingParams) -> None:
@@ -374,6 +375,8 @@ class Decoder:
                 or len(row.tokens) >= (row.limit or params.max_tokens)
                 or (self.hits_stop is not None and self.hits_stop(row.tokens))
             )
+            if self.on_tokens is not None:
+                self.on_tokens(row.index, row.tokens)
 
     def _banned_next(self, row: Row) -> list[int]:
         """Tokens that would complete a banned sequence after the row's tokens so far."""

@@ -29,6 +29,7 @@ from collabrl.engines.base import (
     Completion,
     Prompt,
     SamplingParams,
+    TokenCallback,
     cut_at_stop,
     encode_prompt,
 )
@@ -77,6 +78,7 @@ class TransformersEngine:
         self._store_weights: WeightsFingerprint | None = None
         self.cached_tokens = 0  # prompt tokens served from the cache, for tests and benches
         self._interrupt: threading.Event | None = None  # see `interruptible`
+        self._on_tokens: TokenCallback | None = None  # see `streaming`
 
     @classmethod
     def from_ref(
@@ -144,6 +146,17 @@ class TransformersEngine:
         finally:
             self._interrupt = None
 
+    @contextlib.contextmanager
+    def streaming(self, on_tokens: TokenCallback) -> Iterator[None]:
+        """Within this block, each new token of a row calls `on_tokens(row, tokens)` (a
+        server streaming its answer). Only continuous batching decodes token by token
+        here; `generate`'s static batches report nothing until they end."""
+        self._on_tokens = on_tokens
+        try:
+            yield
+        finally:
+            self._on_tokens = None
+
     # -- generation --------------------------------------------------------------
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
@@ -209,6 +222,7 @@ class TransformersEngine:
             hits_stop=self._stop_check(params.stop) if params.stop else None,
             banned=self._banned_ids(params.banned) if params.banned else [],
             interrupt=self._interrupt,
+            on_tokens=self._on_tokens,
         )
         decoder.run(rows, params)
         self.cached_tokens += decoder.cached_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
+from collabrl.config import DataColumns, DecodingConfig, EngineConfig, SamplingConfig, option
 from collabrl.engines import is_url
 from collabrl.engines.endpoints import check_collaborator, check_reachable
 from collabrl.errors import UserError
@@ -56,6 +56,12 @@ class EvalConfig(DataColumns):
         self.engine.check()
         registry.check_protocol_config(self.protocol)
 
+    def warnings(self) -> list[str]:
+        """What a run with these values can do but a user likely did not mean, one line
+        each (the command prints them at its start; `collab config show eval` too)."""
+        found = greedy_repeats(self.sampling)
+        return [] if found is None else [found]
+
     def check_collaborators(self) -> None:
         """One request to each server the run calls beside the policy (the served
         collaborators its protocol declares, the judge) and a local collaborator resolved,
@@ -70,3 +76,23 @@ class EvalConfig(DataColumns):
 # Keys that may change between a run and its resumption without changing what
 # the finished samples mean (resources and bookkeeping, not the experiment).
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "judge", "judge_model"})
+
+
+def greedy_repeats(sampling: DecodingConfig) -> str | None:
+    """A warning when a problem's samples are drawn greedily (temperature 0, or top_k 1)
+    more than once: the policy writes the same text in each, so pass@k (k > 1) and maj@n
+    are reported of copies. A warning, not an error: a collaborator that samples (EAPO's
+    expert) still varies the episodes, and a repeat measures the engine's determinism."""
+    if sampling.n == 1:
+        return None
+    if sampling.temperature == 0:
+        greedy, fix = "sampling.temperature 0", "--temperature above 0 (e.g. 0.6)"
+    elif sampling.top_k == 1:
+        greedy, fix = "sampling.top_k 1", "sampling.top_k -1 or above 1"
+    else:
+        return None
+    return (
+        f"sampling.n is {sampling.n} but decoding is greedy ({greedy}): the policy writes "
+        f"the same text in all {sampling.n} samples of a problem, so pass@k (k > 1) and "
+        f"maj@{sampling.n} only repeat pass@1; sample with {fix}, or use --n 1"
+    )

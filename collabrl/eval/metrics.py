@@ -24,7 +24,8 @@ Chen et al. (2021) pass@k              ``pass@k``            unbiased estimate o
 
 ``summarize`` also reports ``maj@N`` (majority vote), ``var`` (the same variance as ``var_f1`` but
 over correctness), ``stderr`` (standard error of ``avg@N``), ``problems`` and
-``samples_per_problem``.
+``samples_per_problem``; ``standard_errors`` gives the standard error of every metric that is a
+mean over problems (results.json's ``<metric>_stderr``).
 
 Every metric above grades an answer however it was found, the benchmark's last-number fallback
 included. Where the samples also say whether their answer was in the format the prompt asks for,
@@ -46,7 +47,9 @@ __all__ = [
     "majority_answer",
     "normalize_answer",
     "pass_at_k",
+    "problem_scores",
     "sign_test",
+    "standard_errors",
     "summarize",
 ]
 
@@ -199,18 +202,17 @@ def _check_aligned(problem: ProblemSamples) -> None:
         )
 
 
-def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
-    """Dataset-level metrics over per-problem samples.
+def problem_scores(problems: Sequence[ProblemSamples]) -> dict[str, list[float]]:
+    """Each mean metric's per-problem values, in ``summarize``'s order: ``pass@k`` for every
+    ``k <= n`` (the unbiased estimate of each problem), ``avg@n``, ``maj@n`` (only when every
+    problem has ``majority_correct`` set), ``strict-match`` and ``flexible-extract`` (only
+    when every problem has ``strict`` set) and ``f1@n``. A metric is the mean of its list.
 
-    ``n`` is the smallest sample count over all problems; a problem with more samples contributes
-    only its first ``n`` so that every problem is scored on the same budget (pass@k estimates
-    from different ``n`` are not comparable). ``maj@n`` is the exception: it uses the caller's
-    ``majority_correct`` verdict as given, so callers should vote over the first ``n`` answers.
-
-    Returns keys ``pass@k`` for every ``k <= n``, ``avg@n``, ``maj@n`` (only when every problem
-    has ``majority_correct`` set), ``strict-match`` and ``flexible-extract`` (only when every
-    problem has ``strict`` set), ``f1@n``, ``var``, ``var_f1``, ``stderr``, ``problems`` and
-    ``samples_per_problem``.
+    ``n`` is the smallest sample count over all problems; a problem with more samples
+    contributes only its first ``n`` so that every problem is scored on the same budget
+    (pass@k estimates from different ``n`` are not comparable). ``maj@n`` is the exception: it
+    uses the caller's ``majority_correct`` verdict as given, so callers should vote over the
+    first ``n`` answers.
 
     Raises:
         ValueError: if ``problems`` is empty, or a problem has no samples or misaligned lists.
@@ -220,26 +222,47 @@ def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
     for problem in problems:
         _check_aligned(problem)
     n = min(len(p.correct) for p in problems)
-
     correct_counts = [sum(p.correct[:n]) for p in problems]
-    mean_correct = [c / n for c in correct_counts]
-    mean_f1 = [_mean(p.f1[:n]) for p in problems]
 
-    out: dict[str, float] = {}
-    for k in ks_for(n):
-        out[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct_counts])
-    out[f"avg@{n}"] = _mean(mean_correct)
+    scores = {f"pass@{k}": [pass_at_k(n, c, k) for c in correct_counts] for k in ks_for(n)}
+    scores[f"avg@{n}"] = [c / n for c in correct_counts]
     verdicts = [p.majority_correct for p in problems]
     if all(v is not None for v in verdicts):
-        out[f"maj@{n}"] = _mean([float(bool(v)) for v in verdicts])
+        scores[f"maj@{n}"] = [float(bool(v)) for v in verdicts]
     strict = [p.strict[:n] for p in problems if p.strict is not None]
     if len(strict) == len(problems):
-        out["strict-match"] = _mean([sum(s) / n for s in strict])
-        out["flexible-extract"] = out[f"avg@{n}"]
-    out[f"f1@{n}"] = _mean(mean_f1)
-    out["var"] = _population_variance(mean_correct)
-    out["var_f1"] = _population_variance(mean_f1)
-    out["stderr"] = _standard_error(mean_correct)
+        scores["strict-match"] = [sum(s) / n for s in strict]
+        scores["flexible-extract"] = scores[f"avg@{n}"]
+    scores[f"f1@{n}"] = [_mean(p.f1[:n]) for p in problems]
+    return scores
+
+
+def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
+    """Dataset-level metrics over per-problem samples: the mean of each of
+    :func:`problem_scores`, then ``var``, ``var_f1``, ``stderr`` (of ``avg@n``), ``problems``
+    and ``samples_per_problem``.
+
+    Raises:
+        ValueError: if ``problems`` is empty, or a problem has no samples or misaligned lists.
+    """
+    scores = problem_scores(problems)
+    n = min(len(p.correct) for p in problems)
+    out = {name: _mean(values) for name, values in scores.items()}
+    out["var"] = _population_variance(scores[f"avg@{n}"])
+    out["var_f1"] = _population_variance(scores[f"f1@{n}"])
+    out["stderr"] = _standard_error(scores[f"avg@{n}"])
     out["problems"] = float(len(problems))
     out["samples_per_problem"] = float(n)
     return out
+
+
+def standard_errors(problems: Sequence[ProblemSamples]) -> dict[str, float]:
+    """The standard error of each mean metric of :func:`problem_scores`, keyed alike: the
+    sample standard deviation (ddof=1) of its per-problem values over ``sqrt(problems)``,
+    lm-eval's closed form for a mean (problems are the independent draws; a problem's
+    samples are not). 0.0 for a single problem.
+
+    Raises:
+        ValueError: if ``problems`` is empty, or a problem has no samples or misaligned lists.
+    """
+    return {name: _standard_error(values) for name, values in problem_scores(problems).items()}

@@ -12,6 +12,7 @@ from collabrl import runs
 from collabrl.config import read_yaml
 from collabrl.errors import UserError
 from collabrl.eval.metrics import log2_ks, pass_at_k
+from collabrl.eval.results import RESULTS, read_results
 from collabrl.eval.routers import paired_outcomes, router_table
 from collabrl.eval.samples import NOT_A_RUN, read_samples, short
 from collabrl.userfiles import read_json
@@ -28,18 +29,39 @@ IDENTITY = ("run", "model", "protocol", "benchmark", "n", "problems")
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 
 
+def run_folders(paths: list[Path]) -> list[Path]:
+    """The run folders of `paths`: a suite's `--out DIR` (its results.json holds several
+    benchmarks, each in a folder under DIR) stands for its benchmarks' folders, in order."""
+    found = []
+    for path in paths:
+        results = path / RESULTS
+        samples = read_results(results)["samples"] if results.is_file() else {}
+        folders = [path / Path(name).parent for name in samples.values()]
+        found += [path] if folders in ([], [path]) else folders
+    return found
+
+
 def load_run(run_dir: Path) -> dict[str, Any]:
     """A run's identity (model, protocol, benchmark, n, temperature) and its metrics.
 
-    The identity comes from the run's saved config.yaml ('?' where it has none); a folder
-    without a metrics.json written by `collab eval`, or whose config.yaml holds values of
-    the wrong type, is refused.
+    Both come from the run's results.json; a folder written before it (metrics.json only)
+    gives its metrics.json and the identity in its config.yaml ('?' where it has none). A
+    folder without either written by `collab eval`, or holding values of the wrong type,
+    is refused.
     """
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a folder", NOT_A_RUN)
-    metrics = _read_metrics(run_dir)
-    path = run_dir / runs.CONFIG
-    config = read_yaml(path) if path.exists() else {}
+    path = metrics_path = run_dir / RESULTS
+    if path.is_file():
+        doc = read_results(path)
+        if len(doc["results"]) != 1:
+            raise UserError(f"{path} holds {len(doc['results'])} benchmarks", NOT_A_RUN)
+        metrics, config = next(iter(doc["results"].values())), doc["config"]
+    else:
+        metrics_path, path = run_dir / runs.METRICS, run_dir / runs.CONFIG
+        metrics = _read_metrics(metrics_path)
+        config = read_yaml(path) if path.exists() else {}
+    _check_metrics(metrics, metrics_path)
     protocol = _typed(config, "protocol", dict, {}, path)
     sampling = _typed(config, "sampling", dict, {}, path)
     return {
@@ -71,14 +93,19 @@ def _typed(
     return value
 
 
-def _read_metrics(run_dir: Path) -> dict[str, Any]:
-    """The run's metrics.json, refused unless it holds the metrics `collab eval` writes:
-    a whole number of samples per problem, and a finite number for every metric the
-    report reads."""
-    path = run_dir / runs.METRICS
+def _read_metrics(path: Path) -> dict[str, Any]:
+    """A run's metrics.json, as a folder from before results.json holds them."""
     if not path.is_file():
-        raise UserError(f"{run_dir} has no {runs.METRICS}", "is it a finished `collab eval` run?")
-    metrics = read_json(path, "metrics", "re-run the eval to rewrite it")
+        raise UserError(
+            f"{path.parent} has no {runs.METRICS} nor {RESULTS}",
+            "is it a finished `collab eval` run?",
+        )
+    return read_json(path, "metrics", "re-run the eval to rewrite it")
+
+
+def _check_metrics(metrics: Any, path: Path) -> None:
+    """Refuse metrics unless they are the ones `collab eval` writes: a whole number of
+    samples per problem, and a finite number for every metric the report reads."""
     if not isinstance(metrics, dict) or "samples_per_problem" not in metrics:
         raise UserError(
             f"{path} was not written by `collab eval` (it has no samples_per_problem)", NOT_A_RUN
@@ -89,7 +116,6 @@ def _read_metrics(run_dir: Path) -> dict[str, Any]:
     for key, value in metrics.items():
         if _is_metric(key) and not _is_number(value):
             raise UserError(f"{path}: {key} is {short(value)}, not a number", NOT_A_RUN)
-    return metrics
 
 
 def _is_number(value: Any) -> bool:

@@ -23,7 +23,8 @@ from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
 from collabrl.eval.judge import judge_answers
-from collabrl.eval.metrics import ProblemSamples, majority_answer, summarize
+from collabrl.eval.metrics import ProblemSamples, majority_answer, standard_errors, summarize
+from collabrl.eval.results import RESULTS, results_document
 from collabrl.eval.usage import episode_usage, usage_metrics
 from collabrl.models import resolve_model
 from collabrl.protocols import registry
@@ -93,7 +94,7 @@ def run_plan(
     policy_engine: Callable[[], Engine | None],
     progress: ProgressFn | None = None,
 ) -> EvalResult:
-    """Sample what `out_dir` lacks, then score it all into metrics.json.
+    """Sample what `out_dir` lacks, then score it all into metrics.json and results.json.
 
     `policy_engine` gives the policy's engine (None: the protocol loads its own). It is
     called only when samples are missing, so a finished run loads no model.
@@ -140,14 +141,19 @@ def sample_units(
 
 
 def score_run(plan: EvalPlan, out_dir: Path) -> dict[str, Any]:
-    """Judge (when asked) and score the samples in `out_dir` into its metrics.json."""
+    """Judge (when asked) and score the samples in `out_dir` into its metrics.json, and
+    into its results.json with their standard errors, the config and the versions."""
     config = plan.config
     if config.judge:
         _judge(config, plan.bench, out_dir)
-    metrics = compute_metrics(out_dir, plan.bench, config.sampling.n)
+    problems, kept = read_problems(out_dir, plan.bench, config.sampling.n)
+    metrics = metrics_of(problems, kept, out_dir)
     if registry.uses_reference(config.protocol):
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     runs.write_json(out_dir / runs.METRICS, metrics)
+    stderrs = standard_errors(problems)
+    document = results_document(config, plan.bench.name, metrics, stderrs, len(plan.bench.items))
+    runs.write_json(out_dir / RESULTS, document)
     return metrics
 
 
@@ -273,6 +279,14 @@ def _judge(config: EvalConfig, bench: Benchmark, out_dir: Path) -> None:
 
 def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
     """Metrics over the benchmark's items from the samples on disk."""
+    return metrics_of(*read_problems(out_dir, bench, n), out_dir)
+
+
+def read_problems(
+    out_dir: Path, bench: Benchmark, n: int
+) -> tuple[list[ProblemSamples], list[dict[str, Any]]]:
+    """The benchmark's problems that have samples on disk, each with its first `n`, and
+    those samples' records."""
     by_item = runs.samples_by_item(out_dir, n)
     problems, kept = [], []
     for item in bench.items:
@@ -295,6 +309,13 @@ def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
         )
     if not problems:
         raise UserError(f"{out_dir} has no finished samples", "run the evaluation first")
+    return problems, kept
+
+
+def metrics_of(
+    problems: list[ProblemSamples], kept: list[dict[str, Any]], out_dir: Path
+) -> dict[str, Any]:
+    """metrics.json's content: the problems' summary, the samples' usage and the judge's."""
     metrics: dict[str, Any] = summarize(problems)
     metrics.update(usage_metrics(kept))
     judge_path = out_dir / "judge.jsonl"

@@ -2,7 +2,8 @@
 
 Every benchmark is checked (name, rows, prompt) before any folder is written, and every
 run folder before a model loads; then the benchmarks run in turn, each into its own
-folder (`--out DIR` gives `DIR/<benchmark>`), on one policy engine loaded once.
+folder (`--out DIR` gives `DIR/<benchmark>`), on one policy engine loaded once;
+`DIR/results.json` then holds every benchmark's results.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
+from collabrl import runs
 from collabrl.engines import Engine, create_engine
 from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
+from collabrl.eval.results import RESULTS, merge_results
 from collabrl.eval.runner import (
     EvalPlan,
     EvalResult,
@@ -85,6 +88,10 @@ def run_suite(
             bar = progress_for(plan.config) if progress_for else nullcontext(None)
             with bar as progress:
                 results[plan.bench.name] = run_plan(plan, folder, policy.engine, progress)
+    if config.out is not None:  # one results.json over the suite's folders, beside them
+        out = Path(config.out)
+        folders = {name: result.out_dir for name, result in results.items()}
+        runs.write_json(out / RESULTS, merge_results(config, folders, out))
     return results
 
 

@@ -4,29 +4,36 @@ Endpoints: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
 Sampling fields follow the OpenAI API plus vLLM's extensions that the toolkit
 sends (`top_k`, `include_stop_str_in_output`, `bad_words`, `chat_template_kwargs`,
 `return_token_ids`, `return_tokens_as_token_ids`), answered in vLLM's shape.
-Streaming is not offered: the toolkit's clients never stream.
+`stream=true` answers in server-sent events, token by token where the engine decodes
+token by token (continuous batching). `tools` reach the chat template when it renders
+them; a parameter this server cannot honour (`logit_bias`, `response_format`, ...) is a
+400 naming it, never dropped without a word. Each request is logged on one line.
 
 Prompts are encoded here, before they are queued, so that what the model cannot
 take is refused at once with a 400 in OpenAI's error shape: text that is not valid
 Unicode, a prompt longer than the model's context (a 1 MB prompt once held the
 server for eleven minutes), `max_tokens` beyond what the context leaves, a seed
 outside 64 bits (vLLM's bound), a message whose role no chat template knows. A request
-whose client disconnects is dropped from the queue before it is generated.
+whose client disconnects is dropped from the queue before it is generated, or stopped
+at its next token if no other request shares its batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import secrets
 import time
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -36,6 +43,7 @@ from collabrl.engines.base import (
     Prompt,
     SamplingParams,
     continues_assistant,
+    cut_at_stop,
     encode_prompt,
 )
 from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
@@ -49,6 +57,37 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 # a 400, so that a client's typo is not read as a prompt.
 ChatRole = Literal["system", "developer", "user", "assistant", "tool"]
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids
+# OpenAI and vLLM parameters this server cannot honour, with the values that change
+# nothing; any other value is a 400 naming the parameter (they used to be dropped without
+# a word, so a client asking for JSON or a penalty got neither and was not told).
+# Parameters that do not change the text (user, store, metadata, ...) are ignored, as vLLM does.
+UNHONOURED: dict[str, tuple[Any, ...]] = {
+    "frequency_penalty": (0,),
+    "presence_penalty": (0,),
+    "repetition_penalty": (1,),
+    "logit_bias": (None, {}),
+    "response_format": (None, {"type": "text"}),
+    "tools": (None, []),  # chat requests take them (see `_chat_prompt`)
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "top_logprobs": (None, 0),  # only the sampled token's log-prob is returned
+    "echo": (False,),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "min_p": (0,),
+    "min_tokens": (0,),
+    "stop_token_ids": (None, []),
+    "ignore_eos": (False,),
+    "prompt_logprobs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "structured_outputs": (None,),
+    "reasoning_effort": (None,),
+    "prediction": (None,),
+}
 
 
 def _lone_surrogate(value: Any, path: str) -> str | None:
@@ -82,8 +121,15 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # unknown OpenAI fields are accepted, as vLLM does
+    # Unknown fields are accepted, as vLLM does; kept to refuse the `UNHONOURED` ones.
+    model_config = ConfigDict(extra="allow")
 
     model: str
     max_tokens: int | None = Field(None, ge=1)
@@ -97,6 +143,7 @@ class _SamplingFields(BaseModel):
     include_stop_str_in_output: bool = False
     bad_words: list[str] | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     # vLLM's: the sampled ids (and the prompt's) beside the text, and log-prob tokens
     # written as "token_id:N".
     return_token_ids: bool = False
@@ -128,7 +175,10 @@ class ChatMessage(BaseModel):
 class ChatRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
-    top_logprobs: int | None = None
+    # Rendered by the chat template when it knows them (see `_chat_prompt`); tool calls
+    # come back as the model's text: there is no tool-call parser.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     # vLLM's extensions for continuing a partial assistant reply (a relay teacher).
     continue_final_message: bool = False
     add_generation_prompt: bool = True
@@ -215,8 +265,10 @@ def create_app(
     served_name: str,
     api_key: str | None,
     aliases: tuple[str, ...] = (),
+    access_log: TextIO | None = None,
 ) -> FastAPI:
-    """The FastAPI app around a started-on-startup `DynamicBatcher`."""
+    """The FastAPI app around a started-on-startup `DynamicBatcher`; one line per request
+    goes to `access_log` when given."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -225,7 +277,10 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="collabrl embedded server", lifespan=lifespan)
-    names = {served_name, *aliases}
+    if access_log is not None:
+        app.add_middleware(RequestLog, out=access_log)
+    # What /v1/models lists is exactly what `model` may name (a 404 lists the same).
+    names = list(dict.fromkeys((served_name, *aliases)))
     auth = [Depends(_auth_checker(api_key))]
     tokenizer = limits.tokenizer
 
@@ -258,39 +313,103 @@ def create_app(
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": served_name, "object": "model", "created": 0, "owned_by": "collabrl"}],
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "collabrl"}
+                for name in names
+            ],
         }
 
-    @app.post("/v1/completions", dependencies=auth)
-    async def completions(req: CompletionRequest, request: Request) -> dict[str, Any]:
-        _check(req, names)
+    @app.post("/v1/completions", dependencies=auth, response_model=None)
+    async def completions(
+        req: CompletionRequest, request: Request
+    ) -> dict[str, Any] | StreamingResponse:
+        _check(req, names, request)
+        if req.logprobs not in (None, 0, 1):
+            raise _bad_request(
+                "logprobs: only the sampled token's log-prob is returned (0 or 1)", "logprobs"
+            )
         prompts = [limits.encode(p, None, "prompt") for p in _prompts_of(req.prompt)]
         longest = max(len(p) for p in prompts)
         params = _params(req, limits.max_tokens(_asked(req), 16, longest), req.logprobs is not None)
+        if req.stream:
+            _check_stream(req, params)
+            events = _streamed(batcher, request, prompts, params, tokenizer)
+            return _sse(events, "text_completion", served_name, req, len(prompts))
         outputs = await _generate(batcher, request, prompts, params)
         choices = [
             _completion_choice(i * params.n + j, c, req, tokenizer, prompts[i])
             for i, group in enumerate(outputs)
             for j, c in enumerate(group)
         ]
+        request.state.usage = _usage(outputs)
         return _envelope("cmpl", "text_completion", served_name, choices, outputs)
 
-    @app.post("/v1/chat/completions", dependencies=auth)
-    async def chat(req: ChatRequest, request: Request) -> dict[str, Any]:
-        _check(req, names)
+    @app.post("/v1/chat/completions", dependencies=auth, response_model=None)
+    async def chat(req: ChatRequest, request: Request) -> dict[str, Any] | StreamingResponse:
+        _check(req, names, request)
         messages = [{"role": m.role, "content": _text_of(m.content)} for m in req.messages]
         _check_continuation(req, messages)
-        prompt = limits.encode(messages, req.chat_template_kwargs, "messages")
+        prompt = _chat_prompt(req, messages, limits)
         max_tokens = limits.max_tokens(_asked(req), DEFAULT_MAX_TOKENS, len(prompt))
         params = _params(req, max_tokens, req.logprobs)
+        if req.stream:
+            _check_stream(req, params)
+            events = _streamed(batcher, request, [prompt], params, tokenizer)
+            return _sse(events, "chat.completion.chunk", served_name, req, 1)
         outputs = await _generate(batcher, request, [prompt], params)
         choices = [_chat_choice(j, c, req, tokenizer) for j, c in enumerate(outputs[0])]
+        request.state.usage = _usage(outputs)
         reply = _envelope("chatcmpl", "chat.completion", served_name, choices, outputs)
         if req.return_token_ids:
             reply["prompt_token_ids"] = prompt  # vLLM puts the chat prompt's ids here
         return reply
 
     return app
+
+
+class RequestLog:
+    """One line per request, as uvicorn's access log and vLLM's server write it, plus the
+    model, the token counts and the latency (to the last byte, a stream's included)."""
+
+    def __init__(self, app: Any, out: TextIO) -> None:
+        self.app, self.out = app, out
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500  # unless a response starts
+        state = scope.setdefault("state", {})  # `request.state` of the routes
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            print(_log_line(scope, status, state, time.perf_counter() - start), file=self.out)
+            self.out.flush()
+
+
+def _log_line(scope: dict, status: int, state: dict, seconds: float) -> str:
+    host, port = scope.get("client") or ("-", 0)
+    query = f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
+    request = f"{scope['method']} {scope['path']}{query} HTTP/{scope.get('http_version', '1.1')}"
+    fields = [f'INFO:     {host}:{port} - "{request}" {status}']
+    if "model" in state:
+        fields.append(f"model={state['model']}")
+    if "usage" in state:
+        usage = state["usage"]
+        fields.append(f"prompt_tokens={usage['prompt_tokens']}")
+        fields.append(f"completion_tokens={usage['completion_tokens']}")
+    if state.get("abandoned"):
+        fields.append("client closed the stream")
+    fields.append(f"latency={seconds:.3f}s")
+    return " ".join(fields)
 
 
 async def _generate(
@@ -317,6 +436,151 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+async def _streamed(
+    batcher: DynamicBatcher,
+    request: Request,
+    prompts: list[Prompt],
+    params: SamplingParams,
+    tokenizer: Any,
+) -> AsyncIterator[tuple[int, str, Completion | None]]:
+    """(row, new text, None) as the rows grow, then (row, the rest, its completion) for
+    each row in order once all are done; rows are prompt-major, `n` per prompt.
+
+    Closing the stream (the client went away: Starlette cancels it) cancels the job, and
+    the batcher stops a generation nobody waits for."""
+    texts = [_StreamedText(tokenizer, params) for _ in range(len(prompts) * params.n)]
+    grown: asyncio.Queue[tuple[int, list[int]]] = asyncio.Queue()
+    job = asyncio.ensure_future(
+        batcher.submit(prompts, params, lambda row, tokens: grown.put_nowait((row, tokens)))
+    )
+    update: asyncio.Future | None = None
+    try:
+        while True:
+            update = asyncio.ensure_future(grown.get())
+            await asyncio.wait((job, update), return_when=asyncio.FIRST_COMPLETED)
+            if not update.done():  # the job is done; what it grew since is in its answer
+                break
+            row, tokens = update.result()
+            if new := texts[row].grow(tokens):
+                yield row, new, None
+        outputs = job.result()
+    finally:
+        if not job.done():
+            request.state.abandoned = True
+        job.cancel()
+        if update is not None:
+            update.cancel()
+    request.state.usage = _usage(outputs)
+    finished = [c for group in outputs for c in group]
+    for row, completion in enumerate(finished):
+        yield row, texts[row].finish(completion.text), completion
+
+
+class _StreamedText:
+    """A row's text as its tokens come, sent only where later tokens cannot change it: it
+    holds back trailing whitespace and half a UTF-8 character (a decoder may join them
+    with the next token), and the start of a stop string (cut if it completes)."""
+
+    def __init__(self, tokenizer: Any, params: SamplingParams) -> None:
+        self.tokenizer, self.params = tokenizer, params
+        self.sent = ""
+
+    def grow(self, tokens: list[int]) -> str:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        text, hit = cut_at_stop(text, self.params.stop, self.params.include_stop)
+        if hit is None:
+            text = _settled(text, self.params.stop)
+        return self._send(text)
+
+    def finish(self, text: str) -> str:
+        return self._send(text)
+
+    def _send(self, text: str) -> str:
+        if not text.startswith(self.sent):
+            return ""  # cannot happen given what `grow` holds back; sent text is not taken back
+        new, self.sent = text[len(self.sent) :], text
+        return new
+
+
+def _settled(text: str, stops: tuple[str, ...]) -> str:
+    """`text` less what the next tokens may still change (see `_StreamedText`)."""
+    text = re.sub(r"[\s\ufffd]+$", "", text)
+    held = max(
+        (k for stop in stops for k in range(1, len(stop)) if text.endswith(stop[:k])),
+        default=0,
+    )
+    return text[: len(text) - held]
+
+
+def _sse(
+    events: AsyncIterator[tuple[int, str, Completion | None]],
+    kind: str,
+    model: str,
+    req: _SamplingFields,
+    prompts: int,
+) -> StreamingResponse:
+    """The events in OpenAI's server-sent-event shape: `data: {chunk}` per event, a chat
+    stream opening each choice with its role, the last chunk of a choice carrying its
+    finish reason, a usage chunk when `stream_options.include_usage`, then `data: [DONE]`.
+    An error after the stream began is an `error` event (the status is sent already)."""
+    chat = kind == "chat.completion.chunk"
+    usage = req.stream_options is not None and req.stream_options.include_usage
+    head = {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def chunk(choices: list[dict[str, Any]], counts: dict[str, int] | None = None) -> str:
+        body = {**head, "choices": choices, **({"usage": counts} if usage else {})}
+        return f"data: {json.dumps(body)}\n\n"
+
+    def choice(row: int, text: str, done: Completion | None) -> dict[str, Any]:
+        end = {
+            "logprobs": None,
+            "finish_reason": done and done.finish_reason,
+            "stop_reason": done and done.stop_reason,
+        }
+        if not chat:
+            return {"index": row, "text": text, **end}
+        return {"index": row, "delta": {"content": text} if text else {}, **end}
+
+    async def body() -> AsyncIterator[str]:
+        finished: list[Completion] = []
+        try:
+            if chat:
+                opening = {"role": "assistant", "content": ""}
+                rows = range(prompts * req.n)
+                yield chunk([{"index": r, "delta": opening, "finish_reason": None} for r in rows])
+            async for row, text, done in events:
+                if text or done is not None:
+                    yield chunk([choice(row, text, done)])
+                if done is not None:
+                    finished.append(done)
+            if usage:
+                groups = [finished[i : i + req.n] for i in range(0, len(finished), req.n)]
+                yield chunk([], _usage(groups))
+        except APIError as err:
+            yield _error_event(err.status, err.message, err.kind)
+        except ShuttingDown as err:
+            yield _error_event(503, str(err), "ServiceUnavailableError")
+        except Exception as err:  # noqa: BLE001 - the client gets one line, as a 500 would
+            yield _error_event(
+                500, f"internal error: {type(err).__name__}: {err}", "InternalServerError"
+            )
+        finally:  # a closed stream ends its job now, wherever it was cancelled
+            await events.aclose()
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _error_event(status: int, message: str, kind: str) -> str:
+    error = {"message": _printable(message), "type": kind, "param": None, "code": status}
+    return f"data: {json.dumps({'error': error})}\n\n"
+
+
 def _auth_checker(api_key: str | None):
     async def check(request: Request) -> None:
         if api_key is None:
@@ -329,13 +593,61 @@ def _auth_checker(api_key: str | None):
     return check
 
 
-def _check(req: _SamplingFields, names: set[str]) -> None:
+def _check(req: _SamplingFields, names: list[str], request: Request) -> None:
+    """Refuse a model not served, a parameter not honoured, a stream option without a
+    stream; the request log names the model from here on."""
     if req.model not in names:
         raise APIError(
-            404, f"model '{req.model}' does not exist; served: {sorted(names)}", "NotFoundError"
+            404,
+            f"model '{req.model}' does not exist; served: {', '.join(names)}",
+            "NotFoundError",
+            "model",
         )
-    if req.stream:
-        raise _bad_request("streaming is not supported by the embedded server", "stream")
+    request.state.model = req.model
+    for name, value in (req.model_extra or {}).items():
+        if name in UNHONOURED and value not in UNHONOURED[name]:
+            raise _bad_request(
+                f"{name} is not supported by the embedded server (only "
+                f"{' or '.join(json.dumps(v) for v in UNHONOURED[name])})",
+                name,
+            )
+    if req.stream_options is not None and not req.stream:
+        raise _bad_request("stream_options needs stream=true", "stream_options")
+
+
+def _check_stream(req: _SamplingFields, params: SamplingParams) -> None:
+    """What a stream does not carry is refused rather than left out."""
+    for param, asked in (("logprobs", params.logprobs), ("return_token_ids", req.return_token_ids)):
+        if asked:
+            raise _bad_request(f"{param} is not streamed by the embedded server", param)
+
+
+def _chat_prompt(
+    req: ChatRequest, messages: list[dict[str, str]], limits: ModelLimits
+) -> list[int]:
+    """The chat prompt's ids, with `tools` rendered by the chat template. A template that
+    ignores them (SmolLM2's) would leave the model unaware of them: a 400, not a prompt
+    without tools."""
+    options = dict(req.chat_template_kwargs or {})
+    if not req.tools:
+        if req.tool_choice not in UNHONOURED["tool_choice"]:
+            raise _bad_request("tool_choice needs tools", "tool_choice")
+        return limits.encode(messages, options or None, "messages")
+    if req.tool_choice == "none":  # OpenAI: the model is to call no tool; it is not shown any
+        return limits.encode(messages, options or None, "messages")
+    if req.tool_choice not in (None, "auto"):
+        raise _bad_request(
+            "tool_choice: only auto or none (this server does not force a tool call)",
+            "tool_choice",
+        )
+    prompt = limits.encode(messages, {**options, "tools": req.tools}, "tools")
+    if prompt == limits.encode(messages, options or None, "messages"):
+        raise _bad_request(
+            "tools: this model's chat template does not render tools, so the model would "
+            "never see them; describe them in a message instead",
+            "tools",
+        )
+    return prompt
 
 
 def _check_continuation(req: ChatRequest, messages: list[dict[str, str]]) -> None:
@@ -439,20 +751,24 @@ def _chat_choice(index: int, c: Completion, req: ChatRequest, tokenizer: Any) ->
 
 
 def _envelope(prefix: str, kind: str, model: str, choices: list, outputs: list) -> dict[str, Any]:
-    # Every sample of a prompt saw the same prompt: count it once per prompt.
-    prompt_tokens = sum(group[0].prompt_tokens for group in outputs if group)
-    completion_tokens = sum(c.completion_tokens for group in outputs for c in group)
     return {
         "id": f"{prefix}-{uuid.uuid4().hex}",
         "object": kind,
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": _usage(outputs),
+    }
+
+
+def _usage(outputs: list[list[Completion]]) -> dict[str, int]:
+    # Every sample of a prompt saw the same prompt: count it once per prompt.
+    prompt_tokens = sum(group[0].prompt_tokens for group in outputs if group)
+    completion_tokens = sum(c.completion_tokens for group in outputs for c in group)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
     }
 
 

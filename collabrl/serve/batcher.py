@@ -8,18 +8,31 @@ event loop keeps accepting requests while the model works — and those
 requests form the next batch.
 
 A job whose future was cancelled (its client went away) is dropped before it is
-generated. `stop` fails every job not yet answered at once and interrupts the
-generation in progress, so a busy server stops within seconds.
+generated, and a generation whose every job was cancelled stops at its next token.
+`stop` fails every job not yet answered at once and interrupts the generation in
+progress, so a busy server stops within seconds. A job may ask to be told its rows'
+tokens as they are decoded (`on_tokens`, a streamed answer), from engines that can.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from collabrl.engines.base import Completion, Engine, Interruptible, Prompt, SamplingParams
+from collabrl.engines.base import (
+    Completion,
+    Engine,
+    Interruptible,
+    Prompt,
+    SamplingParams,
+    Streaming,
+    TokenCallback,
+)
 
 
 class ShuttingDown(Exception):
@@ -31,6 +44,7 @@ class _Job:
     prompts: list[Prompt]
     params: SamplingParams
     future: asyncio.Future = field(repr=False)
+    on_tokens: TokenCallback | None = field(default=None, repr=False)  # on the event loop
 
     @property
     def rows(self) -> int:
@@ -52,8 +66,10 @@ class DynamicBatcher:
         # One thread: torch generation is not meant to run twice at once on one model.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._task: asyncio.Task | None = None
-        # Set by `stop`; also ends an interruptible engine's generate in the worker.
-        self._stopping = threading.Event()
+        self._stopping = threading.Event()  # set by `stop`: no job is taken any more
+        # Set when nobody waits for the batch being generated (its clients left, or
+        # `stop`): an interruptible engine's generate ends at its next token. One per batch.
+        self._abandoned = threading.Event()
         self.batches = 0  # generate calls made, for tests and logs
         self.dropped = 0  # jobs skipped because their caller had gone
 
@@ -73,6 +89,7 @@ class DynamicBatcher:
         for job in unanswered:
             if not job.future.done():
                 job.future.set_exception(ShuttingDown("the server is shutting down"))
+        self._abandoned.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -80,12 +97,16 @@ class DynamicBatcher:
         # generate returns within a token anyway.
         self._worker.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+    async def submit(
+        self, prompts: list[Prompt], params: SamplingParams, on_tokens: TokenCallback | None = None
+    ) -> list[list[Completion]]:
         """The completions of `prompts`; cancelling the caller drops the job if it is
-        still queued."""
+        still queued, and stops its generation if no other job shares it. `on_tokens(row,
+        tokens)` (row: prompt-major, `n` per prompt) is called on the event loop as each
+        row grows, when the engine can tell (`Streaming`)."""
         if self._stopping.is_set():
             raise ShuttingDown("the server is shutting down")
-        job = _Job(prompts, params, asyncio.get_running_loop().create_future())
+        job = _Job(prompts, params, asyncio.get_running_loop().create_future(), on_tokens)
         self._queue.put_nowait(job)
         return await job.future  # cancelling this await cancels the job's future
 
@@ -121,9 +142,18 @@ class DynamicBatcher:
     async def _run(self, batch: list[_Job]) -> None:
         prompts = [p for job in batch for p in job.prompts]
         loop = asyncio.get_running_loop()
+        self._abandoned = abandoned = threading.Event()
+
+        def on_done(_: asyncio.Future) -> None:
+            if all(job.future.done() for job in batch):
+                abandoned.set()
+
+        for job in batch:
+            job.future.add_done_callback(on_done)
+        on_tokens = _token_router(batch, loop)
         try:
             outputs = await loop.run_in_executor(
-                self._worker, self._generate, prompts, _batch_params(batch)
+                self._worker, self._generate, prompts, _batch_params(batch), on_tokens
             )
         except Exception as err:  # a failed batch fails its requests, not the server
             for job in batch:
@@ -137,10 +167,14 @@ class DynamicBatcher:
                 job.future.set_result(outputs[start : start + len(job.prompts)])
             start += len(job.prompts)
 
-    def _generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        if not isinstance(self.engine, Interruptible):
-            return self.engine.generate(prompts, params)
-        with self.engine.interruptible(self._stopping):
+    def _generate(
+        self, prompts: list[Prompt], params: SamplingParams, on_tokens: TokenCallback | None
+    ) -> list[list[Completion]]:
+        with contextlib.ExitStack() as scope:
+            if isinstance(self.engine, Interruptible):
+                scope.enter_context(self.engine.interruptible(self._abandoned))
+            if on_tokens is not None and isinstance(self.engine, Streaming):
+                scope.enter_context(self.engine.streaming(on_tokens))
             return self.engine.generate(prompts, params)
 
 
@@ -148,6 +182,23 @@ def _batch_params(batch: list[_Job]) -> SamplingParams:
     """The params of a merged batch: each prompt with its own request's seed and budget."""
     rows = [job.params.for_prompt(i) for job in batch for i in range(len(job.prompts))]
     return SamplingParams.merge(rows)
+
+
+def _token_router(batch: list[_Job], loop: asyncio.AbstractEventLoop) -> TokenCallback | None:
+    """The engine's token callback for a merged batch (called on the worker thread): each
+    row's tokens go to its job's `on_tokens`, on the event loop, as the job's own row."""
+    if all(job.on_tokens is None for job in batch):
+        return None  # nobody streams: no per-token work
+    starts = [0, *itertools.accumulate(job.rows for job in batch)][:-1]
+
+    def route(row: int, tokens: list[int]) -> None:
+        at = bisect.bisect_right(starts, row) - 1
+        job = batch[at]
+        if job.on_tokens is not None and not job.future.done():
+            # A copy: the engine appends to `tokens` while the loop reads it.
+            loop.call_soon_threadsafe(job.on_tokens, row - starts[at], list(tokens))
+
+    return route
 
 
 def _take_batch(pending: list[_Job], max_rows: int) -> tuple[list[_Job], list[_Job]]:

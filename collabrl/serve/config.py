@@ -56,6 +56,11 @@ class ServeConfig:
         "A batch closes once no request has come for this long, or when it is full "
         "(embedded server).",
     )
+    access_log: bool = option(
+        True,
+        "Log one line per request on stderr: method, path, status, model, token counts, "
+        "latency (embedded server; vLLM's server logs its own).",
+    )
     # vLLM (flags of EAPO's appendix E, host and request logging aside; the rest are engine's)
     trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")
     log_requests: bool = option(False, "Log every request (vLLM's request log).")

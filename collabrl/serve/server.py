@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,14 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     )
     batcher = DynamicBatcher(engine, settings.batch_size, config.batch_wait_ms / 1000)
     limits = ModelLimits.of(engine.tokenizer, engine.context_length)
-    app = create_app(batcher, limits, config.name, config.resolved_api_key(), (config.model,))
+    app = create_app(
+        batcher,
+        limits,
+        config.name,
+        config.resolved_api_key(),
+        (config.model,),
+        sys.stderr if config.access_log else None,
+    )
     server = _graceful_server_class()(
         uvicorn.Config(
             app,

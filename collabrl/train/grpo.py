@@ -40,10 +40,12 @@ from collabrl.train.grpo_config import (
     unread_keys,
 )
 from collabrl.train.held_out import held_out_config
+from collabrl.train.model_card import grpo_facts, write_model_card
 from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
 from collabrl.train.run import (
+    EVALUATION,
     FINAL,
     is_main_process,
     num_processes,
@@ -52,8 +54,6 @@ from collabrl.train.run import (
 )
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
-
-EVALUATION = "eval.json"  # the end-of-run evaluation's metrics: start, final, paired
 
 
 def train_grpo(
@@ -83,13 +83,19 @@ def train_grpo(
     config = pin_horizons(config, out)
     with started_run(config, out, RESUMABLE_KEYS, config.steps, unread_keys(config)) as checkpoint:
         result = run_grpo(config, bench, out, checkpoint, progress, report)
-    if config.eval_data is not None and is_main_process():
+    if not is_main_process():
+        return result
+    # The card first, so that a failed evaluation leaves one; then again with the scores.
+    card = grpo_facts(config, len(bench.items), result.steps, out)
+    write_model_card(out / FINAL, card)
+    if config.eval_data is not None:
         # The policy is evaluated with the prompt it trained with (none for a protocol
         # that brings its own).
         prompt = training_prompt(config, bench.prompt)
         free_training_memory()
         result.evaluation = evaluate_run(config, out, prompt, progress, report)
         runs.write_json(out / EVALUATION, result.evaluation)
+        write_model_card(out / FINAL, dataclasses.replace(card, evaluation=result.evaluation))
     return result
 
 

@@ -39,6 +39,10 @@ def check_run(config: GRPOTrainConfig) -> None:
     grpo_args(config, Path("checks-only"))  # what TRL refuses, e.g. a group split in two
 
 
+# The learning-rate schedule of every GRPO method unless trl.lr_scheduler_type says
+# otherwise (rSIM's paper config sets cosine).
+LR_SCHEDULE = "constant"
+
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
 DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
 
@@ -104,6 +108,10 @@ def grpo_args(config: GRPOTrainConfig, out: Path, prompt_tokens: int | None = No
         "output_dir": str(out / CHECKPOINTS),
         **{key: mirrored_value(config, key) for key in MIRRORED_TRL_KEYS},
         "per_device_train_batch_size": config.prompts_per_step * config.sampling.n,
+        # The papers' trainers hold the rate (EasyR1 and verl: constant after any warm-up;
+        # RelayLLM App. E, EAPO Table 4); TRL's default decays it linearly to 0, so a
+        # 2-step run would log 1e-6, then 5e-7. The trl block may set another.
+        "lr_scheduler_type": LR_SCHEDULE,
         "logging_steps": 1,
         "disable_tqdm": True,  # the command draws its own bar
         "save_steps": config.save_steps,

@@ -132,8 +132,8 @@ class GRPOTrainConfig(DataColumns):
     )
     save_rollouts: int = option(
         4,
-        "Episodes of every step kept in rollouts.jsonl with their authored segments "
-        "(`collab train rollouts RUN` prints them as transcripts); 0: none.",
+        "Episodes of every step kept in rollouts.jsonl with their reward, its parts, their "
+        "advantage and authored segments (`collab view RUN` prints them); 0: none.",
     )
     report_to: str = option(
         "none",

@@ -279,7 +279,7 @@ def plan_run(
     launch = launch_of(accelerate_config)
     if num_processes is not None:
         launch = dataclasses.replace(launch, processes=num_processes, source="--num-processes")
-    plan = TrainPlan()
+    plan = TrainPlan(warnings=run_warnings(config))
     data = _training_data(plan, config)
     longest = data.longest_prompt if data is not None else None
     args = grpo_args(config, Path(config.out or "runs/dry-run"), longest)  # TRL's checks
@@ -290,6 +290,22 @@ def plan_run(
     _placement_section(plan, config, rollout_protocol(config), args, launch)
     _memory_section(plan, config, args, launch)
     return plan
+
+
+def run_warnings(config: GRPOTrainConfig) -> list[str]:
+    """What the run's settings make of its numbers (`eval/cautions.py`): test-split
+    problems, a stand-in collaborator, a call protocol on an un-warmed policy. The dry run
+    lists them and `collab train` prints them before it starts, on the main process."""
+    from collabrl.eval import cautions
+    from collabrl.train.grpo_config import rollout_protocol
+
+    protocol = rollout_protocol(config)
+    found = [
+        cautions.split_warning(config.data),
+        cautions.stand_in_warning(protocol),
+        cautions.unwarmed_call_warning(config.model, protocol),
+    ]
+    return [warning for warning in found if warning is not None]
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,7 @@ from collabrl.train.episodes import check_trainable
 from collabrl.train.schedules import ScheduleCallback
 
 if TYPE_CHECKING:
+    import torch
     from trl import GRPOTrainer
 
     from collabrl.engines.hf import TransformersEngine
@@ -123,23 +125,102 @@ class RolloutBatch:
     output: dict[str, list[Any]]
 
 
+@dataclass(frozen=True)
+class Scores:
+    """What TRL made of one episode after the rollout: its reward (the weighted sum of the
+    parts TRL logs as `reward`; None when every function left it out), each reward
+    function's part by name (None where that function did not apply) and its advantage."""
+
+    reward: float | None
+    rewards: dict[str, float | None]
+    advantage: float
+
+
 class RolloutLog:
     """`rollouts.jsonl`: the first `keep` episodes of every step's rollout on the main
-    process, each with its step, its extras (correct, call ratio, …) and every authored
-    segment, so a run can be read back as transcripts (`collab train rollouts RUN`)."""
+    process, each with its step, its extras (correct, call ratio, …), its reward, the
+    reward's parts and its advantage, and every authored segment, so a run can be read
+    back as transcripts (`collab view RUN`)."""
 
     def __init__(self, path: Path, keep: int) -> None:
         self.path, self.keep = path, keep
 
-    def write(self, step: int, episodes: list[Episode], extras: dict[str, list[Any]]) -> None:
+    def write(self, step: int, batch: RolloutBatch, scores: list[Scores]) -> None:
         with runs.RecordWriter(self.path) as writer:
-            for i, episode in enumerate(episodes[: self.keep]):
-                shown = {key: extras[key][i] for key in LOGGED_EXTRAS if key in extras}
-                writer.write({"step": step, **shown, "episode": episode.to_dict()})
+            for i, episode in enumerate(batch.episodes[: self.keep]):
+                shown = {key: batch.output[key][i] for key in LOGGED_EXTRAS if key in batch.output}
+                scored = dataclasses.asdict(scores[i])
+                writer.write({"step": step, **shown, **scored, "episode": episode.to_dict()})
 
 
 # The extras a saved rollout keeps beside its episode.
 LOGGED_EXTRAS = ("correct", "gold", "f1", "call_ratio", "calls", "tool_calls", "end")
+
+
+def _number(value: float) -> float | None:
+    """A reward as JSON holds it: TRL's NaN (a function that did not apply) as None."""
+    return None if math.isnan(value) else value
+
+
+def episode_scores(
+    trainer: GRPOTrainer, rewards_per_func: torch.Tensor, advantages: torch.Tensor
+) -> list[Scores]:
+    """The scores of this process's episodes, in their order: `rewards_per_func` is TRL's
+    (every process's rows, process by process: TRL gathers them to normalise per group),
+    `advantages` this process's slice of TRL's advantages."""
+    count = len(advantages)
+    start = trainer.accelerator.process_index * count  # TRL's own `process_slice`
+    own = rewards_per_func[start : start + count].float().cpu()
+    weights = trainer.reward_weights.to(own.device)
+    # TRL's sum: weighted, a function that did not apply (NaN) left out, and no reward at
+    # all when none applied.
+    totals = (own * weights).nansum(dim=1).tolist()
+    unscorable = own.isnan().all(dim=1).tolist()
+    scores = []
+    for row, total, none, advantage in zip(
+        own.tolist(), totals, unscorable, advantages.tolist(), strict=True
+    ):
+        parts = {name: _number(v) for name, v in zip(trainer.reward_func_names, row, strict=True)}
+        scores.append(Scores(None if none else total, parts, advantage))
+    return scores
+
+
+def log_scored_rollouts(trainer: GRPOTrainer, rollout: ProtocolRollout) -> None:
+    """Write the main process's kept episodes to `rollout.log` once TRL has scored them,
+    with their reward, its parts and their advantage.
+
+    TRL computes both after the rollout returns, inside `_generate_and_score_completions`,
+    and hands them to no callback: the rewards come from `_calculate_rewards` (every
+    process's rows), the advantages in the batch it returns (this process's rows, in the
+    rollout's order: TRL shuffles only after). Wrapping the two methods on the instance,
+    as `importance.watch_sequence_mask` does, serves `GRPOTrainer` and `RSIMTrainer` alike.
+    """
+    log = rollout.log
+    if log is None or trainer.accelerator.process_index != 0:
+        return  # the other processes still gather their rewards inside TRL
+    calculate: Callable[..., torch.Tensor] = trainer._calculate_rewards
+    score: Callable[[Any], dict[str, Any]] = trainer._generate_and_score_completions
+    calculated: list[torch.Tensor] = []
+
+    def calculate_rewards(*args: Any, **kwargs: Any) -> torch.Tensor:
+        rewards = calculate(*args, **kwargs)
+        calculated[:] = [rewards]
+        return rewards
+
+    def scored(inputs: Any) -> dict[str, Any]:
+        # Cleared first, so that a batch scored without the rollout never gets logged
+        # beside the episodes of the batch before it.
+        calculated.clear()
+        rollout.last = None
+        batch = score(inputs)
+        made = rollout.last
+        if made is not None and calculated:
+            scores = episode_scores(trainer, calculated[0], batch["advantages"])
+            log.write(trainer.state.global_step + 1, made, scores)
+        return batch
+
+    trainer._calculate_rewards = calculate_rewards
+    trainer._generate_and_score_completions = scored
 
 
 class ProtocolRollout:
@@ -201,9 +282,8 @@ class ProtocolRollout:
         warn_if_all_identical(share, trainer.state.global_step)
         if share is not None:  # logged as episodes/identical_groups
             out["identical_groups"] = [share] * len(episodes)
+        # Logged with its rewards and advantages once TRL has scored it (log_scored_rollouts).
         self.last = RolloutBatch(episodes, out)
-        if self.log is not None and trainer.accelerator.process_index == 0:
-            self.log.write(trainer.state.global_step + 1, episodes, out)
         return out
 
     def _run_live(

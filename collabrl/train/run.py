@@ -39,8 +39,44 @@ FINAL = "final"
 METRICS = "metrics.jsonl"
 ROLLOUTS = "rollouts.jsonl"  # a sample of every step's episodes (GRPO-based methods)
 CURVES = "train_curves.png"
-# TRL arguments the run folder owns: elsewhere, --resume would not find the checkpoints.
-OWNED_TRL_KEYS = frozenset({"output_dir"})
+EVALUATION = "eval.json"  # the end-of-run evaluation's metrics: start, final, paired
+# TRL arguments a collab run cannot honour, each as (why, what to do instead); the trl
+# block is refused when it names one, before any model loads (the dry run and `config
+# show` too). The run folder owns the checkpoints (elsewhere --resume would not find
+# them); nothing is pushed to the Hub (TRL would push its checkpoints folder, not final/
+# with the merged model and its card, written after TRL's last push); TRL's trainer is
+# given no eval set; resuming and trackers are the run's own settings, checked first.
+_PUSH = (
+    "is not honoured: collab train pushes nothing to the Hub",
+    "upload the trained model when the run ends: hf upload USER/NAME OUT/final "
+    "(it holds the model card)",
+)
+_EVAL = (
+    "is not honoured: TRL's trainer is given no eval set",
+    "score a held-out set with --eval-data (and --eval-steps, train grpo|relay|eapo|rsim), "
+    "or evaluate OUT/final with collab eval",
+)
+REFUSED_TRL_KEYS = {
+    "output_dir": ("is set by collab train", "use --out instead"),
+    "resume_from_checkpoint": ("is not read by collab train", "pass --resume instead"),
+    "report_to": ("is collab train's report_to", "set report_to instead (--set report_to=NAME)"),
+    **dict.fromkeys(
+        (
+            "push_to_hub",
+            "hub_model_id",
+            "hub_strategy",
+            "hub_token",
+            "hub_private_repo",
+            "hub_always_push",
+            "hub_revision",
+        ),
+        _PUSH,
+    ),
+    **dict.fromkeys(
+        ("do_eval", "eval_strategy", "eval_steps", "eval_on_start", "load_best_model_at_end"),
+        _EVAL,
+    ),
+}
 
 
 # Read from the launcher's environment, not from accelerate's `PartialState()`: that is a
@@ -70,12 +106,13 @@ def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
 
 
 def check_trl_keys(trl: dict[str, Any], args_class: type) -> None:
-    """A mistyped `trl.KEY` fails before the model loads; the keys the run folder owns
-    are refused."""
-    known = {f.name for f in dataclasses.fields(args_class)} - OWNED_TRL_KEYS
+    """A mistyped `trl.KEY` fails before the model loads; the keys a run cannot honour
+    (`REFUSED_TRL_KEYS`) are refused, whatever their value."""
+    known = {f.name for f in dataclasses.fields(args_class)}
     for key in trl:
-        if key in OWNED_TRL_KEYS:
-            raise UserError(f"trl.{key} is set by collab train", "use --out instead")
+        if key in REFUSED_TRL_KEYS:
+            why, fix = REFUSED_TRL_KEYS[key]
+            raise UserError(f"trl.{key} {why}", fix)
         if key not in known:
             raise UserError(
                 f"trl.{key} is not a TRL {args_class.__name__} argument",

@@ -33,6 +33,13 @@ from collabrl.errors import MissingInput, UserError, require
 from collabrl.models import load_model, load_tokenizer, resolve_model
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.lora import RENAMED_LORA_KEYS, LoraSettings
+from collabrl.train.model_card import (
+    TrainingFacts,
+    batches,
+    learning_rate_settings,
+    lora_setting,
+    write_model_card,
+)
 from collabrl.train.run import (
     CHECKPOINTS,
     CURVES,
@@ -206,6 +213,8 @@ def train_sft(
             output = trainer.train(resume_from_checkpoint=last)
     resumed_from = checkpoint_step(last) if last else None
     save_final(trainer, out / FINAL, config.lora, config.final_dtype)
+    if trainer.is_world_process_zero():
+        write_model_card(out / FINAL, sft_facts(config, len(rows), trainer.state.global_step))
     history = runs.read_records(out / METRICS)
     names = f"{Path(config.model.rstrip('/')).name} on {Path(config.data or '').name}"
     plot_curves(history, out / CURVES, ("loss",), f"SFT · {names}")
@@ -312,6 +321,28 @@ def sft_args(config: SFTTrainConfig, checkpoints: Path) -> SFTConfig:
     # The trl block may name the switch either way; it wins over activation_checkpointing.
     trl = checkpointing_args(config.trl, default=config.activation_checkpointing)
     return trl_args(SFTConfig, {**args, **trl})
+
+
+def sft_facts(config: SFTTrainConfig, rows: int, steps: int) -> TrainingFacts:
+    """The card of a `collab train sft` run, its settings read off its TRL arguments."""
+    args = sft_args(config, Path("checks-only"))  # the values only: nothing is written
+    settings = {
+        **learning_rate_settings(args),
+        "epochs": config.epochs,
+        "micro-batch × accumulation": batches(args),
+        "max length (tokens)": args.max_length,
+        "LoRA": lora_setting(config.lora),
+        "seed": config.seed,
+    }
+    return TrainingFacts(
+        base_model=config.model,
+        method="sft",
+        data=config.data or "",
+        rows=rows,
+        steps=steps,
+        settings=settings,
+        adapter=config.lora.enabled and not config.lora.merge,
+    )
 
 
 def _trainer(

@@ -133,7 +133,7 @@ def build_trainer(
     from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
-    from collabrl.train.rollout import RolloutLog
+    from collabrl.train.rollout import RolloutLog, log_scored_rollouts
     from collabrl.train.schedules import ScheduleCallback
 
     if config.steps == 0:  # TRL would read max_steps 0 as num_train_epochs (3)
@@ -173,6 +173,7 @@ def build_trainer(
         protocol.close()
         raise
     watch_sequence_mask(trainer)  # logs is/sequence_mask_drop: what TRL's default would drop
+    log_scored_rollouts(trainer, rollout)  # rollouts.jsonl, with rewards and advantages
     return trainer, protocol
 
 

@@ -15,6 +15,7 @@ from collabrl.eval.metrics import (
     normalize_answer,
     pass_at_k,
     sign_test,
+    standard_errors,
     summarize,
 )
 
@@ -208,6 +209,29 @@ def test_summarize_three_problems_by_hand() -> None:
         "pass@1", "pass@2", "pass@3", "pass@4", "avg@4", "maj@4", "f1@4",
         "var", "var_f1", "stderr", "problems", "samples_per_problem",
     }  # fmt: skip
+
+
+def test_standard_errors_three_problems_by_hand() -> None:
+    # Each mean's sample standard deviation (ddof=1) over its 3 per-problem values, / sqrt(3).
+    out = standard_errors(_three_problems())
+    # pass@1 = avg@4: the summary's stderr, sqrt(7)/12
+    assert out["pass@1"] == out["avg@4"] == pytest.approx(math.sqrt(7) / 12)
+    # pass@2: 5/6, 1/2, 1 (mean 7/9); deviations 1/18, -5/18, 4/18; squares 42/324;
+    #         / 2 = 7/108; / 3 = 7/324 -> sqrt(7)/18
+    assert out["pass@2"] == pytest.approx(math.sqrt(7) / 18)
+    # pass@3: 1, 3/4, 1 (mean 11/12); squares (1 + 4 + 1)/144; / 2 / 3 = 1/144 -> 1/12
+    assert out["pass@3"] == pytest.approx(1 / 12)
+    # pass@4: 1, 1, 1 -> no spread
+    assert out["pass@4"] == 0.0
+    # maj@4: 1, 0, 1 (mean 2/3); squares 6/9; / 2 / 3 = 1/9 -> 1/3
+    assert out["maj@4"] == pytest.approx(1 / 3)
+    # f1@4: 0.625, 0.25, 1.0; squares 0.28125; / 2 / 3 = 3/64 -> sqrt(3)/8
+    assert out["f1@4"] == pytest.approx(math.sqrt(3) / 8)
+    assert set(out) == {"pass@1", "pass@2", "pass@3", "pass@4", "avg@4", "maj@4", "f1@4"}
+    # One problem: no spread to measure.
+    assert standard_errors(_three_problems()[:1]) == dict.fromkeys(
+        ("pass@1", "pass@2", "pass@3", "pass@4", "avg@4", "maj@4", "f1@4"), 0.0
+    )
 
 
 def test_summarize_skips_maj_when_unjudged() -> None:

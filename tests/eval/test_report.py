@@ -173,7 +173,7 @@ def test_run_without_config_still_reports(tmp_path: Path) -> None:
 def test_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as info:
         load_run(tmp_path)
-    assert "has no metrics.json" in info.value.problem
+    assert "has no metrics.json nor results.json" in info.value.problem
     assert str(tmp_path) in info.value.problem
 
 
@@ -207,7 +207,10 @@ def test_report_of_a_real_run(tiny_model_dir, tiny_engine, tmp_path: Path) -> No
     assert {"pass@1", "avg@n", "maj@n", "f1@n", "var", "stderr", "call_ratio"} <= set(header)
     assert rows[0][header.index("avg@n")] == f"{result.metrics['avg@2']:.4f}"
     assert rows[0][header.index("problems")] == "2"
-    assert json.loads((out / runs.METRICS).read_text()) == run["metrics"]
+    # results.json's metrics: metrics.json's, each mean with its standard error beside it.
+    saved = json.loads((out / runs.METRICS).read_text())
+    assert {k: v for k, v in run["metrics"].items() if not k.endswith("_stderr")} == saved
+    assert run["metrics"]["pass@1_stderr"] >= 0.0
     # The curve from the samples is the pass@k that the run summarized.
     assert pass_curve(run) == [(k, pytest.approx(result.metrics[f"pass@{k}"])) for k in (1, 2)]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import signal
 import time
 
@@ -33,8 +35,21 @@ def test_health_needs_no_key(server):
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
 
 
-def test_models_lists_the_role_name(client):
-    assert [m.id for m in client.models.list().data] == ["expert"]
+def test_models_lists_the_role_name_then_the_model_reference(client, tiny_model_dir):
+    assert [m.id for m in client.models.list().data] == ["expert", str(tiny_model_dir)]
+
+
+def test_models_lists_exactly_the_names_a_404_offers(client):
+    """A client that reads the 404's list, or /v1/models, finds the same names, and each
+    of them is served (the model reference was accepted but never listed)."""
+    listed = [m.id for m in client.models.list().data]
+    with pytest.raises(openai.NotFoundError) as err:
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    assert err.value.body["param"] == "model"
+    offered = err.value.body["message"].split("served: ", 1)[1].split(", ")
+    assert offered == listed
+    for name in listed:
+        assert client.completions.create(model=name, prompt="x", max_tokens=1).choices
 
 
 def test_wrong_or_missing_key_is_401(server):
@@ -104,8 +119,8 @@ def test_unknown_model_is_404_and_bad_request_is_400(client):
         client.completions.create(model="nope", prompt="x", max_tokens=2)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model="expert", prompt="x", max_tokens=2, top_p=5)
-    with pytest.raises(openai.BadRequestError):
-        client.completions.create(model="expert", prompt="x", max_tokens=2, stream=True)
+    with pytest.raises(openai.BadRequestError):  # logprobs are not streamed
+        client.completions.create(model="expert", prompt="x", max_tokens=2, stream=True, logprobs=1)
 
 
 def test_concurrent_requests_are_answered(client):
@@ -507,3 +522,201 @@ def test_smollm2_over_http_records_what_the_transformers_engine_does():
             [there] = policy.continue_([prompt], params)
     assert there.token_ids == here.token_ids and "reencoded" not in there.meta
     assert there.logprobs == pytest.approx(here.logprobs, abs=1e-4)
+
+
+# --- what an OpenAI client expects: streams, a request log, no parameter dropped ------------
+
+
+def _streamed_chat(client, **kwargs):
+    return list(client.chat.completions.create(model="expert", stream=True, **kwargs))
+
+
+def test_a_streamed_chat_is_the_unstreamed_reply_token_by_token(client, server):
+    ask = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 40}
+    whole = client.chat.completions.create(model="expert", temperature=0, **ask)
+    chunks = _streamed_chat(client, temperature=0, stream_options={"include_usage": True}, **ask)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert len(pieces) > 5  # token by token, not the finished text at once
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == whole.choices[0].finish_reason and not any(finish[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_streamed_completions_carry_each_samples_index(client):
+    ask = {"prompt": ["Once upon", "The cat"], "max_tokens": 12, "n": 2, "seed": 3}
+    whole = client.completions.create(model="expert", temperature=1.0, **ask)
+    texts: dict[int, str] = {}
+    finish: dict[int, str] = {}
+    for chunk in client.completions.create(model="expert", temperature=1.0, stream=True, **ask):
+        assert chunk.object == "text_completion" and chunk.usage is None
+        [choice] = chunk.choices
+        texts[choice.index] = texts.get(choice.index, "") + choice.text
+        if choice.finish_reason:
+            finish[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.text for c in whole.choices}
+    assert finish == {c.index: c.finish_reason for c in whole.choices}
+
+
+def test_a_stream_never_sends_text_past_a_stop_string(client):
+    greedy = client.completions.create(model="expert", prompt="The", max_tokens=16, temperature=0)
+    stop = greedy.choices[0].text.strip()[3:6]
+    assert stop
+    ask = {"prompt": "The", "max_tokens": 16, "temperature": 0, "stop": [stop]}
+    cut = client.completions.create(model="expert", **ask).choices[0]
+    chunks = list(client.completions.create(model="expert", stream=True, **ask))
+    assert "".join(c.choices[0].text for c in chunks) == cut.text
+    assert chunks[-1].choices[0].finish_reason == "stop" == cut.finish_reason
+
+
+def test_a_client_that_leaves_a_stream_stops_its_generation(server):
+    """The log line of the request says the stream was closed, and the model is free at once
+    rather than after the 1900 tokens that were asked for (about 4 s)."""
+    body = {"model": "expert", "prompt": "Hello", "max_tokens": 1900, "stream": True}
+    headers = {"Authorization": "Bearer sk-test"}
+    with httpx.stream("POST", server.url + "/completions", json=body, headers=headers) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        next(reply.iter_lines())  # the first token's event: generating
+    began = time.monotonic()
+    after = _post(server, "/completions", {"model": "expert", "prompt": "x", "max_tokens": 1})
+    assert after.status_code == 200
+    assert time.monotonic() - began < 1.5
+    deadline = time.monotonic() + 10
+    while not any("client closed the stream" in line for line in server.lines):
+        assert time.monotonic() < deadline, "".join(server.lines[-5:])
+        time.sleep(0.1)
+
+
+def test_a_stream_cut_by_a_shutdown_ends_with_an_error_event(tiny_model_dir):
+    """The status was sent with the first chunk: the 503 comes as an error event, which the
+    openai client raises."""
+    proc = ServerProcess(tiny_model_dir).wait_ready()
+    client = openai.OpenAI(base_url=proc.url, api_key="EMPTY", max_retries=0)
+    try:
+        stream = client.completions.create(
+            model="expert", prompt="Hello", max_tokens=1900, stream=True
+        )
+        next(iter(stream))
+        proc.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(openai.APIError, match="shutting down"):
+            list(stream)
+    finally:
+        proc.kill()
+
+
+def test_every_request_has_a_log_line(client, server):
+    client.completions.create(model="expert", prompt="Once upon a time", max_tokens=3)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    deadline = time.monotonic() + 10
+    pattern = re.compile(
+        r'127\.0\.0\.1:\d+ - "POST /v1/completions HTTP/1\.1" 200 model=expert '
+        r"prompt_tokens=4 completion_tokens=3 latency=\d+\.\d{3}s$"
+    )
+    while not (
+        any(pattern.search(line) for line in server.lines)
+        and any('"POST /v1/completions HTTP/1.1" 404 latency=' in line for line in server.lines)
+    ):
+        assert time.monotonic() < deadline, "".join(server.lines[-5:])
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("logit_bias", {"42": 5}),
+        ("response_format", {"type": "json_object"}),
+        ("frequency_penalty", 0.5),
+        ("presence_penalty", 1.0),
+        ("top_logprobs", 3),
+        ("tool_choice", "auto"),  # without tools
+    ],
+)
+def test_a_parameter_the_server_cannot_honour_is_a_400_naming_it(client, param, value):
+    chat = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="expert", messages=chat, max_tokens=2, extra_body={param: value}
+        )
+    assert err.value.body["param"] == param
+
+
+def test_parameters_at_their_neutral_values_are_accepted(client):
+    reply = client.chat.completions.create(
+        model="expert",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=2,
+        frequency_penalty=0,
+        presence_penalty=0.0,
+        logit_bias={},
+        response_format={"type": "text"},
+        user="someone",  # changes nothing: ignored, as by vLLM
+    )
+    assert reply.choices[0].message.content is not None
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Today's weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_tools_a_template_ignores_are_a_400(client):
+    """SmolLM2's chat template has no place for tools: the model would never see them."""
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="expert",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[WEATHER_TOOL],
+            max_tokens=2,
+        )
+    assert err.value.body["param"] == "tools"
+
+
+# A chat template that shows the tools in a system turn, as Qwen's and Llama 3's do.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tools_client(tiny_model_dir, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("tools") / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = TOOLS_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    with ServerProcess(folder) as proc:
+        yield openai.OpenAI(base_url=proc.url, api_key="EMPTY", max_retries=0)
+
+
+def test_tools_reach_a_chat_template_that_renders_them(tools_client):
+    chat = [{"role": "user", "content": "Weather in Paris?"}]
+
+    def prompt_tokens(**tools) -> int:
+        reply = tools_client.chat.completions.create(
+            model="expert", messages=chat, max_tokens=1, **tools
+        )
+        return reply.usage.prompt_tokens
+
+    plain = prompt_tokens()
+    assert prompt_tokens(tools=[WEATHER_TOOL]) > plain + 20  # the tool's JSON is in the prompt
+    assert prompt_tokens(tools=[WEATHER_TOOL], tool_choice="none") == plain
+    with pytest.raises(openai.BadRequestError) as err:  # a forced call needs a parser
+        prompt_tokens(tools=[WEATHER_TOOL], tool_choice="required")
+    assert err.value.body["param"] == "tool_choice"

@@ -157,3 +157,54 @@ def test_stop_answers_every_open_request_at_once(tiny_engine):
     elapsed, results, late = _run(main())
     assert elapsed < 2
     assert all(isinstance(r, ShuttingDown) for r in [*results, *late])
+
+
+def test_streamed_rows_reach_their_own_job_in_a_merged_batch(tiny_engine):
+    """Two requests of two samples each share one generate call; each is told its own rows'
+    tokens as they grow, ending with the tokens of its answer."""
+    params = SamplingParams(max_tokens=5, temperature=1.0, n=2, seed=1)
+
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, max_batch_size=8, wait_s=0.2)
+        batcher.start()
+        seen: list[dict[int, list[list[int]]]] = [{}, {}]
+
+        def tell(job: int):
+            return lambda row, tokens: seen[job].setdefault(row, []).append(tokens)
+
+        answers = await asyncio.gather(
+            batcher.submit(["Once"], params, tell(0)), batcher.submit(["The cat"], params, tell(1))
+        )
+        await batcher.stop()
+        return batcher.batches, seen, answers
+
+    batches, seen, answers = _run(main())
+    assert batches == 1
+    for told, [samples] in zip(seen, answers, strict=True):
+        assert sorted(told) == [0, 1]
+        for row, completion in enumerate(samples):
+            grown = told[row]
+            assert [len(t) for t in grown] == list(range(1, len(grown) + 1))  # token by token
+            assert grown[-1][: len(completion.token_ids)] == completion.token_ids
+
+
+def test_a_generation_nobody_waits_for_stops_at_its_next_token(tiny_engine):
+    """A client that leaves mid-generation (a closed stream) frees the model at once, not
+    after the 1900 tokens it asked for (about 4 s)."""
+
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, wait_s=0.01)
+        batcher.start()
+        generating = asyncio.Event()
+        job = asyncio.ensure_future(
+            batcher.submit(["Hello"], SamplingParams(max_tokens=1900), lambda *_: generating.set())
+        )
+        await generating.wait()
+        job.cancel()
+        began = time.monotonic()
+        await batcher.submit(["x"], SamplingParams(max_tokens=1))
+        waited = time.monotonic() - began
+        await batcher.stop()
+        return waited
+
+    assert _run(main()) < 1.0

@@ -387,6 +387,7 @@ def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_p
     logged = [row for row in result.history if "eval/pass@1" in row]
     assert [row["step"] for row in logged] == [1, 2]
     assert (tmp_path / "eval-step-1" / "metrics.json").is_file()
+    assert (tmp_path / "eval-step-1" / "results.json").is_file()  # as `collab eval` writes
     assert any(line.startswith("held-out arith at step 2: pass@1 ") for line in lines)
     assert set(result.evaluation) == {"start", "final", "paired"}
 

@@ -1,0 +1,248 @@
+"""The model card (`final/README.md`) every training run leaves beside its model.
+
+A Hugging Face model card: YAML front matter the Hub reads (base_model, library_name,
+tags, license) and a body saying what was trained, from what, on what data, for how many
+steps, with which settings, how it scored on the held-out set, with which collabrl, and
+how to load it. The folder can be uploaded as it is (`hf upload USER/NAME OUT/final`).
+
+Written with huggingface_hub's `ModelCard`, offline. The Hub checks the front matter
+when a card is pushed, so it holds only what is valid there: `base_model` only when the
+run started from a Hub repo id (a local folder or an embedded name is named in the body
+instead), `license` only when the base model's own card states one, and no `datasets`
+(the registry knows no Hub ids of its data sets; the body names the data).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collabrl import runs
+
+if TYPE_CHECKING:
+    from collabrl.train.grpo_config import GRPOTrainConfig
+    from collabrl.train.lora import LoraSettings
+
+CARD = "README.md"
+
+# What each method is, in a line.
+METHOD_TITLES = {
+    "grpo": "GRPO on its own samples (the solo protocol)",
+    "relay": "RelayLLM: GRPO with the relay protocol, calling a teacher mid-answer",
+    "eapo": "EAPO: GRPO with the consult protocol, asking an expert pool",
+    "rsim": "rSIM: GRPO of a reasoner led by a planner trained beside it",
+    "sft": "supervised fine-tuning on prompt-completion rows (RelayLLM's warm-up, §3.1)",
+}
+# A Hub repo id: `owner/name`, as the Hub spells them.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# The held-out metrics the card shows, as `collab train` prints them.
+SCORE_KEYS = ("pass@1", "call_ratio", "mean_completion_tokens")
+
+
+@dataclass(frozen=True)
+class TrainingFacts:
+    """What the card says of a run."""
+
+    base_model: str  # the model reference the run started from, as the user gave it
+    method: str  # grpo, relay, eapo, rsim, sft
+    data: str  # the training data, as the user gave it
+    rows: int  # training problems (GRPO methods) or rows (SFT) after filtering
+    steps: int  # optimizer steps trained
+    settings: dict[str, Any]  # the key settings in the order shown
+    adapter: bool = False  # final/ is a LoRA adapter (lora.merge false), not merged weights
+    protocol: str | None = None
+    collaborators: dict[str, list[str]] = field(default_factory=dict)  # role -> references
+    eval_data: str | None = None
+    evaluation: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval.json
+
+
+def write_model_card(final: Path, facts: TrainingFacts) -> Path:
+    """Write `final/README.md` for `facts` (over any card already there: the one the
+    trainer or an earlier write left); the card's path."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard(f"---\n{card_data(facts).to_yaml()}\n---\n\n{card_body(facts, final)}")
+    path = final / CARD
+    card.save(path)
+    return path
+
+
+def card_data(facts: TrainingFacts) -> Any:
+    """The front matter: only values the Hub accepts (see the module docstring)."""
+    from huggingface_hub import ModelCardData
+
+    method_tags = [facts.method] if facts.method == "sft" else ["grpo", facts.method]
+    return ModelCardData(
+        base_model=facts.base_model if is_hub_id(facts.base_model) else None,
+        library_name="peft" if facts.adapter else "transformers",
+        license=base_license(facts.base_model),
+        tags=list(dict.fromkeys(["collabrl", "trl", *method_tags])),
+    )
+
+
+def is_hub_id(ref: str) -> bool:
+    """Whether `ref` names a Hub repository rather than a local file or folder."""
+    return HUB_ID.fullmatch(ref) is not None and not Path(ref).expanduser().exists()
+
+
+def base_license(base_model: str) -> str | None:
+    """The license the base model's own card states, where it is a local folder with a
+    card (none is looked up on the Hub)."""
+    from huggingface_hub import ModelCard
+
+    readme = Path(base_model).expanduser() / CARD
+    if not readme.is_file():
+        return None
+    try:
+        return ModelCard.load(readme).data.to_dict().get("license")
+    except Exception:  # a README that is not a model card: no license known
+        return None
+
+
+def card_body(facts: TrainingFacts, final: Path) -> str:
+    """The card's text: what the run was, its settings, its scores, how to load it."""
+    name = Path(facts.base_model.rstrip("/")).name or facts.base_model
+    lines = [
+        f"# {name} · collabrl {facts.method}",
+        "",
+        f"`{facts.base_model}` trained with collabrl {runs.installed_versions()['collabrl']} "
+        f"by {METHOD_TITLES.get(facts.method, facts.method)}.",
+        "",
+        "## Training",
+        "",
+        f"- Base model: `{facts.base_model}`",
+        f"- Method: {facts.method}" + (f", protocol {facts.protocol}" if facts.protocol else ""),
+        *(
+            f"- {role.capitalize()}: " + ", ".join(f"`{ref}`" for ref in refs)
+            for role, refs in facts.collaborators.items()
+        ),
+        f"- Data: `{facts.data}` ({facts.rows} {'rows' if facts.method == 'sft' else 'problems'})",
+        f"- Steps: {facts.steps} optimizer steps",
+        "- Versions: " + ", ".join(f"{p} {v}" for p, v in runs.installed_versions().items()),
+        "",
+        "| setting | value |",
+        "| --- | --- |",
+        *(f"| {key} | {value} |" for key, value in facts.settings.items()),
+        "",
+        *score_lines(facts),
+        "## Use",
+        "",
+        *load_lines(facts, final),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def score_lines(facts: TrainingFacts) -> list[str]:
+    """The held-out table (start vs trained, greedy) and the paired change; a line
+    saying there was none when the run evaluated nothing."""
+    start, final = facts.evaluation.get("start"), facts.evaluation.get("final")
+    if not (facts.eval_data and start and final):
+        return ["## Evaluation", "", "No held-out evaluation ran (`--eval-data` unset).", ""]
+    lines = [
+        "## Evaluation",
+        "",
+        f"Held-out `{facts.eval_data}`, greedy, the starting and the trained policy:",
+        "",
+        "| metric | start | trained |",
+        "| --- | --- | --- |",
+        *(
+            f"| {key} | {start[key]:.4f} | {final[key]:.4f} |"
+            for key in SCORE_KEYS
+            if key in start and key in final
+        ),
+        "",
+    ]
+    paired = facts.evaluation.get("paired")
+    if paired:
+        lines += [
+            f"Of {int(start.get('problems', 0))} problems: {paired['gained']} newly solved, "
+            f"{paired['lost']} lost (sign test p = {paired['p_value']:.3g}).",
+            "",
+        ]
+    return lines
+
+
+def load_lines(facts: TrainingFacts, final: Path) -> list[str]:
+    """How to load the folder: transformers (peft for an adapter), and collab."""
+    model_class = "AutoPeftModelForCausalLM" if facts.adapter else "AutoModelForCausalLM"
+    imports = (
+        ["from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer"]
+        if facts.adapter
+        else ["from transformers import AutoModelForCausalLM, AutoTokenizer"]
+    )
+    return [
+        "```python",
+        *imports,
+        "",
+        f'model = {model_class}.from_pretrained("{final}")  # or its Hub repo id',
+        f'tokenizer = AutoTokenizer.from_pretrained("{final}")',
+        "```",
+        "",
+        f"or as a collabrl model reference: `collab eval BENCHMARK --model {final}`.",
+    ]
+
+
+def grpo_facts(config: GRPOTrainConfig, rows: int, steps: int, out: Path) -> TrainingFacts:
+    """The card of a `collab train grpo|relay|eapo|rsim` run, its settings read off the
+    TRL arguments it trained with (`grpo_args`: the trl block included)."""
+    from collabrl.protocols.registry import served_collaborators
+    from collabrl.train.grpo_args import grpo_args
+    from collabrl.train.grpo_config import rollout_protocol
+    from collabrl.train.rsim import PLANNER_DIR
+
+    args = grpo_args(config, out)
+    collaborators: dict[str, list[str]] = {}
+    for collaborator, ref in served_collaborators(rollout_protocol(config)):
+        collaborators.setdefault(collaborator.name, []).append(ref)
+    if config.method == "rsim":
+        collaborators["planner, trained beside it (use as --planner)"] = [str(out / PLANNER_DIR)]
+    settings = {
+        **learning_rate_settings(args),
+        "G (samples per problem, TRL num_generations)": args.num_generations,
+        "problems per step": config.prompts_per_step,
+        "micro-batch × accumulation": batches(args),
+        "max tokens per episode": config.sampling.max_tokens,
+        "temperature": config.sampling.temperature,
+        "beta (KL)": args.beta,
+        "loss": args.loss_type,
+        "LoRA": lora_setting(config.lora),
+        "seed": config.seed,
+    }
+    return TrainingFacts(
+        base_model=config.model,
+        method=config.method,
+        data=config.data,
+        rows=rows,
+        steps=steps,
+        settings=settings,
+        adapter=config.lora.enabled and not config.lora.merge,
+        protocol=config.protocol.name,
+        collaborators=collaborators,
+        eval_data=config.eval_data,
+    )
+
+
+def learning_rate_settings(args: Any) -> dict[str, Any]:
+    """The rate, its schedule and its warm-up, as TRL's arguments hold them."""
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    settings: dict[str, Any] = {"learning rate": f"{args.learning_rate:g}, {schedule} schedule"}
+    if args.warmup_steps:
+        settings["warm-up"] = (
+            f"{args.warmup_steps:g} of the updates"
+            if args.warmup_steps < 1  # TRL reads a value below 1 as a ratio
+            else f"{args.warmup_steps:g} steps"
+        )
+    return settings
+
+
+def batches(args: Any) -> str:
+    return f"{args.per_device_train_batch_size} × {args.gradient_accumulation_steps}"
+
+
+def lora_setting(lora: LoraSettings) -> str:
+    if not lora.enabled:
+        return "off (all weights trained)"
+    kept = "merged into the weights" if lora.merge else "the adapter alone"
+    return f"r {lora.r}, alpha {lora.alpha:g}, {', '.join(lora.target_modules)}; {kept}"

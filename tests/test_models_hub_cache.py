@@ -1,0 +1,139 @@
+"""Hub names (`org/name`) resolve from the local Hugging Face cache, never downloading.
+
+The caches here are laid out as huggingface_hub writes them (refs/, snapshots/ and
+blobs/), with the tiny model's files as the snapshot's, so the folder a name resolves
+to is one transformers really loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collabrl.errors import UserError
+from collabrl.models import hf_hub_cache, load_model, load_tokenizer, resolve_model
+
+REPO = "tiny-org/tiny-llama"
+
+
+def fake_hub_cache(
+    cache: Path, repo: str, model: Path, *, symlinks: bool = True, files: tuple[str, ...] = ()
+) -> Path:
+    """Put `model`'s files (only `files`, when given) into the hub cache `cache` as the
+    snapshot `refs/main` names; return the snapshot folder. `symlinks`: each snapshot
+    file links to its blob, as huggingface_hub stores them where it can; otherwise plain
+    copies (Windows, or a cache copied with `cp -L`)."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    commit = hashlib.sha1(repo.encode()).hexdigest()
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (folder / "blobs").mkdir()
+    for file in sorted(model.iterdir()):
+        if files and file.name not in files:
+            continue
+        if symlinks:
+            blob = folder / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+            shutil.copyfile(file, blob)
+            (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+        else:
+            shutil.copyfile(file, snapshot / file.name)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)  # no newline, as huggingface_hub writes it
+    return snapshot
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty hub cache that HF_HUB_CACHE points at."""
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.mark.parametrize("symlinks", [True, False], ids=["blob symlinks", "plain files"])
+def test_a_hub_name_resolves_to_its_cached_snapshot(
+    symlinks: bool, hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir, symlinks=symlinks)
+    ref = resolve_model(REPO)
+    assert (ref.name, ref.kind, ref.source) == (REPO, "hf", snapshot.resolve())
+
+
+def test_a_cached_hub_model_loads_and_generates(hub_cache: Path, tiny_model_dir: Path) -> None:
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    tokenizer = load_tokenizer(REPO)
+    model = load_model(REPO)
+    ids = tokenizer("2 + 2 =", return_tensors="pt").input_ids
+    assert model.generate(ids, max_new_tokens=2, do_sample=False).shape[1] == ids.shape[1] + 2
+
+
+def test_hf_home_is_the_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
+) -> None:
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    assert hf_hub_cache() == tmp_path / "hf-home" / "hub"
+    snapshot = fake_hub_cache(tmp_path / "hf-home" / "hub", REPO, tiny_model_dir)
+    assert resolve_model(REPO).source == snapshot.resolve()
+
+
+def test_without_any_variable_the_cache_is_under_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert hf_hub_cache() == tmp_path / ".cache" / "huggingface" / "hub"
+
+
+def test_a_revision_picks_that_snapshot(hub_cache: Path, tiny_model_dir: Path) -> None:
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    assert resolve_model(f"{REPO}@{snapshot.name}").source == snapshot.resolve()
+    assert resolve_model(f"{REPO}@main").source == snapshot.resolve()
+    with pytest.raises(UserError, match=f"unknown model '{REPO}@v2'"):
+        resolve_model(f"{REPO}@v2")
+
+
+def test_a_hub_name_not_in_the_cache_says_where_it_looked(hub_cache: Path) -> None:
+    with pytest.raises(UserError) as info:
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    message = str(info.value)
+    assert info.value.problem.startswith("unknown model 'Qwen/Qwen2.5-0.5B-Instruct'")
+    assert str(hub_cache) in info.value.problem
+    assert "nothing is downloaded" in info.value.problem
+    assert "\n" not in message
+    assert list(hub_cache.iterdir()) == []  # not even a folder was made for it
+
+
+def test_a_local_folder_of_the_same_spelling_wins(
+    hub_cache: Path, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    work = tmp_path / "work"
+    local = work / REPO
+    local.mkdir(parents=True)
+    for file in tiny_model_dir.iterdir():
+        (local / file.name).symlink_to(file)
+    monkeypatch.chdir(work)
+    assert resolve_model(REPO).source == local.resolve()
+
+
+def test_a_cached_snapshot_without_weights_is_refused(
+    hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    # What `AutoConfig.from_pretrained` alone leaves in the cache.
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir, files=("config.json",))
+    with pytest.raises(UserError, match=f"'{REPO}' has a config.json but no weights"):
+        resolve_model(REPO)
+
+
+def test_a_url_is_never_looked_up_in_the_cache(hub_cache: Path) -> None:
+    with pytest.raises(UserError) as info:
+        resolve_model("http://127.0.0.1:8000/v1")
+    assert "Hugging Face cache" not in info.value.problem
