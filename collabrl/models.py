@@ -91,12 +91,20 @@ def hf_hub_cache() -> Path:
 _HUB_NAME = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
 
 
+def hub_name(ref: str) -> re.Match[str] | None:
+    """`ref` as a hub name (groups `repo`, `revision`), or None: an embedded name, a local
+    path that exists (it wins over the same spelling on the hub), a URL."""
+    if ref in EMBEDDED_MODELS or Path(ref).expanduser().exists():
+        return None
+    return _HUB_NAME.fullmatch(ref)
+
+
 def resolve_model(ref: str) -> ModelRef:
     """Turn a user's model reference into a `ModelRef`, or explain what is wrong."""
     if ref in EMBEDDED_MODELS:
         return ModelRef(ref, "embedded", _embedded_gguf(EMBEDDED_MODELS[ref]))
     path = Path(ref).expanduser()
-    if not path.exists() and (hub := _HUB_NAME.fullmatch(ref)):
+    if hub := hub_name(ref):
         path = _cached_snapshot(ref, hub["repo"], hub["revision"])
     return _resolve_path(ref, path)
 

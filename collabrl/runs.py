@@ -214,10 +214,10 @@ def provenance() -> str:
     return "".join(f"# {_printable(line)}\n" for line in lines)
 
 
-def installed_versions(packages: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, str]:
-    """Each package's installed version, read from its metadata (nothing is imported);
-    "not installed" for one that is not."""
-    return {name: _installed(name) for name in packages}
+def installed_versions(packages: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Each package's installed version (default: RECORDED_PACKAGES, read at the call),
+    from its metadata (nothing is imported); "not installed" for one that is not."""
+    return {name: _installed(name) for name in packages or RECORDED_PACKAGES}
 
 
 def _installed(package: str) -> str:

@@ -45,9 +45,6 @@ from collabrl.protocols import registry as protocols
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
 
-# The protocols whose policy must write a call for a collaborator to act: the call's
-# syntax, and the warm-up builder that teaches it (`collab build-warmup NAME`).
-CALLS = {"relay": "<call>n</call>", "consult": "<agent_calls>"}
 # How many run folders a data path is followed back through (a filter's output built
 # from another's): the chain is short, and a loop of configs must end.
 MAX_PROVENANCE = 4
@@ -127,8 +124,9 @@ def stand_in_warning(protocol: ProtocolConfig) -> str | None:
 def unwarmed_call_warning(policy: str, protocol: ProtocolConfig) -> str | None:
     """A warning when `protocol` needs the policy to call and `policy` was not warmed up
     on it (see the module's note for how that is read)."""
-    call = CALLS.get(protocol.name)
-    if call is None or not _calls(protocol):
+    spec = protocols.get(protocol.name)
+    call = spec.call_syntax
+    if call is None or not spec.calls(protocol):
         return None
     try:
         ref = resolve_model(policy)
@@ -142,14 +140,6 @@ def unwarmed_call_warning(policy: str, protocol: ProtocolConfig) -> str | None:
         f"with `collab build-warmup {protocol.name}` and train on it with `collab train "
         "sft` first (ignore this for a model warmed up outside collabrl)"
     )
-
-
-def _calls(protocol: ProtocolConfig) -> bool:
-    """Whether the protocol lets the policy call: relay's teacher-free mode bans the
-    call, consult's locked mode consults no expert."""
-    if protocol.name == "relay":
-        return not protocol.relay.teacher_free
-    return protocol.consult.mode == "open"
 
 
 def _warmed(folder: Path, protocol: str) -> bool:

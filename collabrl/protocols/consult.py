@@ -538,6 +538,8 @@ SPEC = ProtocolSpec(
     ),
     check=check_consult,
     uses_reference=consult_uses_reference,
+    call_syntax="<agent_calls>",
+    calls=lambda config: config.consult.mode == "open",
     episode_extras=consult_extras,
     metric_keys=("accept_prob",),
     grpo=False,

@@ -288,5 +288,7 @@ SPEC = ProtocolSpec(
     collaborators=(TEACHER,),
     check=check_relay,
     uses_reference=relay_uses_reference,
+    call_syntax="<call>n</call>",
+    calls=lambda config: not config.relay.teacher_free,
     grpo=False,
 )

@@ -102,6 +102,10 @@ def _no_reference(config: ProtocolConfig) -> bool:
     return False
 
 
+def _always_calls(config: ProtocolConfig) -> bool:
+    return True
+
+
 def _no_extras(episode: Episode) -> dict[str, Any]:
     return {}
 
@@ -132,6 +136,13 @@ class ProtocolSpec:
     check: Callable[[ProtocolConfig], None] = _no_check
     # Whether a collaborator it runs is the `reference` stand-in (outputs must say so).
     uses_reference: Callable[[ProtocolConfig], bool] = _no_reference
+    # What the policy writes to call a collaborator when only a warm-up teaches it
+    # (relay's `<call>n</call>`): training warns of a policy never warmed up on it
+    # (eval/cautions.py) and names `collab build-warmup NAME`. None: no warm-up needed.
+    call_syntax: str | None = None
+    # Whether this setup lets the policy call at all (relay's teacher-free mode and
+    # consult's locked mode do not); read where `call_syntax` is set.
+    calls: Callable[[ProtocolConfig], bool] = _always_calls
     # What a trainer reads of its episodes besides the common extras (train/rollout.py).
     episode_extras: Callable[[Episode], dict[str, Any]] = _no_extras
     # Those extras a GRPO step logs as batch means (`episodes/KEY`), when present.

@@ -14,7 +14,6 @@ instead), `license` only when the base model's own card states one, and no `data
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +34,6 @@ METHOD_TITLES = {
     "rsim": "rSIM: GRPO of a reasoner led by a planner trained beside it",
     "sft": "supervised fine-tuning on prompt-completion rows (RelayLLM's warm-up, §3.1)",
 }
-# A Hub repo id: `owner/name`, as the Hub spells them.
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # The held-out metrics the card shows, as `collab train` prints them.
 SCORE_KEYS = ("pass@1", "call_ratio", "mean_completion_tokens")
 
@@ -75,16 +72,20 @@ def card_data(facts: TrainingFacts) -> Any:
 
     method_tags = [facts.method] if facts.method == "sft" else ["grpo", facts.method]
     return ModelCardData(
-        base_model=facts.base_model if is_hub_id(facts.base_model) else None,
+        base_model=hub_repo(facts.base_model),
         library_name="peft" if facts.adapter else "transformers",
         license=base_license(facts.base_model),
         tags=list(dict.fromkeys(["collabrl", "trl", *method_tags])),
     )
 
 
-def is_hub_id(ref: str) -> bool:
-    """Whether `ref` names a Hub repository rather than a local file or folder."""
-    return HUB_ID.fullmatch(ref) is not None and not Path(ref).expanduser().exists()
+def hub_repo(ref: str) -> str | None:
+    """The Hub repository `ref` names (its revision left out), or None for a local file
+    or folder, an embedded name or a URL."""
+    from collabrl.models import hub_name
+
+    hub = hub_name(ref)
+    return None if hub is None else hub["repo"]
 
 
 def base_license(base_model: str) -> str | None:

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 from typer.testing import CliRunner
 
+import collabrl
 from collabrl.cli import options as opt
 from collabrl.cli.console import LIBRARY_BAR_SWITCHES, make_console, quiet_library_bars
 from collabrl.cli.main import app
@@ -272,3 +273,14 @@ def test_help_shows_the_defaults_the_issue_names(words: list[str], shown: dict) 
     rows = _help_rows(words)
     for option, value in shown.items():
         assert f"[default: {value}]" in rows[option], (option, rows[option])
+
+
+def test_every_console_comes_from_make_console() -> None:
+    """A console made anywhere else would lay tables out in 80 columns in a batch log."""
+    package = Path(collabrl.__file__).parent
+    made_elsewhere = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "console.py" and "Console(" in path.read_text()
+    ]
+    assert made_elsewhere == []

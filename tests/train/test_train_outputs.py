@@ -136,6 +136,8 @@ def test_a_hub_id_is_the_cards_base_model_and_a_local_base_lends_its_license(
     tmp_path: Path,
 ) -> None:
     assert card_data(_facts("Qwen/Qwen3-1.7B")).base_model == "Qwen/Qwen3-1.7B"
+    assert card_data(_facts("Qwen/Qwen3-1.7B@abc123")).base_model == "Qwen/Qwen3-1.7B"
+    assert card_data(_facts("smollm2-135m")).base_model is None  # embedded: named in the body
     base = tmp_path / "base"
     base.mkdir()
     (base / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a model\n")
