@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from collabrl.config import DecodingConfig
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
 from collabrl.train.run_html import AUTHOR_COLOURS, run_html, write_run_html
@@ -224,22 +223,10 @@ def test_a_real_runs_page_renders_in_headless_chromium(
     from PIL import Image, ImageStat
 
     from collabrl.train.grpo import train_grpo
-    from collabrl.train.grpo_config import GRPOTrainConfig
+    from tests.train.test_grpo import _config
 
     out = tmp_path / "run"
-    config = GRPOTrainConfig(
-        model=str(tiny_model_dir),
-        data="arith_train",
-        limit=8,
-        out=str(out),
-        steps=2,
-        prompts_per_step=2,
-        sampling=DecodingConfig(n=2, max_tokens=16, temperature=1.0),
-        save_steps=1,
-        eval_data="arith",
-        eval_limit=3,
-    )
-    train_grpo(config)
+    train_grpo(_config(tiny_model_dir, out, eval_data="arith", eval_limit=3))
     kept = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert {r["step"] for r in kept} == {1, 2}
     # The last episode kept, as a policy might have written it.

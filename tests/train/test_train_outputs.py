@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collabrl.config import DecodingConfig
 from collabrl.errors import UserError
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import train_grpo
@@ -20,6 +19,7 @@ from collabrl.train.model_card import TrainingFacts, card_data, write_model_card
 from collabrl.train.run import FINAL, METRICS, REFUSED_TRL_KEYS
 from collabrl.train.sft import SFTTrainConfig, train_sft
 from tests.cli.test_cli import assert_one_line_error, collab
+from tests.train.test_grpo import _config
 from tests.train.test_sft import ROW
 
 
@@ -62,19 +62,8 @@ def test_the_learning_rate_is_constant_unless_the_trl_block_says_otherwise(
 
 
 def _relay(model: Path, out: Path, **changes) -> GRPOTrainConfig:
-    fields = {
-        "method": "relay",
-        "model": str(model),
-        "data": "arith_train",
-        "limit": 8,
-        "out": str(out),
-        "steps": 2,
-        "prompts_per_step": 2,
-        "sampling": DecodingConfig(n=2, max_tokens=16, temperature=1.0),
-        "save_steps": 1,
-        "protocol": ProtocolConfig(teacher="reference"),
-    }
-    return GRPOTrainConfig(**(fields | changes))
+    relay = {"method": "relay", "protocol": ProtocolConfig(teacher="reference")}
+    return _config(model, out, **(relay | changes))
 
 
 def test_a_relay_run_logs_a_constant_rate_and_leaves_a_model_card_with_its_scores(
