@@ -60,9 +60,14 @@ class ProgressLog:
         # model loading before it and the part a resumed run had done.
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, int, float] | None = None  # (done, tenth, time) last printed
+        self.total: int | None = None  # the phase's total: a new one starts the count again
 
     def __call__(self, done: int, total: int) -> None:
         now = self.clock()
+        if total != self.total:  # a new phase (training's held-out evaluation after its steps)
+            if self.total is not None:
+                self.started, self.first, self.last = now, None, None
+            self.total = total
         if self.first is None:
             self.first = (done, now)
         tenth = done * LOG_STEPS // total if total > 0 else 0

@@ -126,6 +126,23 @@ def test_progress_log_times_and_pace() -> None:
     ]
 
 
+def test_a_new_total_starts_a_new_phase() -> None:
+    """Training's steps, then its held-out evaluation through the same callback: the
+    evaluation's lines count from its own start, at its own tenths."""
+    out, clock = io.StringIO(), _Clock()
+    log = ProgressLog(make_console(file=out), "relay", every_s=600, clock=clock)
+    for step in (1, 2):
+        clock.now += 100.0
+        log(step, 2)
+    for done in range(1, 11):
+        clock.now += 1.0
+        log(done, 10)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["relay: 1/2 (50%) 1m40s elapsed", "relay: 2/2 (100%) 3m20s elapsed"]
+    assert lines[2] == "relay: 1/10 (10%) 0s elapsed" and len(lines) == 12
+    assert lines[-1] == "relay: 10/10 (100%) 9s elapsed"
+
+
 def test_progress_log_unknown_total_and_no_display_elsewhere() -> None:
     out = io.StringIO()
     ProgressLog(make_console(file=out), "filter")(3, 0)
