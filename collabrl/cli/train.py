@@ -58,8 +58,8 @@ def sft(
     resumed = f" (resumed at step {m['resumed_from']})" if m["resumed_from"] is not None else ""
     console.print(f"{m['steps']} steps{resumed} · final loss {loss}")
     console.print(
-        f"model: {m['final']} (use it as --model) · folder: {result.out_dir} "
-        "(metrics.jsonl, train_curves.png, checkpoints/)"
+        f"model: {m['final']} (use it as --model; its card: final/README.md) · folder: "
+        f"{result.out_dir} (metrics.jsonl, train_curves.png, checkpoints/)"
     )
 
 
@@ -233,8 +233,10 @@ def _train(
     if cfg.method == "rsim":
         console.print(f"planner: {result.out_dir / 'planner'} (use it as --planner)")
     console.print(
-        f"model: {result.out_dir / 'final'} (use it as --model) · folder: {result.out_dir} "
-        "(metrics.jsonl, train_curves.png, checkpoints/)"
+        f"model: {result.out_dir / 'final'} (use it as --model; its card: final/README.md) "
+        f"· folder: {result.out_dir} (metrics.jsonl, "
+        + (f"rollouts.jsonl: `collab view {result.out_dir}`, " if cfg.save_rollouts else "")
+        + "train_curves.png, checkpoints/)"
     )
 
 

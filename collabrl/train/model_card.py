@@ -28,7 +28,7 @@ CARD = "README.md"
 
 # What each method is, in a line.
 METHOD_TITLES = {
-    "grpo": "GRPO on its own samples (the solo protocol)",
+    "grpo": "GRPO on its own episodes (`collab train grpo`, on the protocol named below)",
     "relay": "RelayLLM: GRPO with the relay protocol, calling a teacher mid-answer",
     "eapo": "EAPO: GRPO with the consult protocol, asking an expert pool",
     "rsim": "rSIM: GRPO of a reasoner led by a planner trained beside it",
