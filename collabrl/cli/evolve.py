@@ -19,6 +19,7 @@ COLUMNS = (
     ("candidate acc", "candidate_accuracy"),
     ("selected (score)", "selected_score_accuracy"),
     ("selected (vote)", "selected_vote_accuracy"),
+    ("selected (verified)", "selected_verified_accuracy"),
     ("oracle", "oracle_accuracy"),
     ("mean score", "mean_score"),
 )
@@ -68,7 +69,9 @@ def _print_round(summary: dict[str, Any]) -> None:
     console.print(
         f"round {summary['round']}: candidates {summary['candidate_accuracy']:.3f}, "
         f"selected {summary['selected_score_accuracy']:.3f} (score) / "
-        f"{summary['selected_vote_accuracy']:.3f} (vote)"
+        f"{summary['selected_vote_accuracy']:.3f} (vote) / "
+        f"{summary['selected_verified_accuracy']:.3f} (verified); "
+        f"code re-runs: {summary['verified']:.3f} verified, {summary['refuted']:.3f} refuted"
     )
 
 

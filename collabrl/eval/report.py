@@ -19,9 +19,10 @@ from collabrl.userfiles import read_json
 
 # Columns shown by default, in order; `{n}` is each run's samples per problem. strict-match
 # and flexible-extract are lm-eval's two gradings (metrics.py); older runs have neither.
+# f1@{n} and var_f1 are EAPO's "Pass@32" and "Var" at n = 32 (var is over correctness).
 HEADLINE = (
     *("pass@1", "strict-match", "flexible-extract", "avg@{n}", "maj@{n}", "f1@{n}"),
-    *("var", "stderr", "call_ratio"),
+    *("var", "var_f1", "stderr", "call_ratio"),
 )
 # The columns before the metrics: what tells one run from another.
 IDENTITY = ("run", "model", "protocol", "benchmark", "n", "problems")

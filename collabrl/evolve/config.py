@@ -8,10 +8,12 @@ from typing import ClassVar
 from collabrl.config import DataColumns, EngineConfig, SamplingConfig, option
 from collabrl.engines.reference import is_stand_in
 from collabrl.errors import UserError, require
+from collabrl.evolve.select import SELECTORS
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
+from collabrl.tools.sandbox import SandboxLimits
 
-SELECT_RULES = ("score", "vote")
+SELECT_RULES = tuple(SELECTORS)
 # Every round's candidates stay in memory (the state the digests read); papers run a few.
 MAX_ROUNDS = 100
 
@@ -34,8 +36,19 @@ class EvolveConfig(DataColumns):
     )
     select: str = option(
         "score",
-        "The final answer's rule: score (highest summed verified score) or vote (majority); "
-        "both are reported every round.",
+        "The final answer's rule: score (highest summed review score), vote (majority) or "
+        "verified (majority of the candidates whose re-run code agrees with their answer, "
+        "else of those not refuted); all three are reported every round.",
+    )
+    execute: bool = option(
+        True,
+        "Re-run every candidate's code (its python tool calls, else its code blocks, else "
+        "the arithmetic its answer is written as) in the sandbox and check what it prints "
+        "against its answer; off, every candidate is unverified and `verified` is the vote.",
+    )
+    sandbox: SandboxLimits = option(
+        SandboxLimits(),
+        "Limits of each re-run of a candidate's code (execute); docs/tools.md.",
     )
     digest_size: int = option(3, "m: earlier candidates of a problem shown in a round's prompt.")
     trim_chars: int = option(
@@ -74,6 +87,7 @@ class EvolveConfig(DataColumns):
         require("digest_size", self.digest_size, self.digest_size >= 1, "at least 1")
         require("trim_chars", self.trim_chars, self.trim_chars >= 20, "at least 20")
         require("review_max_tokens", self.review_max_tokens, self.review_max_tokens >= 1, ">= 1")
+        self.sandbox.check()
         self.sampling.check()
         self.engine.check()
         registry.check_protocol_config(self.protocol)

@@ -2,9 +2,11 @@
 
 Round r's *candidate* numbers are over the candidates proposed in round r (did the
 models improve?). Its *selected* numbers are over the answers the run would return
-if it stopped after round r: selection runs over every candidate of rounds 1..r,
-the whole shared state. `oracle_accuracy` is the share of problems with at least one
-correct candidate in that state, the ceiling any selection rule can reach.
+if it stopped after round r (one per rule in `select.SELECTORS`): selection runs
+over every candidate of rounds 1..r, the whole shared state. `oracle_accuracy` is
+the share of problems with at least one correct candidate in that state, the
+ceiling any selection rule can reach. `verified` and `refuted` are the shares of
+round r's candidates whose code, re-run, agreed or disagreed with their answer.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from typing import Any
 
 from collabrl.data.benchmarks import Item
 from collabrl.evolve.select import SELECTORS
-from collabrl.evolve.state import UNKNOWN, Candidate
+from collabrl.evolve.state import REFUTED, UNKNOWN, VERIFIED, Candidate
 
-CURVES = ("candidate_accuracy", "selected_score_accuracy", "selected_vote_accuracy")
+CURVES = (
+    "candidate_accuracy",
+    "selected_score_accuracy",
+    "selected_vote_accuracy",
+    "selected_verified_accuracy",
+)
 
 
 def _share(flags: list[bool]) -> float:
@@ -46,6 +53,9 @@ def round_summary(
         "unknown_verdicts": _share([r.verdict == UNKNOWN for r in reviews]),
         "tool_calls": sum(len(c.checks) for c in new),
         "tool_errors": sum(check["error"] is not None for c in new for check in c.checks),
+        # The rest are unverified: no code, a crash, no output, or `execute` off.
+        "verified": _share([c.verdict == VERIFIED for c in new]),
+        "refuted": _share([c.verdict == REFUTED for c in new]),
         "oracle_accuracy": _share([any(c.correct for c in by_problem[i.id]) for i in items]),
     }
     for rule in SELECTORS:

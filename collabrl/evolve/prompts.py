@@ -47,6 +47,19 @@ def digest(candidates: list[Candidate], size: int, chars: int) -> str:
     return "\n\n".join(_entry(n, c, chars) for n, c in enumerate(best, 1))
 
 
+def rerun_lines(c: Candidate, chars: int) -> list[str]:
+    """What re-running the candidate's code found: one line, or none when not re-run."""
+    check = c.code_check
+    if check is None:
+        return []
+    if check.source is None:
+        return [f"Re-run: {check.verdict} ({check.output})."]
+    output = trim(check.output, chars) or "nothing"
+    return [
+        f"Re-run of its {check.source.replace('_', ' ')}: {check.verdict}; it printed: {output}"
+    ]
+
+
 def _entry(number: int, c: Candidate, chars: int) -> str:
     errors = sum(check["error"] is not None for check in c.checks)
     verdicts = ", ".join(r.verdict for r in c.reviews) or "none"
@@ -54,6 +67,7 @@ def _entry(number: int, c: Candidate, chars: int) -> str:
         f"Attempt {number} (round {c.round}, model {c.model + 1}): answer {c.answer or 'none'}",
         f"Executed checks: {len(c.checks)} tool calls, {errors} failed. "
         f"Reviews: {verdicts}. Score: {c.score:.2f}",
+        *rerun_lines(c, chars // 2),
         f"Solution: {trim(c.completion, chars)}",
     ]
     lines += [f"Review: {trim(r.text, chars // 2)}" for r in c.reviews]
@@ -74,10 +88,11 @@ def evolve_question(question: str, notes: str) -> str:
 def review_messages(question: str, candidate: Candidate, chars: int) -> list[ChatMessage]:
     """The reviewer's prompt: the original problem (not the digest) and one candidate."""
     errors = sum(check["error"] is not None for check in candidate.checks)
+    rerun = "".join(f"{line}\n" for line in rerun_lines(candidate, chars // 2))
     user = (
         f"Problem:\n{question}\n\nProposed solution:\n{trim(candidate.completion, chars)}\n\n"
         f"Proposed final answer: {candidate.answer}\n"
-        f"Executed checks: {len(candidate.checks)} tool calls, {errors} failed.\n\n"
+        f"Executed checks: {len(candidate.checks)} tool calls, {errors} failed.\n{rerun}\n"
         "Is the final answer correct? End with `Verdict: correct` or `Verdict: incorrect`."
     )
     return [{"role": "system", "content": REVIEW_SYSTEM}, {"role": "user", "content": user}]

@@ -4,7 +4,9 @@ Each round:
 1. every model proposes `sampling.n` candidates per problem through the protocol
    (with its tools), all models at once on a thread each, one batched `run` each;
    from round 2 on the task's question carries the problem's digest of the state;
-2. every candidate is reviewed by other models (`verify.py`) and scored;
+2. every candidate's code is re-run in the sandbox and checked against its answer
+   (`execute.py`), then the candidate is reviewed by other models (`verify.py`), who
+   read that check, and scored;
 3. selection (`select.py`) runs over the state: every candidate so far;
 4. the round's candidates and summary are saved, and the curve redrawn.
 
@@ -30,6 +32,7 @@ from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.runner import policy_template
 from collabrl.evolve.config import RESUMABLE_KEYS, EvolveConfig
+from collabrl.evolve.execute import execute_checks, execution_tool
 from collabrl.evolve.metrics import plot_curve, round_summary
 from collabrl.evolve.prompts import digest, evolve_question
 from collabrl.evolve.state import (
@@ -116,6 +119,7 @@ def _run_rounds(
     """The rounds after the state's last finished one, each saved as it ends."""
     done = len(state["rounds"])
     pool = read_candidates(out_dir, done)
+    tool = execution_tool(config.sandbox) if config.execute else None
     proposers = _open_proposers(config, bench, template)
     verifiers: list[Reviewer] = []
     try:
@@ -126,6 +130,8 @@ def _run_rounds(
             reviewers = verifiers or [p.reviewer for p in proposers]
             questions = {item.id: item.problem for item in bench.items}
             params = SamplingParams(config.review_max_tokens, seed=config.sampling.seed)
+            if tool:  # first: the reviewers read what the re-run found
+                execute_checks(new, tool)
             review(new, questions, reviewers, not verifiers, params, config.trim_chars)
             pool += new
             summary = round_summary(round_no, new, pool, bench.items, len(config.models))

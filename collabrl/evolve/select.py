@@ -8,13 +8,17 @@ takes no part.
   answer with more candidates, then to the one proposed first.
 - `vote`: the answer most candidates give; ties go to the one proposed first.
 
+- `verified`: the vote among the candidates whose code re-ran and agreed with their
+  answer (`execute.py`); with none, the vote among those not refuted by their re-run;
+  with every one refuted, the vote.
+
 With every score 0 (no reviewer ever said correct) `score` falls back to `vote`.
 """
 
 from __future__ import annotations
 
 from collabrl.eval.metrics import majority_answer, normalize_answer
-from collabrl.evolve.state import Candidate
+from collabrl.evolve.state import REFUTED, VERIFIED, Candidate
 
 
 def select_by_score(candidates: list[Candidate]) -> str | None:
@@ -38,4 +42,10 @@ def select_by_vote(candidates: list[Candidate]) -> str | None:
     return majority_answer([c.answer for c in candidates])
 
 
-SELECTORS = {"score": select_by_score, "vote": select_by_vote}
+def select_by_verified(candidates: list[Candidate]) -> str | None:
+    verified = [c.answer for c in candidates if c.verdict == VERIFIED]
+    standing = [c.answer for c in candidates if c.verdict != REFUTED]
+    return majority_answer(verified) or majority_answer(standing) or select_by_vote(candidates)
+
+
+SELECTORS = {"score": select_by_score, "vote": select_by_vote, "verified": select_by_verified}

@@ -1,11 +1,12 @@
 """The shared state: every candidate of every finished round, and how it is stored.
 
 A candidate is one proposal of one model for one problem in one round, with what
-was checked about it: the tool calls it ran (and whether they failed) and the
-reviews it got. The run folder holds one `round-R.jsonl` of candidates per finished
-round and `state.json`, the run's index (rounds finished, answers selected, metrics).
-Both are replaced atomically, the round file first: a round is finished once
-`state.json` lists it, so a run killed in between redoes only that round.
+was checked about it: the tool calls it ran (and whether they failed), its code
+re-run in the sandbox (`code_check`) and the reviews it got. The run folder holds
+one `round-R.jsonl` of candidates per finished round and `state.json`, the run's
+index (rounds finished, answers selected, metrics). Both are replaced atomically,
+the round file first: a round is finished once `state.json` lists it, so a run
+killed in between redoes only that round.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ BAD_STATE_FIX = "use a new --out folder"
 
 # Verdicts a review can reach; `unknown` is a review whose verdict line was unreadable.
 CORRECT, INCORRECT, UNKNOWN = "correct", "incorrect", "unknown"
+# Verdicts of re-running a candidate's code (`execute.py`).
+VERIFIED, REFUTED, UNVERIFIED = "verified", "refuted", "unverified"
 
 
 @dataclass
@@ -33,6 +36,16 @@ class Review:
     reviewer: str  # the model reference or URL that reviewed
     verdict: str  # CORRECT | INCORRECT | UNKNOWN
     text: str
+
+
+@dataclass
+class CodeCheck:
+    """A candidate's code re-run in the sandbox: the verdict, what ran, what it printed."""
+
+    verdict: str  # VERIFIED | REFUTED | UNVERIFIED
+    source: str | None  # tool_call | code_block | expression; None: nothing to run
+    code: str
+    output: str  # what it printed, or its failure, or why nothing ran
 
 
 @dataclass
@@ -48,6 +61,12 @@ class Candidate:
     # Against the gold answer: reported as accuracy, never read by selection or prompts.
     correct: bool = False
     episode: dict[str, Any] = field(default_factory=dict)
+    code_check: CodeCheck | None = None  # None: not re-run (`execute` off)
+
+    @property
+    def verdict(self) -> str:
+        """The re-run's verdict; UNVERIFIED when its code was never re-run."""
+        return self.code_check.verdict if self.code_check else UNVERIFIED
 
     @property
     def score(self) -> float:
@@ -63,7 +82,14 @@ class Candidate:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
         data = {k: v for k, v in data.items() if k != "score"}
-        return cls(**{**data, "reviews": [Review(**r) for r in data["reviews"]]})
+        check = data.get("code_check")
+        return cls(
+            **{
+                **data,
+                "reviews": [Review(**r) for r in data["reviews"]],
+                "code_check": CodeCheck(**check) if check else None,
+            }
+        )
 
 
 def checks_of(episode: Episode, limit: int) -> list[dict[str, Any]]:

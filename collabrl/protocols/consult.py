@@ -518,10 +518,18 @@ def consult_uses_reference(config: ProtocolConfig) -> bool:
 
 
 def consult_extras(episode: Episode) -> dict[str, Any]:
-    """The acceptance probability this step's schedule set (EAPO's ρ_s)."""
+    """In open mode, the acceptance probability this step's schedule set (EAPO's ρ_s) and
+    whether the episode consulted: 1 when it sent at least one query to the experts, so
+    that a step's mean is EAPO's Figure 4 consultation rate, a share of episodes in [0, 1]
+    (`calls` counts queries, up to K a turn, and its mean can exceed 1). A query counts
+    whether or not ρ_s let its answer in: the policy chose to ask; one the turn budget or
+    the token budget left unsent does not."""
     if "accept_prob" not in episode.meta:
         return {}
-    return {"accept_prob": episode.meta["accept_prob"]}
+    return {
+        "accept_prob": episode.meta["accept_prob"],
+        "consult_rate": float(episode.meta["queries_sent"] > 0),
+    }
 
 
 SPEC = ProtocolSpec(
@@ -541,6 +549,6 @@ SPEC = ProtocolSpec(
     call_syntax="<agent_calls>",
     calls=lambda config: config.consult.mode == "open",
     episode_extras=consult_extras,
-    metric_keys=("accept_prob",),
+    metric_keys=("accept_prob", "consult_rate"),
     grpo=False,
 )

@@ -45,6 +45,7 @@ CURVE_KEYS = (
     "frac_reward_zero_std",
     "episodes/identical_groups",
     "episodes/calls",
+    "episodes/consult_rate",  # EAPO's Figure 4: the share of episodes that consulted
     "episodes/accepted_calls",
     "episodes/format_errors",
     "episodes/tool_calls",

@@ -11,14 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from collabrl.cli import options as opt
-from collabrl.cli.evolve import evolve
 from collabrl.config import build_config
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.errors import UserError
 from collabrl.evolve import EvolveConfig, run_evolve
 from collabrl.evolve.prompts import rank
-from collabrl.evolve.select import select_by_score, select_by_vote
+from collabrl.evolve.select import SELECTORS
 from collabrl.evolve.state import Candidate
 from tests.servers import ServerProcess
 
@@ -35,15 +33,6 @@ def two_endpoints() -> Iterator[tuple[str, str]]:
     finally:
         for server in servers:
             server.kill()
-
-
-@pytest.fixture
-def cli() -> typer.Typer:
-    """`collab evolve` as main.py registers it (without importing every other command)."""
-    app = typer.Typer()
-    app.command("evolve", cls=opt.config_command("evolve"))(evolve)
-    app.command("other")(lambda: None)  # two commands: `evolve` stays a subcommand
-    return app
 
 
 def _evolve(app: typer.Typer, *args: str) -> str:
@@ -104,7 +93,7 @@ def test_two_endpoints_two_rounds_with_resume(cli, two_endpoints, tmp_path: Path
         assert summary["candidate_accuracy"] == sum(c.correct for c in new) / len(new)
         for problem_id, picked in summary["selected"].items():
             mine = [c for c in pool if c.problem_id == problem_id]
-            assert picked == {"score": select_by_score(mine), "vote": select_by_vote(mine)}
+            assert picked == {rule: pick(mine) for rule, pick in SELECTORS.items()}
 
     printed = _evolve(cli, *common, "--rounds", "2", "--resume")
     assert "0 new rounds" in printed

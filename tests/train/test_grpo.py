@@ -153,6 +153,8 @@ def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
     assert "rewards/eapo/mean" in steps[0] and "episodes/accepted_calls" in steps[0]
     # ρ_s = 1/s, set on the protocol before each step and recorded on its episodes.
     assert [s["episodes/accept_prob"] for s in steps] == [1.0, 0.5]
+    # EAPO's Figure 4: the share of each step's episodes that consulted (consult_rate).
+    assert all(0.0 <= s["episodes/consult_rate"] <= 1.0 for s in steps)
     assert [s["turn_budget"] for s in steps] == [6, 1]  # annealed over the 2-step run
 
 

@@ -1,0 +1,86 @@
+"""scripts/evidence/eapo_seeds.py: EAPO against its GRPO baseline across seeds (Pass@32,
+Var, the pooled sign test) and the consultation rate per step (Figure 4)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from collabrl import runs
+from collabrl.eval.metrics import ProblemSamples, summarize
+from tests.eval.test_report import _run
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "eapo_seeds.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("eapo_seeds", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _eval(folder: Path, f1s: list[list[float]]) -> None:
+    """A `collab eval` folder whose problem i has the sample F1s `f1s[i]`."""
+    problems = [
+        ProblemSamples(f"q{i}", [f == 1 for f in v], v, ["1"] * len(v)) for i, v in enumerate(f1s)
+    ]
+    _run(folder, "m", len(f1s[0]), summarize(problems), protocol="consult")
+    with (folder / runs.SAMPLES).open("w") as out:
+        for i, values in enumerate(f1s):
+            for sample, f1 in enumerate(values):
+                record = {"item_id": f"q{i}", "sample": sample, "correct": f1 == 1.0, "f1": f1}
+                out.write(json.dumps(record) + "\n")
+
+
+def test_the_pooled_test_averages_each_problem_over_seeds(tmp_path: Path, capsys) -> None:
+    script = _load()
+    # Three problems, two seeds. EAPO - GRPO per problem: q0 +0.5 and +0.5 (higher),
+    # q1 -0.5 and +0.5 (mean 0: a tie), q2 -1 and 0 (GRPO higher).
+    eapo = {"0": [[1, 1], [0, 0], [0, 0]], "1": [[1, 1], [1, 1], [0.5, 0.5]]}
+    grpo = {"0": [[0.5, 0.5], [0.5, 0.5], [1, 1]], "1": [[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]}
+    for seed in ("0", "1"):
+        _eval(tmp_path / f"eapo-seed{seed}" / script.EVAL, eapo[seed])
+        _eval(tmp_path / f"grpo-seed{seed}" / script.EVAL, grpo[seed])
+    # Pass@2 per seed: EAPO 1/3 and 2/3, GRPO 2/3 and 1/2; Var = mean squared deviation.
+    _, rows = script.seed_table(tmp_path, ["0", "1"])
+    assert rows == [
+        ["0", "0.3333", "0.6667", "0.2222", "0.0556", "false", "false"],
+        ["1", "0.8333", "0.5000", "0.0556", "0.0000", "true", "false"],
+        ["share", "", "", "", "", "1/2", "0/2"],
+    ]
+    header, [row] = script.pooled_test(tmp_path, ["0", "1"])
+    assert dict(zip(header, row, strict=True)) == {
+        "problems": "3",
+        "mean F1 difference": "0.0000",  # (0.5 + 0 - 0.5) / 3
+        "EAPO higher": "1",
+        "GRPO higher": "1",
+        "sign test p": "1.0000",
+    }
+
+
+def test_the_rate_table_windows_each_seeds_steps(tmp_path: Path) -> None:
+    script = _load()
+    run = tmp_path / "eapo-seed0"
+    run.mkdir()
+    lines = [{"step": s, "loss": 0.0, script.RATE: r} for s, r in enumerate([1, 1, 0.5, 0.5, 0], 1)]
+    lines.insert(1, {"step": 1, "eval/pass@1": 0.1})  # an evaluation line: no rate
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, rows = script.rate_table(tmp_path, ["0"])
+    assert rows == [["0", "1-4", "0.7500"], ["0", "5-5", "0.0000"]]
+    script.plot_rates(tmp_path, ["0"], tmp_path / "rate.png")
+    assert (tmp_path / "rate.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("missing", ["eapo", "grpo"])
+def test_a_seed_without_its_evaluation_is_a_user_error(tmp_path: Path, missing: str) -> None:
+    from collabrl.errors import UserError
+
+    script = _load()
+    other = "grpo" if missing == "eapo" else "eapo"
+    _eval(tmp_path / f"{other}-seed0" / script.EVAL, [[1.0]])
+    with pytest.raises(UserError):
+        script.seed_table(tmp_path, ["0"])

@@ -1,0 +1,56 @@
+"""EAPO's Figure 4 consultation rate as a training metric: the share of a step's episodes
+that sent at least one query to the experts, logged beside the queries per episode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collabrl.data.benchmarks import Item
+from collabrl.engines.base import SamplingParams
+from collabrl.engines.reference import REFERENCE
+from collabrl.protocols.base import Policy
+from collabrl.protocols.collaborators import collaborator_pool
+from collabrl.protocols.consult import ConsultProtocol
+from collabrl.protocols.consult_config import ConsultConfig
+from collabrl.protocols.parsing import AGENT_CALLS_CLOSE, AGENT_CALLS_OPEN
+from collabrl.train.rewards import log_episodes
+from collabrl.train.rollout import ProtocolRollout
+from tests.train.test_rollout import ScriptedPolicy
+
+ITEM = Item("p", "What is 6 * 7?", "42", None)
+
+
+def _calls(*experts: int) -> str:
+    body = [{"expert_id": i, "input_parameters": {"query": "6 * 7?"}} for i in experts]
+    return f"{AGENT_CALLS_OPEN}\n{json.dumps(body)}\n{AGENT_CALLS_CLOSE}"
+
+
+def test_consult_rate_is_the_share_of_episodes_that_asked(smol_tokenizer) -> None:
+    # Round 1 of three episodes: one asks all three experts, one asks one, one answers
+    # alone; round 2: the two that asked answer.
+    replies = [_calls(1, 2, 3), _calls(2), "Answer: 41", "Answer: 42", "Answer: 42"]
+    engine = ScriptedPolicy(smol_tokenizer, replies)
+    config = ConsultConfig(expert_max_tokens=6)
+    pool = collaborator_pool([REFERENCE], 30.0, num_experts=3, tokenizer=smol_tokenizer)
+    protocol = ConsultProtocol(Policy(engine, smol_tokenizer), pool, config)
+    rollout = ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=400), 3)
+    out = rollout.to_trl(protocol.run(rollout.tasks(["p"] * 3, 0), rollout.params))
+    logged: dict[str, float] = {}
+    log_episodes({**out, "log_metric": logged.__setitem__})
+    # Queries per episode can exceed 1 (K experts a turn); the rate cannot.
+    assert out["calls"] == [3, 1, 0]
+    assert logged["episodes/calls"] == pytest.approx(4 / 3)
+    assert out["consult_rate"] == [1.0, 1.0, 0.0]
+    assert logged["episodes/consult_rate"] == pytest.approx(2 / 3)
+
+
+def test_a_locked_episode_logs_no_consult_rate(smol_tokenizer) -> None:
+    """Locked mode has no channel (the baseline, the evaluation): no rate of 0 to average
+    into a curve as if the policy had chosen not to ask."""
+    engine = ScriptedPolicy(smol_tokenizer, ["Answer: 42"])
+    protocol = ConsultProtocol(Policy(engine, smol_tokenizer), None, ConsultConfig(mode="locked"))
+    rollout = ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=64), 1)
+    out = rollout.to_trl(protocol.run(rollout.tasks(["p"], 0), rollout.params))
+    assert "consult_rate" not in out
