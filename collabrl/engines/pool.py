@@ -51,7 +51,12 @@ from collabrl.engines.endpoints import (
 )
 from collabrl.engines.loop import LoopThread
 from collabrl.engines.openai_http import OpenAIEngine, prompt_kind
-from collabrl.engines.reference import Reference, reference_completion, stand_in_accuracy
+from collabrl.engines.reference import (
+    Reference,
+    reference_completion,
+    stand_in_accuracy,
+    stand_in_continues,
+)
 from collabrl.engines.response_cache import ResponseCache, cacheable
 from collabrl.engines.retry import describe, is_transient
 
@@ -214,7 +219,10 @@ class ExpertPool:
             return CallRecord(expert_id, name, prompt, None, "unavailable", reason)
         accuracy = stand_in_accuracy(endpoint.ref)
         if accuracy is not None:
-            return self._ask_reference(expert_id, name, prompt, reference, params, accuracy)
+            written = self._partial_answer(prompt) if stand_in_continues(endpoint.ref) else None
+            return self._ask_reference(
+                expert_id, name, prompt, reference, params, accuracy, written
+            )
         entry = self._cached(endpoint, prompt, params)
         if entry is None:
             return None
@@ -237,13 +245,17 @@ class ExpertPool:
         reference: Reference | None,
         params: SamplingParams,
         accuracy: float,
+        written: str | None,
     ) -> CallRecord:
-        """The stand-in's answer, or "unavailable" for a call that brought no reference."""
+        """The stand-in's answer (continuing `written` unless None), or "unavailable"
+        for a call that brought no reference."""
         if reference is None:
             return CallRecord(expert_id, name, prompt, None, "unavailable", NO_REFERENCE)
         started = time.perf_counter()
         tokenizer = self._reference_tokenizer()
-        completion = reference_completion(reference, params.max_tokens, tokenizer, accuracy)
+        completion = reference_completion(
+            reference, params.max_tokens, tokenizer, accuracy, written
+        )
         return CallRecord(
             expert_id,
             name,
@@ -253,6 +265,19 @@ class ExpertPool:
             latency_s=time.perf_counter() - started,
             completion_tokens=completion.completion_tokens,
             finish_reason=completion.finish_reason,
+        )
+
+    def _partial_answer(self, prompt: Prompt) -> str:
+        """The answer a continuing stand-in is asked to go on with: a chat prompt's closing
+        assistant message (the relay teacher's partial reply, `protocols/relay.py`), or
+        none; a text or token prompt ends with it, so its whole text is searched."""
+        if isinstance(prompt, str):
+            return prompt
+        if prompt and isinstance(prompt[0], int):
+            return self._reference_tokenizer().decode(prompt, skip_special_tokens=True)
+        last = prompt[-1] if prompt else None
+        return (
+            str(last["content"]) if isinstance(last, dict) and last["role"] == "assistant" else ""
         )
 
     def _reference_tokenizer(self) -> PreTrainedTokenizerBase:

@@ -8,6 +8,12 @@ fallible one: right on a share P of the problems (a fixed draw per problem), a n
 miss on the rest, so that calling it is a risk, as calling a real teacher is. It reads
 the gold answer, so it is for CPU demos and for testing the training signal, never a
 result to report. The expert pool answers it without an engine (`engines/pool.py`).
+
+`reference-continue` (and `reference-continue@P`) is the same stand-in as a teacher that
+continues the text it is given: it finds how far into its reply the partial answer has
+got (`reached`) and writes the next tokens from there, so that with a worked solution in
+the data a short call gives only part of the way (RelayLLM's "the teacher writes the next
+n tokens"). It is a spelling of its own, so that every `reference@P` run keeps its meaning.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 REFERENCE = "reference"  # the collaborator reference that names the stand-in
+CONTINUE = "reference-continue"  # the stand-in that continues the partial answer it is given
 STAND_IN_NOTE = (
     "The reference collaborator is a stand-in that answers from the gold answer, "
     "for CPU demos and tests of the training signal; these numbers are not a result."
@@ -37,8 +44,13 @@ _CALCULATOR = re.compile(r"<<[^<>\n]*=[^<>\n]*>>")
 _FINAL_LINE = re.compile(r"\n?####[^\n]*\s*\Z")
 
 
-# `reference@0.7`: a stand-in right on 70 % of the problems, a near miss on the rest.
-_FALLIBLE = re.compile(r"reference@(.*)")
+# `reference@0.7`: a stand-in right on 70 % of the problems, a near miss on the rest;
+# `reference-continue@0.7` the same, continuing the partial answer it is given.
+_STAND_IN = re.compile(r"(reference(?:-continue)?)(?:@(.*))?")
+# The fewest non-space characters of a step that a partial answer must end with to count
+# as being inside that step, unless its last line is that start: fewer ("=", "3") at the
+# end of a line of its own match by chance.
+_MIN_MIDSTEP = 3
 
 
 @dataclass(frozen=True)
@@ -52,29 +64,36 @@ class Reference:
 
 
 def stand_in_accuracy(ref: str) -> float | None:
-    """How often the stand-in `ref` is right: `reference` always, `reference@P` on a share
-    P of the problems; None when `ref` names no stand-in."""
-    if ref == REFERENCE:
-        return 1.0
-    match = _FALLIBLE.fullmatch(ref)
+    """How often the stand-in `ref` is right: `reference` (or `reference-continue`)
+    always, `reference@P` on a share P of the problems; None when `ref` names no stand-in."""
+    match = _STAND_IN.fullmatch(ref)
     if match is None:
-        if ref.lower() == REFERENCE or _FALLIBLE.fullmatch(ref.lower()):
+        if _STAND_IN.fullmatch(ref.lower()):
             # Not a model either: a typo of the stand-in, which would fail as a path.
             raise UserError(
                 f"'{ref}' is not a collaborator: the stand-in is written in lower case",
                 f"write {ref.lower()}",
             )
         return None
+    if match.group(2) is None:
+        return 1.0
     try:
-        accuracy = float(match.group(1))
+        accuracy = float(match.group(2))
     except ValueError:
         accuracy = math.nan
     if not 0.0 <= accuracy <= 1.0:
         raise UserError(
             f"'{ref}': a stand-in's accuracy is a number from 0 to 1",
-            "write e.g. reference@0.7 (right on 70% of the problems)",
+            f"write e.g. {match.group(1)}@0.7 (right on 70% of the problems)",
         )
     return accuracy
+
+
+def stand_in_continues(ref: str) -> bool:
+    """Whether the stand-in `ref` continues the partial answer it is given
+    (`reference-continue[@P]`) rather than starting its reply at every call."""
+    match = _STAND_IN.fullmatch(ref)
+    return match is not None and match.group(1) == CONTINUE
 
 
 def is_stand_in(ref: str) -> bool:
@@ -113,24 +132,77 @@ def reference_text(reference: Reference) -> str:
     return f"{solution}\n\n{final}" if solution else final
 
 
+def reached(reply: str, written: str) -> int:
+    """How far into `reply` (a character offset) the partial answer `written` has got.
+
+    Spaces are not compared (a policy spaces `36×15` as it likes). A step (line) of the
+    reply that `written` holds anywhere has been done, so the position is at least the
+    end of the last such step; past it, a partial answer that ends inside the next step
+    (its last line is that step's start, or it ends with a few characters of it) is
+    continued from there, mid-step.
+    """
+    compact = _compact(written)
+    lines = reply.splitlines(keepends=True)
+    ends = [sum(map(len, lines[: i + 1])) for i in range(len(lines))]
+    done = [i for i, line in enumerate(lines) if _compact(line) and _compact(line) in compact]
+    position = ends[done[-1]] if done else 0
+    # The next step (blank lines are no step), which the partial answer may have begun.
+    following = [i for i in range(done[-1] + 1 if done else 0, len(lines)) if lines[i].strip()]
+    # The partial answer's own last line: when it is the start of the next step, the
+    # step has begun, however short the start (a call cut it after "= 1").
+    current = _compact(written.rsplit("\n", 1)[-1])
+    for i in following[:1]:
+        line = lines[i]
+        # The longest start of the next step that the partial answer ends with.
+        for end in range(len(line.rstrip()), 0, -1):
+            start = _compact(line[:end])
+            # Ends on a character, not a space: the space is the continuation's.
+            if line[end - 1].isspace() or not compact.endswith(start):
+                continue
+            if start == current or len(start) >= _MIN_MIDSTEP:
+                return ends[i] - len(line) + end
+    return position
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+def continuation(reply: str, written: str) -> str:
+    """The rest of `reply` after the point `written` has reached, spaced to follow it: a
+    new step starts on a new line, a step already begun goes on after one space."""
+    position = reached(reply, written)
+    rest = reply[position:]
+    if not rest or not written.strip():
+        return rest
+    if position == 0 or reply[position - 1] == "\n":
+        return rest if written.endswith("\n") else "\n" + rest.lstrip(" \n")
+    return rest.lstrip(" ") if written[-1].isspace() else rest
+
+
 def reference_completion(
     reference: Reference,
     max_tokens: int,
     tokenizer: PreTrainedTokenizerBase,
     accuracy: float = 1.0,
+    written: str | None = None,
 ) -> Completion:
     """The reply cut to its first `max_tokens` tokens of `tokenizer` (a near miss on a
     problem a stand-in of `accuracy` does not know).
 
-    Stateless: every call starts from the beginning of the reply, because the stand-in
-    has no model of the partial answer it is continuing and cannot tell where in its own
-    text the policy has got to. finish_reason is "stop" when the whole reply fit (the
-    relay protocol reads that as the teacher's EOS and ends the episode), "length" when
-    it was cut.
+    With `written` None the call is stateless: every call starts from the beginning of
+    the reply (`reference@P`, which has no model of the partial answer it is
+    continuing). With `written`, the partial answer so far (`reference-continue@P`), the
+    reply is what follows the point of the reply that `written` has reached. finish_reason
+    is "stop" when the whole reply fit (the relay protocol reads that as the teacher's EOS
+    and ends the episode), "length" when it was cut.
     """
     if not knows(reference, accuracy):
         reference = near_miss(reference)
-    ids = tokenizer(reference_text(reference), add_special_tokens=False)["input_ids"]
+    text = reference_text(reference)
+    if written is not None:
+        text = continuation(text, written)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     kept = ids[:max_tokens]
     text = tokenizer.decode(kept, skip_special_tokens=True)
     return Completion(text, kept, finish_reason="stop" if len(kept) == len(ids) else "length")

@@ -29,7 +29,8 @@ class ProtocolConfig:
     teacher: str | None = option(
         None,
         "relay: the teacher, a model reference or a base URL; 'reference' is a stand-in "
-        "that writes the gold answer (demos and tests only).",
+        "that writes the gold answer, 'reference-continue' one that continues the "
+        "student's text along the worked solution (demos and tests only).",
     )
     experts: list[str] = option(
         [],
