@@ -197,13 +197,18 @@ RECORDED_PACKAGES = ("collabrl", "torch", "transformers", "trl")
 GIT_TIMEOUT_S = 5.0
 
 
+# How config.yaml's header starts: a reader tells a run folder collabrl wrote from a
+# user's own config.yaml by it (eval/cautions.py).
+WRITTEN_BY = "written by collabrl"
+
+
 def provenance() -> str:
     """config.yaml's header, YAML comments: the command line as this process was started
     (under `accelerate launch`, its own), the date in UTC, the installed versions (read
     from the package metadata: nothing is imported) and the git commit of the working
     directory's repository, if any."""
     lines = [
-        "written by collabrl: keys left out are defaults this run never reads",
+        f"{WRITTEN_BY}: keys left out are defaults this run never reads",
         f"command: {shlex.join(sys.argv)}",
         f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         "versions: " + ", ".join(f"{name} {v}" for name, v in installed_versions().items()),

@@ -184,15 +184,7 @@ def config_helps(command: str) -> dict[str, str]:
     protocol's options class (`protocol.options.KEY`) where the config has a protocol."""
     from collabrl.config import field_help
 
-    helps = field_help(load_config_class(command))
-    if command not in PROTOCOL_OPTIONS:
-        return helps
-    from collabrl.protocols import registry
-
-    for spec in (s for s in registry.specs() if s.options is not None):
-        own = field_help(spec.options)
-        helps |= {f"protocol.options.{k}": v for k, v in own.items() if k not in helps}
-    return helps
+    return _with_protocol_options(command, field_help(load_config_class(command)), field_help)
 
 
 def config_defaults(command: str) -> dict[str, Any]:
@@ -202,15 +194,25 @@ def config_defaults(command: str) -> dict[str, Any]:
     from collabrl.config import build_config
 
     values = _dotted_values(load_config(command, None, {}, []))
+    return _with_protocol_options(
+        command, values, lambda options: _dotted_values(build_config(options, []))
+    )
+
+
+def _with_protocol_options(
+    command: str, by_key: dict[str, Any], of_options: Callable[[type], dict[str, Any]]
+) -> dict[str, Any]:
+    """`by_key` (dotted key -> what is known of it) and, where `command`'s config has a
+    protocol, `of_options` of every registered protocol's options class under
+    `protocol.options.KEY`; a key the config itself has keeps its own entry."""
     if command not in PROTOCOL_OPTIONS:
-        return values
+        return by_key
     from collabrl.protocols import registry
 
     for spec in (s for s in registry.specs() if s.options is not None):
-        own = _dotted_values(build_config(spec.options, []))
-        own = {f"protocol.options.{k}": v for k, v in own.items()}
-        values |= {k: v for k, v in own.items() if k not in values}  # as `config_helps`
-    return values
+        own = {f"protocol.options.{k}": v for k, v in of_options(spec.options).items()}
+        by_key |= {k: v for k, v in own.items() if k not in by_key}
+    return by_key
 
 
 def _shown_default(value: Any) -> bool:

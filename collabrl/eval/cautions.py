@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 # How many run folders a data path is followed back through (a filter's output built
 # from another's): the chain is short, and a loop of configs must end.
 MAX_PROVENANCE = 4
-# The first line of every config.yaml a collabrl run writes (`runs.provenance`).
-WRITTEN_BY = "# written by collabrl"
 
 
 def split_warning(data: str, job: str = "training on") -> str | None:
@@ -108,7 +106,7 @@ def _run_config(folder: Path) -> dict:
         if not path.is_file():
             return {}
         with path.open(encoding="utf-8", errors="replace") as file:
-            if not file.readline().startswith(WRITTEN_BY):
+            if not file.readline().startswith(f"# {runs.WRITTEN_BY}"):
                 return {}
         return read_yaml(path)
     except (OSError, UserError):

@@ -26,13 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from collabrl.evolve.state import REFUTED, UNVERIFIED, VERIFIED, Candidate, CodeCheck
+from collabrl.protocols.parsing import code_blocks
 from collabrl.rewards.verify import is_equivalent
 from collabrl.tools.python import NO_OUTPUT, PythonTool
 from collabrl.tools.sandbox import Sandbox, SandboxLimits
 
-# A solution's code block: tagged python/py or untagged (a block of prose that is no
-# Python crashes or prints nothing, and stays unverified: it never refutes).
-_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 # One line's `expression = value`: plain arithmetic on the left, a number (boxed or
 # not) on the right.
 _ARITHMETIC = r"[-+*/^×÷().\d \t]*\d[-+*/^×÷().\d \t]*"
@@ -66,7 +64,9 @@ def code_pieces(candidate: Candidate) -> list[Piece]:
     ]
     if calls:
         return calls
-    blocks = [Piece("code_block", b) for b in _CODE_BLOCK.findall(candidate.completion)]
+    # An untagged block of prose is no Python: it crashes or prints nothing, and stays
+    # unverified (it never refutes).
+    blocks = [Piece("code_block", b) for b in code_blocks(candidate.completion)]
     if blocks or candidate.answer is None:
         return [b for b in blocks if b.code.strip()]
     expression = answer_expression(candidate.completion, candidate.answer)

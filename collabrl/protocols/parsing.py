@@ -319,6 +319,11 @@ TOOL_RESPONSE_CLOSE = "</tool_response>"
 _CODE_FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
+def code_blocks(text: str) -> list[str]:
+    """The bodies of `text`'s fenced code blocks tagged python/py or untagged, in order."""
+    return _CODE_FENCE_RE.findall(text)
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """The policy's tool call: a tool name and its arguments, or why none could be read.

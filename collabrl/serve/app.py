@@ -341,8 +341,8 @@ def create_app(
             for i, group in enumerate(outputs)
             for j, c in enumerate(group)
         ]
-        request.state.usage = _usage(outputs)
-        return _envelope("cmpl", "text_completion", served_name, choices, outputs)
+        request.state.usage = usage = _usage(outputs)  # the request log line reads it
+        return _envelope("cmpl", "text_completion", served_name, choices, usage)
 
     @app.post("/v1/chat/completions", dependencies=auth, response_model=None)
     async def chat(req: ChatRequest, request: Request) -> dict[str, Any] | StreamingResponse:
@@ -358,8 +358,8 @@ def create_app(
             return _sse(events, "chat.completion.chunk", served_name, req, 1)
         outputs = await _generate(batcher, request, [prompt], params)
         choices = [_chat_choice(j, c, req, tokenizer) for j, c in enumerate(outputs[0])]
-        request.state.usage = _usage(outputs)
-        reply = _envelope("chatcmpl", "chat.completion", served_name, choices, outputs)
+        request.state.usage = usage = _usage(outputs)  # the request log line reads it
+        reply = _envelope("chatcmpl", "chat.completion", served_name, choices, usage)
         if req.return_token_ids:
             reply["prompt_token_ids"] = prompt  # vLLM puts the chat prompt's ids here
         return reply
@@ -750,14 +750,16 @@ def _chat_choice(index: int, c: Completion, req: ChatRequest, tokenizer: Any) ->
     return choice
 
 
-def _envelope(prefix: str, kind: str, model: str, choices: list, outputs: list) -> dict[str, Any]:
+def _envelope(
+    prefix: str, kind: str, model: str, choices: list, usage: dict[str, int]
+) -> dict[str, Any]:
     return {
         "id": f"{prefix}-{uuid.uuid4().hex}",
         "object": kind,
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": _usage(outputs),
+        "usage": usage,
     }
 
 
