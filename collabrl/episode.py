@@ -78,6 +78,14 @@ class Segment:
     def is_helper(self) -> bool:
         return self.author in HELPERS
 
+    @property
+    def shown_text(self) -> str:
+        """Its text for a reader; a collaborator call that came back empty (a failure) says
+        so instead of showing nothing."""
+        if self.is_helper and not self.text:
+            return f"[{self.author} unavailable: {self.meta.get('error') or 'no answer'}]"
+        return self.text
+
 
 @dataclass
 class Episode:

@@ -37,11 +37,7 @@ def json_line(data: object) -> str:
 def transcript(episode: Episode) -> Text:
     text = Text()
     for segment in episode.segments:
-        shown = segment.text
-        if segment.is_helper and not shown:
-            error = segment.meta.get("error") or "no answer"
-            shown = f"[{segment.author} unavailable: {error}]"
-        text.append(printable(shown), style=STYLES[segment.author])
+        text.append(printable(segment.shown_text), style=STYLES[segment.author])
     return text
 
 

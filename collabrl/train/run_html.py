@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from collabrl import __version__, runs
-from collabrl.episode import HELPERS, Author, Episode, Segment
+from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.train.held_out import LOGGED
 from collabrl.train.run import EVALUATION, METRICS, ROLLOUTS, STEP_LINE_KEYS
@@ -323,7 +323,7 @@ def _episode(record: dict[str, Any], path: Path) -> str:
         f"call ratio {episode.call_ratio_realised():.3f}" if episode.calls else "",
     ]
     question = episode.meta.get("question")
-    segments = "".join(_authored(s.author, _shown(s)) for s in episode.segments)
+    segments = "".join(_authored(s.author, s.shown_text) for s in episode.segments)
     return (
         '<div class="episode">'
         f"<h3>step {_e(record.get('step'))} · {_e(episode.problem_id)} · "
@@ -353,11 +353,3 @@ def _authored(author: Author, text: str) -> str:
         f'<span class="author-{author}" title="{_e(author)}" '
         f'style="color: {colour}; background: {background}">{_e(text)}</span>'
     )
-
-
-def _shown(segment: Segment) -> str:
-    """A segment's text; a failed collaborator call (no text) says so, as the terminal
-    transcript does."""
-    if segment.author in HELPERS and not segment.text:
-        return f"[{segment.author} unavailable: {segment.meta.get('error') or 'no answer'}]"
-    return segment.text
