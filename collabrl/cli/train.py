@@ -277,9 +277,11 @@ def _print_plan(cfg: object, accelerate_config: Path | None, num_processes: int 
 
 def _print_evaluation(data: str, evaluation: dict[str, dict]) -> None:
     """The held-out metrics of the starting and the trained policy, side by side."""
+    from collabrl.train.held_out import LOGGED
+
     start, final = evaluation["start"], evaluation["final"]
     table = Table("held-out " + data, "start", "trained")
-    for key in ("pass@1", "call_ratio", "mean_completion_tokens"):
+    for key in LOGGED:
         if key in start:
             table.add_row(key, f"{start[key]:.4f}", f"{final[key]:.4f}")
     console.print(table)

@@ -64,7 +64,8 @@ def held_out_config(
     )
 
 
-# What a step's held-out evaluation logs of its metrics, as eval/<key>.
+# The held-out metrics a training run reports: each step's evaluation logs them as
+# eval/<key>; `collab train`, the model card and the HTML page show them start vs trained.
 LOGGED = ("pass@1", "call_ratio", "mean_completion_tokens")
 
 

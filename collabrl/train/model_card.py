@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
+from collabrl.train.held_out import LOGGED
 
 if TYPE_CHECKING:
     from collabrl.train.grpo_config import GRPOTrainConfig
@@ -34,8 +35,6 @@ METHOD_TITLES = {
     "rsim": "rSIM: GRPO of a reasoner led by a planner trained beside it",
     "sft": "supervised fine-tuning on prompt-completion rows (RelayLLM's warm-up, §3.1)",
 }
-# The held-out metrics the card shows, as `collab train` prints them.
-SCORE_KEYS = ("pass@1", "call_ratio", "mean_completion_tokens")
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ def score_lines(facts: TrainingFacts) -> list[str]:
         "| --- | --- | --- |",
         *(
             f"| {key} | {start[key]:.4f} | {final[key]:.4f} |"
-            for key in SCORE_KEYS
+            for key in LOGGED
             if key in start and key in final
         ),
         "",
