@@ -19,6 +19,7 @@ n tokens"). It is a spelling of its own, so that every `reference@P` run keeps i
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -143,24 +144,26 @@ def reached(reply: str, written: str) -> int:
     """
     compact = _compact(written)
     lines = reply.splitlines(keepends=True)
-    ends = [sum(map(len, lines[: i + 1])) for i in range(len(lines))]
+    ends = list(itertools.accumulate(map(len, lines)))
     done = [i for i, line in enumerate(lines) if _compact(line) and _compact(line) in compact]
     position = ends[done[-1]] if done else 0
     # The next step (blank lines are no step), which the partial answer may have begun.
-    following = [i for i in range(done[-1] + 1 if done else 0, len(lines)) if lines[i].strip()]
+    after = done[-1] + 1 if done else 0
+    following = next((i for i in range(after, len(lines)) if lines[i].strip()), None)
+    if following is None:
+        return position
     # The partial answer's own last line: when it is the start of the next step, the
     # step has begun, however short the start (a call cut it after "= 1").
     current = _compact(written.rsplit("\n", 1)[-1])
-    for i in following[:1]:
-        line = lines[i]
-        # The longest start of the next step that the partial answer ends with.
-        for end in range(len(line.rstrip()), 0, -1):
-            start = _compact(line[:end])
-            # Ends on a character, not a space: the space is the continuation's.
-            if line[end - 1].isspace() or not compact.endswith(start):
-                continue
-            if start == current or len(start) >= _MIN_MIDSTEP:
-                return ends[i] - len(line) + end
+    line = lines[following]
+    # The longest start of the next step that the partial answer ends with.
+    for end in range(len(line.rstrip()), 0, -1):
+        start = _compact(line[:end])
+        # Ends on a character, not a space: the space is the continuation's.
+        if line[end - 1].isspace() or not compact.endswith(start):
+            continue
+        if start == current or len(start) >= _MIN_MIDSTEP:
+            return ends[following] - len(line) + end
     return position
 
 
