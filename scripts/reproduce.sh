@@ -47,7 +47,7 @@ relay() {
   # Three arms from the same warm-up, the same data, steps, samples, lr, prompt and
   # seeds: the difficulty-aware and the simple reward (plus 0.1 per call), and GRPO
   # without a teacher (the accuracy reward alone), the fair baseline.
-  local steps="${RELAY_STEPS:-32}" tokens="${RELAY_MAX_TOKENS:-128}" runs=() free=()
+  local steps="${RELAY_STEPS:-16}" tokens="${RELAY_MAX_TOKENS:-128}" runs=() free=()
   local trained=()
   # The gradient over 4 micro-batches of 8 episodes: 32 episodes of 64 tokens held 9-12 GB.
   local common=(--model "$out/sft/final" --data "$out/train.jsonl" --set prompt=plain
