@@ -7,10 +7,11 @@
 #   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy
 #
 # Everything lands in runs/evidence/METHOD/ (data, warm-up, one run per seed, the tables).
-# SEEDS="0 1" overrides the seeds (default: 0 1 2). The seeds train one after the other: a relay run of
-# 4 × 8 samples holds 9-12 GB (the logits of 32 episodes over a 49,152-token vocabulary,
-# their log-softmax and gradients), and two side by side were more than 24 GB. A stage
-# whose output is already there is skipped.
+# SEEDS="0 1" overrides the seeds (default: 0 1 2); RELAY_ARMS="simple grpo" runs only those
+# relay arms. The seeds train one after the other: a relay run of 4 × 8 samples holds
+# 9-12 GB (the logits of 32 episodes over a 49,152-token vocabulary, their log-softmax
+# and gradients), and two side by side were more than 24 GB. A stage whose output is
+# already there is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
@@ -53,14 +54,15 @@ relay() {
   local common=(--model "$out/sft/final" --data "$out/train.jsonl" --set prompt=plain
     --steps "$steps" --prompts-per-step 4 --num-generations 8 --max-tokens "$tokens"
     --temperature 0.7 --lr 2e-5 --set trl.per_device_train_batch_size=8
-    --set trl.gradient_accumulation_steps=4 --eval-data "$out/test.jsonl")
+    --set trl.gradient_accumulation_steps=4 --eval-data "$out/test.jsonl"
+    --set save_rollouts=32)  # every episode of a step, for the per-family analysis
   # Table 4: every policy on the held-out set with the call tags banned (teacher-free).
   local alone=(--protocol relay --set protocol.relay.teacher_free=true --set prompt=plain
     --max-tokens "$tokens" --temperature 0)
   [ -f "$out/eval-warmup-teacher-free/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
     --model "$out/sft/final" "${alone[@]}" --out "$out/eval-warmup-teacher-free"
   free+=("$out/eval-warmup-teacher-free")
-  for arm in difficulty_aware simple grpo; do
+  for arm in ${RELAY_ARMS:-difficulty_aware simple grpo}; do
     for seed in $SEEDS; do
       local run="$out/$arm-seed$seed"
       if [ "$arm" = grpo ]; then
@@ -89,6 +91,11 @@ relay() {
   # reward and the groups with no signal (all rewards equal), per 4 steps.
   "$PYTHON" scripts/evidence/steps.py episodes/calls,episodes/call_ratio,episodes/accuracy,reward,frac_reward_zero_std \
     4 "${trained[@]}" | tee "$out/steps.md"
+  # Across seeds: the pre-registered concentration criterion per seed and pooled, Table 4
+  # against GRPO without a teacher, and per family over training the reward parts and
+  # group composition (why calls do or do not concentrate).
+  # shellcheck disable=SC2086  # the seeds are words
+  "$PYTHON" scripts/evidence/relay_seeds.py "$out" $SEEDS | tee "$out/seeds.md"
 }
 
 eapo() {
@@ -167,14 +174,15 @@ eapo() {
 }
 
 rsim() {
-  local out=runs/evidence/rsim
-  # Two 1-digit families the reasoner solves alone sometimes (add1 ~85 %, add2 ~16 %
-  # greedy) and the three two-operation families of arith_steps (0-10 %): 24 training
-  # and 12 held-out problems of each.
-  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,add1x3,addsub1,addmul1 24 12 "$out"
+  # The first rsim runs (runs/evidence/rsim, docs/results.md "rSIM: a plan, not a
+  # collapse") trained where the warm-up reasoner was at the floor (accuracy 0.067), so
+  # R_acc had no group variance and the planner learnt from the shaping terms alone
+  # (issue 36). These runs, beside them, keep only the problems the warm-up reasoner
+  # solves 20-60 % of the time under the training protocol itself.
+  local out=runs/evidence/rsim-band
   # The step budgets (5 strategies of <= 40 tokens, 200 tokens an episode) leave room
   # for a plan and its terminal step, so that running out of budget rarely decides the
-  # planner's R_terminal; the same budgets train and evaluate.
+  # planner's R_terminal; the same budgets filter, train and evaluate.
   local budget=(--max-tokens 200 --set protocol.strategy.max_steps=5
     --set protocol.strategy.step_max_tokens=40)
   # Warm-up (appendix A.1): the reasoner's own incorrect samples that keep the
@@ -189,9 +197,31 @@ rsim() {
       --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
       --set activation_checkpointing=false --out "$out/sft"
   }
+  # Candidates: the families the reasoner solves neither always nor never (add1 ~85 %,
+  # add2 ~16 % greedy, the two-operation families 0-10 %), 40 training and 20 held-out
+  # problems of each (add1 has 25 and 20); training candidates come from the *_train
+  # files and held-out ones from *_test, so the two sets are disjoint by construction.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,sub2,mul21,add1x3,addsub1,addmul1 40 20 \
+    "$out/candidates"
+  # The band: each candidate's pass rate over k = 8 episodes of the training rollout (the
+  # warm-up reasoner driven by an untrained planner, both at 0.9, the budgets above).
+  # `collab filter` asks one prompt, not a protocol, so `collab eval run` samples the
+  # protocol and rsim_band.py keeps [0.2, 0.6] by the filter's own rule.
+  local k=8 band=(0.2 0.6)
+  for split in train test; do
+    [ -f "$out/pass-rates/$split/metrics.json" ] || "$COLLAB" eval run \
+      "$out/candidates/$split.jsonl" --model "$out/sft/final" --protocol strategy \
+      --planner smollm2-135m --n "$k" --temperature 0.9 \
+      --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" \
+      --out "$out/pass-rates/$split"
+    "$PYTHON" scripts/evidence/rsim_band.py "$out/candidates/$split.jsonl" \
+      "$out/pass-rates/$split" "$k" "${band[@]}" "$out/$split.jsonl"
+  done
   # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
   # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
   # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
+  # A new setting: the project's constant learning rate, not RECORDED_SCHEDULE; every
+  # episode of a step kept (16), so that rsim_groups.py counts R_acc's mixed groups.
   local steps="${RSIM_STEPS:-16}" runs=() trained=()
   for seed in $SEEDS; do
     local run="$out/joint-seed$seed"
@@ -200,7 +230,7 @@ rsim() {
       --prompts-per-step 4 --num-generations 4 --temperature 0.9 \
       --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4 \
       --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5 \
-      "${RECORDED_SCHEDULE[@]}" \
+      --set save_rollouts=16 \
       --set seed="$seed" --eval-data "$out/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
     [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
     runs+=("$run/eval-final")
@@ -211,6 +241,8 @@ rsim() {
   # The planner over training: strategy shares, strategies per episode, why episodes end.
   "$PYTHON" scripts/evidence/steps.py planner/accuracy,planner/terminal,planner/penalty,planner/strategies_per_episode,planner/entropy,strategies/terminal,planner/end_terminal,planner/end_max_steps,planner/end_length \
     4 "${trained[@]}" | tee "$out/steps.md"
+  # Whether R_acc carried signal: the groups with both right and wrong episodes.
+  "$PYTHON" scripts/evidence/rsim_groups.py "${trained[@]}" | tee "$out/groups.md"
   # Plug-in: the warm-up reasoner (rSIM's starting point, untouched by RL) served over
   # HTTP, driven by each seed's trained planner, by the untrained one and by PS+ prompting.
   plug_in "$out" "${budget[@]}"

@@ -8,24 +8,28 @@ tool turn first.
 
 Every problem is sampled under the apollo protocol with its sampling aids
 (`apollo.force_call`, `apollo.few_shot`: the policy is made to open a call and shown one
-worked call), and the sandbox runs what it calls. A trace becomes rows when its last
-call ran without error and printed the gold answer, as its last line:
+worked call of `apollo.aid_tool`: python, or retrieve for questions answered in the
+documentation), and the tools run what it calls. A trace becomes rows when its last
+call ran without error and gave the gold answer: a python call printed it as its last
+line, a retrieve call returned documentation in which it is written (`rtol=1e-05`). Its rows:
 
 - a call row for each policy turn that ended in `</tool_call>` (failed calls and the
   error messages that answered them stay: they teach the error correction);
 - an answer row after the last `<tool_response>` block: "The answer is \\boxed{X}.",
-  X the printed value. It replaces what the policy wrote there, because the model
+  X the value as the tool wrote it. It replaces what the policy wrote there, because the model
   this is for does not box its answers.
 
 The rows are text prompt–completion pairs asked with the prompt training uses, the A.1
 prompt without the aids (`apollo_prompt(specs, few_shot=False)`), rendered with the
-policy's chat template; a forced call's opening tag is the first completion's own text.
+policy's chat template; a forced call's opening (the tag, for retrieve also the call's
+name) is the first completion's own text.
 Tool output and protocol tags sit in the prompts, so they carry no loss. A trace's rows
 are one line of rows.jsonl, so a killed build never keeps half a trace.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -135,6 +139,22 @@ def printed_value(segment: Segment) -> str:
     return lines[-1].strip() if lines else ""
 
 
+# The words of a retrieved text that may be a value: `1e-05` and `'auto'` of `rtol=1e-05,
+# mode='auto')`, `None` of `|  initial=None`.
+_WORDS = re.compile(r"[^\s,()\[\]{}:;=|]+")
+
+
+def answer_shown(call: Segment, item: Item) -> str | None:
+    """The answer the call gave, as the tool wrote it, or None: a python call's last
+    printed line; for a retrieve call, the first word of the documentation it returned
+    that is the gold answer (`1e-05`, `None`), the value the policy reads there."""
+    if call.meta.get("tool") == "retrieve":
+        words = dict.fromkeys(_WORDS.findall(call.text))  # each once, in order
+        return next((word for word in words if item.is_correct(word)), None)
+    value = printed_value(call)
+    return value if value and item.is_correct(value) else None
+
+
 def trace_rows(policy: Policy, start: str, episode: Episode, item: Item) -> dict[str, Any] | str:
     """The trace's rows as one line of rows.jsonl (see `training_rows`), or why it gives none."""
     calls = episode.tool_calls
@@ -143,9 +163,10 @@ def trace_rows(policy: Policy, start: str, episode: Episode, item: Item) -> dict
     last = calls[-1]
     if last.meta.get("error") is not None:
         return f"last call failed ({last.meta['error']})"
-    value = printed_value(last)
-    if not value or not item.is_correct(value):
-        return "last call did not print the answer"
+    value = answer_shown(last, item)
+    if value is None:
+        shown = "show" if last.meta.get("tool") == "retrieve" else "print"
+        return f"last call did not {shown} the answer"
     end = episode.segments.index(last) + 2  # the tool segment, then the closing tag
     # Every policy turn before the last response ended in a call: the protocol only
     # resumes the policy after one.

@@ -2,10 +2,16 @@
 
 RelayLLM keeps only the training problems its teacher solves: 10 responses per
 problem, kept when the pass rate is at least 50%, so that calling the teacher during
-training can help. The teacher answers with the data's prompt (the relay solver
-prompt for the math sets, as in the paper); a response is correct when the answer
-extracted from it (the prompt's extractors, then the data's fallback) is equivalent
-to the reference answer.
+training can help. An upper bound (not in the paper) keeps a band instead: with the
+policy itself as the "teacher", [0.2, 0.6] keeps the problems it solves sometimes, on
+which a group of its rollouts holds both right and wrong answers, so that an accuracy
+reward has a group variance to learn from (rSIM's stand-in, docs/results.md).
+
+The teacher answers with the data's prompt (the relay solver prompt for the math sets,
+as in the paper); a response is correct when the answer extracted from it (the prompt's
+extractors, then the data's fallback) is equivalent to the reference answer. The filter
+asks one prompt, not a protocol: a policy that answers under a protocol (rSIM's planner
+and step budgets) is measured by `collab eval run --protocol ... --n K` instead.
 
     config.yaml       the resolved config; a re-run with another experiment is refused
     samples.jsonl     every scored teacher response, appended one chunk at a time
@@ -16,11 +22,11 @@ to the reference answer.
     stats.json        counts, the pass-rate histogram's numbers, decontamination counts
     stats.png         the same, drawn
 
-Samples are the unit of work. The threshold only reads them, so a re-run with another
-`--threshold` re-filters without asking the teacher. Problems go to the teacher in
-fixed chunks, their calls grouped by sample index (sample s is asked with seed
-`seed + s`), so a kill loses at most the chunk in flight. A group partly done is
-asked again whole and only its missing samples are kept, so a resumed run samples
+Samples are the unit of work. The bounds only read them, so a re-run with another
+`--threshold` or `--max-threshold` re-filters without asking the teacher. Problems go
+to the teacher in fixed chunks, their calls grouped by sample index (sample s is asked
+with seed `seed + s`), so a kill loses at most the chunk in flight. A group partly done
+is asked again whole and only its missing samples are kept, so a resumed run samples
 what an uninterrupted one does. A call that fails is not written: the problem stays
 out (it has fewer than k samples) until a re-run retries it. A run in which every call
 failed is refused as a whole (one error; a folder it made is removed).
@@ -89,6 +95,12 @@ class FilterConfig(DataColumns):
         "Keep problems whose pass rate is at least this (the paper's 0.5); a re-run "
         "with another threshold re-filters the saved samples.",
     )
+    max_threshold: float | None = option(
+        None,
+        "Keep only problems whose pass rate is at most this (unset: no upper bound; not "
+        "in the paper): with --threshold, a band such as [0.2, 0.6] of problems the model "
+        "solves sometimes. A re-run with another bound re-filters the saved samples.",
+    )
     decontaminate: bool = option(
         False,
         "First drop rows that overlap a shipped evaluation benchmark (exact or 13-gram).",
@@ -117,6 +129,11 @@ class FilterConfig(DataColumns):
         require("sampling.n", self.sampling.n, self.sampling.n == 1, "1 (set k instead)")
         require("k", self.k, 1 <= self.k <= MAX_SAMPLES, f"between 1 and {MAX_SAMPLES}")
         require("threshold", self.threshold, 0 <= self.threshold <= 1, "in [0, 1]")
+        if self.max_threshold is not None:
+            ok = self.threshold <= self.max_threshold <= 1  # NaN fails
+            require(
+                "max_threshold", self.max_threshold, ok, f"in [threshold={self.threshold:g}, 1]"
+            )
         ok = 0 < self.timeout < float("inf")  # NaN fails both
         require("timeout", self.timeout, ok, "a finite number of seconds > 0")
         require("limit", self.limit, self.limit is None or self.limit >= 1, "at least 1")
@@ -125,7 +142,9 @@ class FilterConfig(DataColumns):
 
 
 # Resources, bookkeeping and choices that only read the saved samples.
-RESUMABLE_KEYS = frozenset({"limit", "out", "engine", "timeout", "threshold", "decontaminate"})
+RESUMABLE_KEYS = frozenset(
+    {"limit", "out", "engine", "timeout", "threshold", "max_threshold", "decontaminate"}
+)
 
 
 def build_filter(
@@ -268,10 +287,16 @@ def pass_rates(
                 "pass_rate": rate,
                 "passed": sum(scored),
                 "k": len(scored),
-                "kept": len(scored) == config.k and rate >= config.threshold,
+                "kept": len(scored) == config.k and in_band(rate, config),
             }
         )
     return rates
+
+
+def in_band(rate: float, config: FilterConfig) -> bool:
+    """Whether a pass rate is within the bounds kept: [threshold, max_threshold]."""
+    upper = 1.0 if config.max_threshold is None else config.max_threshold
+    return config.threshold <= rate <= upper
 
 
 def data_row(item: Item, pass_rate: float | None = None) -> dict[str, Any]:
@@ -329,7 +354,15 @@ def filter_stats(
         stats |= {
             "k": config.k,
             "threshold": config.threshold,
-            "below_threshold": sum(r["k"] == config.k and not r["kept"] for r in rates),
+            "max_threshold": config.max_threshold,
+            "below_threshold": sum(
+                r["k"] == config.k and r["pass_rate"] < config.threshold for r in rates
+            ),
+            # Complete and out of the band without being below it.
+            "above_max_threshold": sum(
+                r["k"] == config.k and not r["kept"] and r["pass_rate"] >= config.threshold
+                for r in rates
+            ),
             "incomplete": sum(r["k"] < config.k for r in rates),
             "failed_samples": len(failures),
             "failure_reasons": reasons(failures),

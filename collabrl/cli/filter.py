@@ -21,6 +21,7 @@ def filter_data(
     data: str = opt.config_option("data", "--data"),
     k: int = opt.config_option("k", "--k"),
     threshold: float = opt.config_option("threshold", "--threshold"),
+    max_threshold: float = opt.config_option("max_threshold", "--max-threshold"),
     limit: int = opt.config_option("limit", "--limit"),
     out: str = opt.config_option("out", "--out"),
     decontaminate: bool = opt.config_option("decontaminate", "--decontaminate"),
@@ -35,7 +36,8 @@ def filter_data(
     set_: list[str] = opt.SET,
 ) -> None:
     """Sample a teacher k times per problem and keep the problems it solves often enough
-    (RelayLLM §3.2.2); --decontaminate first drops rows that overlap an evaluation set."""
+    (RelayLLM §3.2.2), or, with --max-threshold, within a band of pass rates;
+    --decontaminate first drops rows that overlap an evaluation set."""
     from collabrl.builders.filter import build_filter
     from collabrl.eval.cautions import split_warning
 
@@ -57,6 +59,9 @@ def _print_summary(stats: dict, out_dir: Path, new_samples: int) -> None:
         table.add_row("teacher", stats["teacher"])
         table.add_row("mean pass rate", f"{stats['pass_rate']['mean']:.3f}")
         table.add_row(f"below threshold {stats['threshold']:g}", str(stats["below_threshold"]))
+        if stats["max_threshold"] is not None:
+            above = f"above max threshold {stats['max_threshold']:g}"
+            table.add_row(above, str(stats["above_max_threshold"]))
     table.add_row("kept", str(stats["kept"]))
     console.print(table)
     if "stand_in" in stats:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the router brings in the MCP client: not needed to check a 
     from collabrl.tools.mcp_client import ToolRouter
 
 CALL_BUDGET_SPENT = "tool call budget spent"
+TOOLS_OFF = "the tools are off"
 
 
 def build_router(config: ApolloConfig) -> ToolRouter:
@@ -86,7 +87,10 @@ _TOOLS_HEADER = (
     f"{TOOL_RESPONSE_OPEN} and {TOOL_RESPONSE_CLOSE}. The tools:\n<tools>\n"
 )
 
-_FEW_SHOT = f"""
+# A worked call per tool, for `few_shot` (`apollo.aid_tool` picks one). The retrieve
+# example's response is abridged from what the tool returns for that query.
+FEW_SHOT = {
+    "python": f"""
 For example:
 User: What is 12345 * 6789?
 Assistant: Let me compute it.
@@ -96,15 +100,42 @@ Assistant: Let me compute it.
 {TOOL_RESPONSE_OPEN}
 83810205
 {TOOL_RESPONSE_CLOSE}
-The product is \\boxed{{83810205}}."""
+The product is \\boxed{{83810205}}.""",
+    "retrieve": f"""
+For example:
+User: What is the default value of the `max_denominator` parameter of \
+fractions.Fraction.limit_denominator?
+Assistant: Let me look it up.
+{TOOL_CALL_OPEN}
+{{"name": "retrieve", "arguments": {{"repo_name": "fractions", "query": \
+"fractions.Fraction.limit_denominator max_denominator default"}}}}
+{TOOL_CALL_CLOSE}
+{TOOL_RESPONSE_OPEN}
+[1] pydoc:fractions:142-200
+     |  limit_denominator(self, max_denominator=1000000)
+     |      Closest Fraction to self with denominator at most max_denominator.
+{TOOL_RESPONSE_CLOSE}
+The signature says max_denominator=1000000, so the answer is \\boxed{{1000000}}.""",
+}
+
+# What `force_call` writes: the opening tag; for retrieve also the call up to its first
+# argument, so that the forced call is a retrieve call even for a policy that has only
+# ever seen python calls (it names the repo and writes the query).
+FORCED_OPENING = {
+    "python": f"{TOOL_CALL_OPEN}\n",
+    "retrieve": f'{TOOL_CALL_OPEN}\n{{"name": "retrieve", "arguments": {{"repo_name": "',
+}
 
 
-def apollo_prompt(specs: list[ToolSpec], few_shot: bool) -> PromptTemplate:
-    """The system prompt of A.1 with the tools' schemas, one JSON object per line."""
+def apollo_prompt(
+    specs: list[ToolSpec], few_shot: bool, aid_tool: str = "python"
+) -> PromptTemplate:
+    """The system prompt of A.1 with the tools' schemas, one JSON object per line, and
+    with `few_shot` the worked call of `aid_tool` when that tool is offered."""
     schemas = "\n".join(json.dumps(s.schema(), ensure_ascii=False) for s in specs)
     system = f"{SYSTEM_PROMPT}\n\n{_TOOLS_HEADER}{schemas}\n</tools>"
-    if few_shot and any(s.name == "python" for s in specs):
-        system += "\n" + _FEW_SHOT
+    if few_shot and any(s.name == aid_tool for s in specs):
+        system += "\n" + FEW_SHOT[aid_tool]
     return PromptTemplate(
         name="apollo",
         system=system,
@@ -202,7 +233,7 @@ class ApolloProtocol:
         self.router = router
         self.config = config
         specs = router.specs()
-        self.template = apollo_prompt(specs, config.few_shot)
+        self.template = apollo_prompt(specs, config.few_shot, config.aid_tool)
         names = {s.name for s in specs}
         self.code_tool = "python" if config.lenient_calls and "python" in names else None
         self.extract = self.template.extractors(extract_fallback)
@@ -212,7 +243,8 @@ class ApolloProtocol:
         episodes = new_episodes(self.policy, self.template, tasks, self.name)
         if self.config.force_call:
             for episode in episodes:
-                episode.add(environment(self.policy, TOOL_CALL_OPEN + "\n", forced_call=True))
+                opening = FORCED_OPENING[self.config.aid_tool]
+                episode.add(environment(self.policy, opening, forced_call=True))
 
         def after_policy(i: int, segment: Segment) -> ToolCall | None:
             return self._after_policy(episodes[i], segment, params)
@@ -232,7 +264,9 @@ class ApolloProtocol:
                 and guard(episodes[i], self._respond, episodes[i], call, result, params)
             ]
 
-        run_rounds(self.policy, episodes, params, (TOOL_CALL_CLOSE,), after_policy, serve)
+        banned = (TOOL_CALL_OPEN,) if self.config.tools_off else ()
+        stop = (TOOL_CALL_CLOSE,)
+        run_rounds(self.policy, episodes, params, stop, after_policy, serve, banned)
         for episode in episodes:
             finish(episode, policy_text, self.extract)
             episode.meta["format_errors"] = format_errors(episode)
@@ -253,6 +287,8 @@ class ApolloProtocol:
 
     def _call(self, episode: Episode, call: ToolCall) -> ToolResult:
         """Run one call; a malformed call or one past the budget is answered, not run."""
+        if self.config.tools_off:  # the ban missed a spelling: answer, run nothing
+            return ToolResult(f"Error: {TOOLS_OFF}; write the final answer.", error="off")
         if not call.ok:
             return ToolResult(f"Error: {call.error}.", error="format")
         if len(episode.tool_calls) >= self.config.max_tool_calls:

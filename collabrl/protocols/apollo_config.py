@@ -46,6 +46,17 @@ class ApolloConfig:
         "Open the policy's answer with <tool_call> (protocol text), so its first words are "
         "a call: for demos and small models that never call on their own; not in the paper.",
     )
+    aid_tool: str = option(
+        "python",
+        "The tool of the sampling aids (not in the paper): few_shot's worked call, and for "
+        "retrieve force_call also writes the call's name, so the forced call is a retrieve call.",
+    )
+    tools_off: bool = option(
+        False,
+        "Offer the tools in the prompt but ban <tool_call> from the policy's text (a call "
+        "that slips through is answered, not run): the policy alone with the same prompt, "
+        "for a like-for-like comparison (not in the paper).",
+    )
     lenient_calls: bool = option(
         True,
         "Read a <tool_call> whose body is Python code, not the JSON asked for, as a call "
@@ -56,6 +67,19 @@ class ApolloConfig:
         check_tool_names(self.tools)
         self.python.check()
         self.retrieval.check()
+        if self.aid_tool not in LOCAL_TOOLS:
+            raise UserError(
+                f"unknown apollo.aid_tool '{self.aid_tool}'", f"use {', '.join(LOCAL_TOOLS)}"
+            )
+        if self.force_call and self.tools_off:
+            raise UserError(
+                "apollo.force_call opens a call that apollo.tools_off bans", "set one of them"
+            )
+        if self.force_call and self.aid_tool not in self.tools:
+            raise UserError(
+                f"apollo.force_call opens a {self.aid_tool} call, but tools are {self.tools}",
+                f"add {self.aid_tool} to apollo.tools, or set apollo.aid_tool to an offered tool",
+            )
         if not self.tools and not self.mcp_servers:
             raise UserError(
                 "the apollo protocol has no tools",

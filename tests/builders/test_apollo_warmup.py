@@ -19,7 +19,7 @@ from collabrl.builders.folder import PLOT, ROWS, STATS
 from collabrl.config import EngineConfig, SamplingConfig
 from collabrl.engines.base import Prompt, SamplingParams
 from collabrl.errors import UserError
-from collabrl.protocols.apollo import ApolloConfig, ApolloProtocol, build_router
+from collabrl.protocols.apollo import FORCED_OPENING, ApolloConfig, ApolloProtocol, build_router
 from collabrl.protocols.base import Policy, Task
 from collabrl.runs import DATASET
 from tests.builders.sft import train_one_step
@@ -124,6 +124,46 @@ def test_traces_without_a_right_last_call_are_rejected(
     )
     assert result.stats["rows"] == 0 and result.stats["rejected"] == {reason: 1}
     assert (tmp_path / PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+ISCLOSE = {
+    "id": "docs-train-stdlib-0000",
+    "problem": "What is the default value of the `rel_tol` parameter of math.isclose?",
+    "answer": "1e-09",
+    "answer_type": "math",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("math.isclose rel_tol default", None), ("factorial of an integer", "did not show")],
+)
+def test_a_retrieve_trace_boxes_the_value_the_documentation_shows(
+    smol_tokenizer, tmp_path, monkeypatch, query, reason
+) -> None:
+    """With aid_tool=retrieve the forced call is a retrieve call (its name written for the
+    policy), and a trace is kept when the documentation it returned shows the answer."""
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path / "home"))
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps(ISCLOSE) + "\n")
+    turn = f'math", "query": "{query}"}}}}\n</tool_call>'
+    apollo = ApolloConfig(
+        tools=["retrieve", "python"], few_shot=True, force_call=True, aid_tool="retrieve"
+    )
+    engine = _scripted(smol_tokenizer, [turn, "It is 1e-09."])
+    # Room for the retrieved chunks (up to 2000 characters of code) after the call.
+    sampling = SamplingConfig(max_tokens=1024, temperature=1.0, seed=3)
+    config = _config(tmp_path / "w", data=str(data), apollo=apollo, sampling=sampling)
+    result = build_apollo_warmup(config, engine=engine)
+    sampled = smol_tokenizer.decode(engine.prompts[0])
+    assert "max_denominator=1000000" in sampled  # the worked retrieve call
+    if reason is not None:
+        assert result.stats["rejected"] == {"last call did not show the answer": 1}
+        return
+    call, answer = _rows(tmp_path / "w")
+    assert call["completion"] == FORCED_OPENING["retrieve"] + turn
+    assert answer["completion"] == "The answer is \\boxed{1e-09}."
+    assert "rel_tol=1e-09" in answer["prompt"] and "max_denominator" not in answer["prompt"]
 
 
 def test_the_sampling_aids_do_not_reach_the_rows(smol_tokenizer, tmp_path) -> None:

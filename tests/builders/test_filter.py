@@ -279,11 +279,40 @@ def test_decontamination_runs_before_the_teacher(
     assert (result.stats["problems"], result.stats["kept"]) == (5, 2)
 
 
+def test_a_band_keeps_exactly_the_pass_rates_within_it(
+    data: Path, tmp_path: Path, teacher: ScriptedTeacher
+) -> None:
+    out = tmp_path / "run"
+    result = build_filter(config(data, out, threshold=0.25, max_threshold=0.5))
+
+    # Both bounds are kept (0.25 and 0.5), 1 is above the band and 0 below it.
+    assert rates(out) == {
+        "p0": (1.0, False),
+        "p1": (0.5, True),
+        "p2": (0.25, True),
+        "p3": (0.0, False),
+    }
+    assert [r["id"] for r in read_records(out / "rows.jsonl")] == ["p1", "p2"]
+    stats = result.stats
+    assert (stats["kept"], stats["below_threshold"], stats["above_max_threshold"]) == (2, 1, 1)
+    assert stats["max_threshold"] == 0.5
+    calls = teacher.calls
+
+    # Another band re-filters the saved samples: the teacher is not asked again.
+    again = build_filter(config(data, out, threshold=0.25, max_threshold=0.25))
+
+    assert teacher.calls == calls and again.new_samples == 0
+    assert [r["id"] for r in read_records(out / "rows.jsonl")] == ["p2"]
+    assert again.stats["above_max_threshold"] == 2
+
+
 @pytest.mark.parametrize(
     ("changes", "key"),
     [
         ({"k": 0}, "k"),
         ({"threshold": 1.5}, "threshold"),
+        ({"threshold": 0.6, "max_threshold": 0.2}, "max_threshold"),
+        ({"max_threshold": 1.5}, "max_threshold"),
         ({"timeout": 0}, "timeout"),
         ({"sampling": SamplingConfig(n=2)}, "sampling.n"),
         ({"teacher": None}, "nothing to do"),

@@ -93,3 +93,23 @@ def test_nothing_to_do_and_bad_values_are_one_line(tmp_path: Path) -> None:
     result = collab("filter", "--teacher", "reference", "--k", "0", cwd=tmp_path)
     assert_one_line_error(result, "--k")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_band_of_pass_rates_then_a_bad_band_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["filter", "--teacher", "reference", "--data", "arith", "--limit", "2", "--k", "2"]
+    args += ["--max-tokens", "64", "--out", str(out), "--threshold", "0.2"]
+
+    # The reference teacher is always right: every problem is above a band ending at 0.6.
+    result = runner.invoke(app, [*args, "--max-threshold", "0.6"], env=ENV)
+
+    assert result.exit_code == 0, result.output
+    assert "above max threshold 0.6" in result.output
+    assert read_records(out / "rows.jsonl") == []
+    assert json.loads((out / "stats.json").read_text())["above_max_threshold"] == 2
+
+    bad = collab(*args[:-2], "--threshold", "0.6", "--max-threshold", "0.2", cwd=tmp_path)
+
+    assert_one_line_error(bad, "--max-threshold", "0.2")
+    # Refused before the folder is touched: the last run's stats stand.
+    assert json.loads((out / "stats.json").read_text())["max_threshold"] == 0.6

@@ -18,6 +18,8 @@ from collabrl.episode import Author, EndReason, Episode
 from collabrl.errors import UserError
 from collabrl.protocols.apollo import (
     CALL_BUDGET_SPENT,
+    FORCED_OPENING,
+    TOOLS_OFF,
     SYSTEM_PROMPT,
     ApolloConfig,
     ApolloProtocol,
@@ -196,6 +198,51 @@ def test_a_forced_call_opens_the_answer_with_the_tag(smol_tokenizer, router):
     assert engine.prompts[0] == episode.prompt_ids + episode.segments[0].token_ids
 
 
+def test_a_forced_retrieve_call_names_the_tool_for_the_policy(
+    smol_tokenizer, tmp_path, monkeypatch
+):
+    """aid_tool=retrieve: the forced opening holds the call up to its repo name, the policy
+    writes the rest, and the call reaches the retrieve tool (real, on math's pydoc page);
+    the worked example is the retrieve one."""
+    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path))
+    config = ApolloConfig(tools=["retrieve"], force_call=True, few_shot=True, aid_tool="retrieve")
+    rest = 'math", "query": "isclose rel_tol"}}\n' + TOOL_CALL_CLOSE
+    tools = build_router(config)
+    try:
+        # Room for the chunks (up to 2000 characters) after the call.
+        params = SamplingParams(max_tokens=1024, seed=0)
+        replies = [rest, "\\boxed{1e-09}"]
+        [episode], engine = run(smol_tokenizer, tools, replies, config, params)
+    finally:
+        tools.close()
+    assert episode.segments[0].text == FORCED_OPENING["retrieve"]
+    [call] = episode.tool_calls
+    assert call.meta["tool"] == "retrieve" and call.meta["error"] is None
+    assert "rel_tol=1e-09" in call.text and episode.answer == "1e-09"
+    assert "max_denominator=1000000" in smol_tokenizer.decode(engine.prompts[0])
+
+
+def test_tools_off_keeps_the_prompt_and_bans_calls(smol_tokenizer, router):
+    """The "alone" arm: the same A.1 prompt with the same schemas, `<tool_call>` banned in
+    every policy turn, and a call that slips through answered without running."""
+    off = ApolloConfig(tools=["python"], tools_off=True)
+    engine = ScriptedEngine(smol_tokenizer, [call("python", code="print(6 * 7)"), "\\boxed{42}"])
+    sent: list[SamplingParams] = []
+    generate = engine.generate
+    engine.generate = lambda prompts, params: sent.append(params) or generate(prompts, params)
+    on = ApolloProtocol(Policy(engine, smol_tokenizer), _Shared(router), PYTHON_ONLY)
+    protocol = ApolloProtocol(Policy(engine, smol_tokenizer), _Shared(router), off)
+    try:
+        [episode] = protocol.run([Task("p", "What is 6 * 7?")], PARAMS)
+    finally:
+        protocol.close()
+    assert protocol.template == on.template
+    assert all(params.banned == (TOOL_CALL_OPEN,) for params in sent) and len(sent) == 2
+    [refused] = episode.tool_calls
+    assert refused.meta["error"] == "off" and TOOLS_OFF in refused.text  # 42 never printed
+    assert episode.answer == "42"
+
+
 # ----------------------------------------------------------------------------- config
 
 
@@ -204,6 +251,12 @@ def test_config_refuses_what_cannot_run():
         ApolloConfig(tools=["shell"]).check()
     with pytest.raises(UserError, match="no tools"):
         ApolloConfig(tools=[]).check()
+    with pytest.raises(UserError, match="aid_tool"):
+        ApolloConfig(aid_tool="shell").check()
+    with pytest.raises(UserError, match="force_call opens a retrieve call"):
+        ApolloConfig(tools=["python"], force_call=True, aid_tool="retrieve").check()
+    with pytest.raises(UserError, match="tools_off bans"):
+        ApolloConfig(force_call=True, tools_off=True).check()
     with pytest.raises(UserError, match="max_tool_calls"):
         ApolloConfig(max_tool_calls=0).check()
     with pytest.raises(UserError):
