@@ -75,7 +75,9 @@ class ApolloConfig:
             raise UserError(
                 "apollo.force_call opens a call that apollo.tools_off bans", "set one of them"
             )
-        if self.force_call and self.aid_tool not in self.tools:
+        # python's forced opening is the bare <tool_call> tag, which any tool may follow;
+        # retrieve's names the tool, so that tool must be offered.
+        if self.force_call and self.aid_tool != "python" and self.aid_tool not in self.tools:
             raise UserError(
                 f"apollo.force_call opens a {self.aid_tool} call, but tools are {self.tools}",
                 f"add {self.aid_tool} to apollo.tools, or set apollo.aid_tool to an offered tool",

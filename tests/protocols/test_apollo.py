@@ -19,8 +19,8 @@ from collabrl.errors import UserError
 from collabrl.protocols.apollo import (
     CALL_BUDGET_SPENT,
     FORCED_OPENING,
-    TOOLS_OFF,
     SYSTEM_PROMPT,
+    TOOLS_OFF,
     ApolloConfig,
     ApolloProtocol,
     apollo_prompt,
@@ -255,6 +255,8 @@ def test_config_refuses_what_cannot_run():
         ApolloConfig(aid_tool="shell").check()
     with pytest.raises(UserError, match="force_call opens a retrieve call"):
         ApolloConfig(tools=["python"], force_call=True, aid_tool="retrieve").check()
+    # the bare opening tag of the default aid fits any offered tool
+    ApolloConfig(tools=["retrieve"], force_call=True).check()
     with pytest.raises(UserError, match="tools_off bans"):
         ApolloConfig(force_call=True, tools_off=True).check()
     with pytest.raises(UserError, match="max_tool_calls"):
