@@ -308,7 +308,9 @@ apollo() {
       --set activation_checkpointing=false --set max_length=1024 --out "$out/sft"
   }
   # Held-out, greedy: each policy with the tools offered (the A.1 prompt, no aids) and
-  # alone (the plain prompt), the paper's with/without-tools comparison (Figure 7).
+  # alone, the paper's with/without-tools comparison (Figure 7). Alone twice: on the
+  # plain prompt (the recorded runs) and on the same A.1 prompt with calls banned
+  # (`tools_off`, issue 36), so that only the tool differs between the two.
   local evals=()
   for entry in base:smollm2-135m warmup:"$out/sft/final"; do
     local name="${entry%%:*}" model="${entry#*:}"
@@ -318,7 +320,11 @@ apollo() {
     [ -f "$out/eval/$name-alone/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
       --model "$model" --set prompt=plain --max-tokens 160 --temperature 0 \
       --out "$out/eval/$name-alone"
-    evals+=("$out/eval/$name-tools" "$out/eval/$name-alone")
+    [ -f "$out/eval/$name-alone-same-prompt/metrics.json" ] || "$COLLAB" eval run \
+      "$out/test.jsonl" --model "$model" --protocol apollo "${tools[@]}" \
+      --set protocol.apollo.tools_off=true --max-tokens 160 --temperature 0 \
+      --out "$out/eval/$name-alone-same-prompt"
+    evals+=("$out/eval/$name-tools" "$out/eval/$name-alone" "$out/eval/$name-alone-same-prompt")
   done
   "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
   "$PYTHON" scripts/evidence/tools.py "${evals[@]}" | tee -a "$out/table.md"

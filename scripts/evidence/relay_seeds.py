@@ -3,6 +3,8 @@ from the run folders `scripts/reproduce.sh relay` writes under OUT:
 
     python scripts/evidence/relay_seeds.py OUT SEED...
 
+(`RELAY_ARMS="difficulty_aware grpo"`, as for reproduce.sh, tables only those arms)
+
 prints four markdown tables, in three parts:
 
 1. Where the calls go: per relay arm (difficulty_aware, simple) and seed, each family's
@@ -31,6 +33,7 @@ prints four markdown tables, in three parts:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import defaultdict
@@ -46,7 +49,9 @@ from collabrl.eval.metrics import sign_test
 from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
 from collabrl.train.run import ROLLOUTS
 
-RELAY_ARMS = ("difficulty_aware", "simple")
+# The arms reproduce.sh ran: its RELAY_ARMS, so that a partial run is tabled as it is.
+ARMS = os.environ.get("RELAY_ARMS", "difficulty_aware simple grpo").split()
+RELAY_ARMS = tuple(arm for arm in ("difficulty_aware", "simple") if arm in ARMS)
 BASELINE = "grpo"  # GRPO without a teacher, the same steps and data
 WITH_TEACHER = "eval-final"  # each run's held-out evaluation, relay protocol with the teacher
 ALONE = "eval-teacher-free"  # the same held-out set, the call tags banned (Table 4)
@@ -168,7 +173,8 @@ def _family_cell(samples: Samples) -> str:
 def alone_runs(out: Path, seeds: list[str]) -> dict[str, Path]:
     """Every teacher-free evaluation by its row's name: the warm-up, then arm x seed."""
     found = {"warm-up": out / WARMUP_ALONE}
-    for arm in (*RELAY_ARMS, BASELINE):
+    arms = (*RELAY_ARMS, BASELINE) if BASELINE in ARMS else RELAY_ARMS
+    for arm in arms:
         found |= {f"{arm}-seed{seed}": out / f"{arm}-seed{seed}" / ALONE for seed in seeds}
     return found
 
@@ -329,15 +335,16 @@ def group_cells(records: list[dict[str, Any]]) -> list[str]:
 
 
 def main(out: Path, seeds: list[str]) -> None:
-    for title, (header, rows) in (
-        (
-            "Calls per family with the teacher, and the pre-registered criterion",
-            call_table(out, seeds),
-        ),
-        ("Table 4: teacher-free accuracy", alone_table(out, seeds)),
-        ("Teacher-free, relay arms against GRPO over seeds", against_grpo(out, seeds)),
-        ("Why: training rollouts per family and window of steps", rollout_table(out, seeds)),
-    ):
+    tables = [
+        ("Calls per family with the teacher, and the pre-registered criterion", call_table),
+        ("Table 4: teacher-free accuracy", alone_table),
+        ("Teacher-free, relay arms against GRPO over seeds", against_grpo),
+        ("Why: training rollouts per family and window of steps", rollout_table),
+    ]
+    if BASELINE not in ARMS:  # RELAY_ARMS without grpo: nothing to compare against
+        tables.pop(2)
+    for title, table in tables:
+        header, rows = table(out, seeds)
         print(f"\n**{title}**\n\n{to_markdown(header, rows)}")
 
 

@@ -261,3 +261,22 @@ def test_a_missing_run_folder_is_named_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and "eval-final is not a folder" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_relay_arms_tables_only_the_arms_that_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """reproduce.sh's RELAY_ARMS: a partial run (one relay arm, no GRPO) is tabled as it
+    is, without asking for the folders of the arms that did not run."""
+    monkeypatch.setenv("RELAY_ARMS", "difficulty_aware")
+    script = _load()
+    run = tmp_path / "difficulty_aware-seed0"
+    _alone(tmp_path / script.WARMUP_ALONE, [1, 0, 0, 0])
+    _alone(run / script.ALONE, [1, 1, 0, 0])
+    _eval(run / script.WITH_TEACHER, {fam: _calls(1, 2) for fam in FAMILIES})
+    _rollouts(run, 1, [("add1", True, 0, 0.0), ("add2", False, 1, -0.1)])
+
+    script.main(tmp_path, ["0"])
+    printed = capsys.readouterr().out
+    assert "difficulty_aware-seed0" in printed and "against GRPO" not in printed
+    assert "simple" not in printed and "grpo" not in printed
