@@ -53,7 +53,6 @@ class RelayCall:
     n: int | None
     start: int  # index in the text where the last `<call>` begins, -1 if none
     error: str | None = None
-    clipped: bool = False  # the request exceeded max_n and was cut down to it
 
     @property
     def ok(self) -> bool:
@@ -69,7 +68,10 @@ def parse_relay_call(text: str, max_n: int) -> RelayCall | None:
     """Parse the last `<call>n</call>` in `text`; None when no `<call>` appears at all.
 
     `n` must be a positive ASCII integer (surrounding whitespace and a leading `+`
-    allowed). A request above `max_n` is still a request: it is clipped to `max_n`.
+    allowed) of at most `max_n`, written in no more digits than `max_n` has. A larger
+    request is refused, not cut down to `max_n`: a policy trained on the realised ρ
+    padded its request with dozens of digits, its own tokens, which lowered ρ while the
+    cut-down call still brought the teacher's whole solution (docs/results.md).
     """
     _check_positive("max_n", max_n)
     start = text.rfind(CALL_OPEN)
@@ -88,13 +90,12 @@ def parse_relay_call(text: str, max_n: int) -> RelayCall | None:
     if match is None:
         return RelayCall(n=None, start=start, error="not a number")
     sign, digits = match.groups()
-    digits = digits.lstrip("0")
-    if sign == "-" or not digits:
+    if sign == "-" or not digits.lstrip("0"):
         return RelayCall(n=None, start=start, error="not positive")
     # Compare lengths before converting, so a 10**6-digit request costs no big-int work
-    # (and cannot hit Python's int/str conversion limit).
+    # (and cannot hit Python's int/str conversion limit); leading zeros count as digits.
     if len(digits) > len(str(max_n)) or int(digits) > max_n:
-        return RelayCall(n=max_n, start=start, clipped=True)
+        return RelayCall(n=None, start=start, error=f"over max_call_tokens ({max_n})")
     return RelayCall(n=int(digits), start=start)
 
 

@@ -87,8 +87,7 @@ def relay_step(
     if calls_made >= config.max_calls:
         return RelayStep(error=f"call limit ({config.max_calls}) reached")
     n = config.fixed_k or call.n
-    error = "clipped" if call.clipped else None
-    return RelayStep(n=min(n, budget), requested=call.n, error=error)
+    return RelayStep(n=min(n, budget), requested=call.n)
 
 
 def teacher_messages(template: PromptTemplate, question: str, written: str) -> list[ChatMessage]:

@@ -15,7 +15,9 @@ class RelayConfig:
 
     max_calls: int = option(8, "Calls answered per episode; later calls are format errors.")
     max_call_tokens: int = option(
-        1000, "Largest n a call may request; a larger request is clipped to it."
+        9999,
+        "Largest n a call may request (the warm-up writes up to 9000); a larger request, "
+        "or one in more digits, is a format error and is not answered.",
     )
     fixed_k: int | None = option(
         None, "Fixed-k mode: every call gets k teacher tokens whatever its n (paper Table 5)."

@@ -34,22 +34,30 @@ def test_well_formed_call():
 @pytest.mark.parametrize("inner", [" 7 ", "\n7\t", "+7", "007", " +007 "])
 def test_whitespace_plus_and_leading_zeros(inner):
     call = parse_relay_call(f"x<call>{inner}</call>", max_n=100)
-    assert call.ok and call.n == 7 and not call.clipped
+    assert call.ok and call.n == 7
 
 
 def test_trailing_whitespace_after_close_tolerated():
     assert parse_relay_call("<call>3</call>\n", max_n=10).n == 3
 
 
-def test_above_max_is_clipped():
+def test_above_max_is_refused():
     call = parse_relay_call("<call>500</call>", max_n=100)
-    assert call == RelayCall(n=100, start=0, error=None, clipped=True)
-    assert call.ok
+    assert call == RelayCall(n=None, start=0, error="over max_call_tokens (100)")
+    assert not call.ok
 
 
-def test_exactly_max_is_not_clipped():
+def test_exactly_max_is_granted():
     call = parse_relay_call("<call>100</call>", max_n=100)
-    assert call.n == 100 and not call.clipped
+    assert call.ok and call.n == 100
+
+
+def test_a_request_padded_with_digits_is_refused():
+    """A policy trained on the realised ρ learned to pad its request with digits, its own
+    tokens, diluting ρ: more digits than max_n has is refused, leading zeros included."""
+    assert parse_relay_call("<call>0100</call>", max_n=100).error == "over max_call_tokens (100)"
+    padded = "<call>19891422442222224828292222222668846868686</call>"
+    assert parse_relay_call(padded, max_n=1000).error == "over max_call_tokens (1000)"
 
 
 @pytest.mark.parametrize("inner", ["0", "000", "-3", "-0", " -12 ", "-" + "9" * 5000])
@@ -89,9 +97,9 @@ def test_last_call_is_parsed():
     assert parse_relay_call(text, max_n=100) == RelayCall(n=9, start=text.rfind("<call>"))
 
 
-def test_huge_number_is_clipped_quickly():
+def test_huge_number_is_refused_quickly():
     call = parse_relay_call("<call>" + "9" * 1_000_000 + "</call>", max_n=256)
-    assert call.n == 256 and call.clipped and call.ok
+    assert call.n is None and call.error == "over max_call_tokens (256)"
     # Ten digits against a large max_n: compared exactly, not rejected by digit count.
     assert parse_relay_call("<call>1234567890</call>", max_n=10**12).n == 1234567890
 
@@ -366,7 +374,7 @@ def test_relay_call_property(text, max_n):
         if call.ok:
             assert 1 <= call.n <= max_n
         else:
-            assert call.n is None and not call.clipped
+            assert call.n is None
 
 
 @settings(max_examples=1000, deadline=None)
@@ -374,7 +382,7 @@ def test_relay_call_property(text, max_n):
 def test_relay_call_round_trip(prefix, max_n, data):
     n = data.draw(st.integers(min_value=1, max_value=max_n))
     call = parse_relay_call(f"{prefix}<call>{n}</call>", max_n)
-    assert call.n == n and call.ok and not call.clipped
+    assert call.n == n and call.ok
 
 
 @settings(max_examples=1000, deadline=None)

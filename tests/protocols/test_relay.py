@@ -63,9 +63,12 @@ def test_call_limit() -> None:
     assert step.n is None and "limit" in step.error
 
 
-def test_huge_request_is_clipped_and_recorded() -> None:
+def test_a_request_over_the_cap_is_refused_and_recorded() -> None:
     step = relay_step("<call>" + "9" * 500 + "</call>", CALL_CLOSE, 0, 10**6, RelayConfig())
-    assert step.n == RelayConfig().max_call_tokens and step.error == "clipped"
+    assert step.n is None and step.error == "over max_call_tokens (9999)"
+    # the warm-up's largest n, 9000, is granted
+    granted = relay_step("<call>9000</call>", CALL_CLOSE, 0, 10**6, RelayConfig())
+    assert granted.n == 9000 and granted.error is None
 
 
 def test_eos_ends_the_episode_and_a_dangling_call_is_recorded() -> None:
