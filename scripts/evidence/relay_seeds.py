@@ -94,6 +94,12 @@ def calling(samples: Samples) -> int:
     return sum(s.get("calls", 0) > 0 for s in samples)
 
 
+def opened(samples: Samples) -> int:
+    """Episodes that wrote `<call>`, answered or not: a call left unclosed (its n padded
+    with digits to the budget) is no call to `calling` but shows here."""
+    return sum("<call>" in s.get("completion", "") for s in samples)
+
+
 def p_value(p: float) -> str:
     """A p-value as printed: 4 decimals, or 2 significant digits below 0.0001."""
     return format_value(p) if p >= 1e-4 else f"{p:.1e}"
@@ -112,6 +118,11 @@ def pooled_calls(families: dict[str, Samples], group: tuple[str, ...], run_dir: 
     if not samples:
         raise UserError(f"{run_dir} has no problem of {', '.join(group)}", "is it the relay set?")
     return [calling(samples), len(samples)]
+
+
+def opened_share(families: dict[str, Samples], group: tuple[str, ...]) -> str:
+    samples = [s for f in group for s in families.get(f, [])]
+    return share(opened(samples), len(samples))
 
 
 def concentration(split: list[int]) -> tuple[float, bool]:
@@ -135,6 +146,7 @@ def call_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]
     names = ordered({f for families in loaded.values() for f in families})
     header = ["arm", "seed", *(f"{f} acc (calls)" for f in names)]
     header += [f"calls {'+'.join(SOLVED)}", f"calls {'+'.join(FAILED)}", "Fisher p", "concentrates"]
+    header += [f"opened {'+'.join(SOLVED)}", f"opened {'+'.join(FAILED)}"]
     rows = []
     for arm in RELAY_ARMS:
         total, ps, shown = [0, 0, 0, 0], [], 0
@@ -148,15 +160,16 @@ def call_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]
             total, shown = [a + b for a, b in zip(total, split, strict=True)], shown + concentrates
             ps.append(p)
             cells = [_family_cell(families.get(f, [])) for f in names]
+            attempts = [opened_share(families, group) for group in (SOLVED, FAILED)]
             rows.append(
                 [arm, seed, *cells, share(*split[:2]), share(*split[2:]), p_value(p)]
-                + [str(concentrates).lower()]
+                + [str(concentrates).lower(), *attempts]
             )
         pooled = float(combine_pvalues(ps, method="fisher").pvalue)
         blanks = [""] * len(names)
         rows.append(
             [arm, "pooled", *blanks, share(*total[:2]), share(*total[2:]), p_value(pooled)]
-            + [f"{shown}/{len(seeds)} seeds"]
+            + [f"{shown}/{len(seeds)} seeds", "", ""]
         )
     return header, rows
 

@@ -4,6 +4,7 @@ pre-registered criterion, Table 4 against GRPO, and the rollouts that explain th
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import subprocess
 import sys
@@ -39,7 +40,9 @@ def _eval(folder: Path, samples: dict[str, list[tuple[bool, int]]]) -> None:
         for fam, problems in samples.items():
             for i, (correct, calls) in enumerate(problems):
                 item = f"arith-test-{fam}-{i:04d}"
-                writer.write({"item_id": item, "sample": 0, "correct": correct, "calls": calls})
+                completion = "<call>5</call>" * calls
+                record = {"item_id": item, "sample": 0, "correct": correct, "calls": calls}
+                writer.write(record | {"completion": completion})
 
 
 def _calls(called: int, total: int) -> list[tuple[bool, int]]:
@@ -88,6 +91,8 @@ def test_the_criterion_needs_both_the_halved_share_and_the_fisher_test(tmp_path:
         "calls add2+mul22+add3": "0.6667",
         "Fisher p": script.p_value(p0),
         "concentrates": "true",
+        "opened add1": "0.1000",
+        "opened add2+mul22+add3": "0.6667",
     }
     p1 = _one_sided_fisher(15, 30, 5, 10)
     assert table["difficulty_aware", "1"]["Fisher p"] == script.p_value(p1)
@@ -280,3 +285,22 @@ def test_relay_arms_tables_only_the_arms_that_ran(
     printed = capsys.readouterr().out
     assert "difficulty_aware-seed0" in printed and "against GRPO" not in printed
     assert "simple" not in printed and "grpo" not in printed
+
+
+def test_an_unclosed_call_is_no_call_but_shows_as_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy that pads n with digits to the budget leaves its call unclosed: the
+    criterion counts no call there, and the opened share shows the attempt."""
+    monkeypatch.setenv("RELAY_ARMS", "difficulty_aware")
+    script = _load()
+    run = tmp_path / "difficulty_aware-seed0"
+    _eval(run / script.WITH_TEACHER, {fam: _calls(1, 2) for fam in FAMILIES})
+    unclosed = {"item_id": "arith-test-add1-0009", "sample": 0, "correct": False, "calls": 0}
+    with (run / script.WITH_TEACHER / runs.SAMPLES).open("a", encoding="utf-8") as samples:
+        samples.write(json.dumps(unclosed | {"completion": "To solve<call>19891422"}) + "\n")
+
+    header, rows = script.call_table(tmp_path, ["0"])
+    row = dict(zip(header, rows[0], strict=True))
+    assert row["calls add1"] == "0.3333"  # 1 of 3 answered
+    assert row["opened add1"] == "0.6667"  # 2 of 3 wrote <call>
