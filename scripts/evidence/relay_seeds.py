@@ -44,6 +44,7 @@ from scipy.stats import combine_pvalues, fisher_exact
 
 from collabrl import runs
 from collabrl.config import read_yaml
+from collabrl.episode import Author
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
@@ -295,7 +296,9 @@ def rollout_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str
                 cells[arm, family(problem), start].append({**record, "seed": seed})
                 parts |= set(record["rewards"])
     names = sorted(parts)
-    header = ["arm", "family", "steps", "episodes", "call share", *(f"reward {p}" for p in names)]
+    header = ["arm", "family", "steps", "episodes", "call share"]
+    header += ["callers' accuracy", "non-callers' accuracy", "teacher tokens a caller"]
+    header += [f"reward {p}" for p in names]
     header += ["groups", "samples/group", "all fail", "mixed", "all succeed"]
     header += ["callers right", "non-callers right"]
     order = {f: i for i, f in enumerate(ordered({f for _, f, _ in cells}))}
@@ -305,10 +308,34 @@ def rollout_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str
         means = [_mean_part(records, p) for p in names]
         span = f"{start}-{start + WINDOW - 1}"
         rows.append(
-            [arm, fam, span, str(len(records)), share(calling(records), len(records)), *means]
+            [arm, fam, span, str(len(records)), share(calling(records), len(records))]
+            + caller_cells(records)
+            + means
             + group_cells(records)
         )
     return header, rows
+
+
+def caller_cells(records: list[dict[str, Any]]) -> list[str]:
+    """Right answers among the episodes that called and among those that did not (right/of),
+    and the tokens the teacher wrote in a calling episode: what a call brought then."""
+    called = [r for r in records if r["calls"] > 0]
+    alone = [r for r in records if r["calls"] == 0]
+    written = [teacher_tokens(r) for r in called]
+    return [
+        _right(called),
+        _right(alone),
+        format_value(sum(written) / len(written)) if written else "-",
+    ]
+
+
+def _right(records: list[dict[str, Any]]) -> str:
+    return f"{sum(bool(r['correct']) for r in records)}/{len(records)}"
+
+
+def teacher_tokens(record: dict[str, Any]) -> int:
+    segments = record["episode"]["segments"]
+    return sum(len(s["token_ids"]) for s in segments if s["author"] == Author.TEACHER.value)
 
 
 def _mean_part(records: list[dict[str, Any]], part: str) -> str:

@@ -226,6 +226,9 @@ def test_the_rollout_table_counts_calls_rewards_and_group_composition(
         "steps": "1-4",
         "episodes": "6",
         "call share": "0.5000",  # 3 of 6 called
+        "callers' accuracy": "2/3",
+        "non-callers' accuracy": "1/3",
+        "teacher tokens a caller": "1.3333",  # one token a call: 1, 2, 1
         "reward call_cost": "-0.0800",  # (-.1 -.2 + 0 -.1 + 0) / 5: the None left out
         "reward relay_difficulty_aware": "0.5000",
         "groups": "2",
