@@ -29,6 +29,17 @@ resume() {  # `--resume` when a killed run left a checkpoint, so that a rerun co
   if compgen -G "$1/checkpoints/checkpoint-*" > /dev/null; then echo --resume; fi
 }
 
+train() {  # train RUN METHOD ARGS...: `collab train METHOD ARGS --out RUN`, logged to RUN.log,
+  # skipped once RUN holds eval.json and resumed where a killed run left a checkpoint. A
+  # finished run's checkpoints serve only --resume (two of 1.6 GB each for SmolLM2-135M,
+  # most of it optimizer state), so they are removed: nine relay runs kept 30 GB.
+  local run="$1" method="$2"
+  shift 2
+  [ -f "$run/eval.json" ] || "$COLLAB" train "$method" $(resume "$run") "$@" --out "$run" 2>&1 \
+    | tee "$run.log"
+  rm -rf "$run/checkpoints"
+}
+
 relay() {
   # Runs before issue 36 (a teacher that copies the answer at every call, docs/results.md)
   # were in runs/evidence/relay: these are new, beside them.
@@ -71,13 +82,11 @@ relay() {
     for seed in $SEEDS; do
       local run="$out/$arm-seed$seed"
       if [ "$arm" = grpo ]; then
-        [ -f "$run/eval.json" ] || "$COLLAB" train grpo $(resume "$run") "${common[@]}" --set seed="$seed" \
-          --out "$run" 2>&1 | tee "$run.log"
+        train "$run" grpo "${common[@]}" --set seed="$seed"
       else
-        [ -f "$run/eval.json" ] || "$COLLAB" train relay $(resume "$run") "${common[@]}" \
+        train "$run" relay "${common[@]}" \
           --teacher reference-continue@0.7 --reward "$arm" \
-          --reward-func scripts/evidence/rewards.py:call_cost --set seed="$seed" \
-          --out "$run" 2>&1 | tee "$run.log"
+          --reward-func scripts/evidence/rewards.py:call_cost --set seed="$seed"
         trained+=("$run")
       fi
       [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
@@ -148,15 +157,13 @@ eapo() {
   local runs=("$arms/eval-start-pass32") trained=()
   for seed in $SEEDS; do
     local run="$arms/eapo-seed$seed" base="$arms/grpo-seed$seed"
-    [ -f "$run/eval.json" ] || "$COLLAB" train eapo $(resume "$run") --model "$out/sft/final" \
+    train "$run" eapo --model "$out/sft/final" \
       --expert reference@0.7 --set protocol.consult.expert_max_tokens=16 \
       --set schedule.accept=inverse --set schedule.turn_budget_start=2 \
-      --set schedule.turn_budget_end=2 "${common[@]}" --set seed="$seed" \
-      --out "$run" 2>&1 | tee "$run.log"
-    [ -f "$base/eval.json" ] || "$COLLAB" train grpo $(resume "$base") --model "$out/sft/final" \
+      --set schedule.turn_budget_end=2 "${common[@]}" --set seed="$seed"
+    train "$base" grpo --model "$out/sft/final" \
       --set prompt=eapo-eval --reward-func collabrl.train.rewards:eapo \
-      --set reward_mode=replace "${common[@]}" --set seed="$seed" \
-      --out "$base" 2>&1 | tee "$base.log"
+      --set reward_mode=replace "${common[@]}" --set seed="$seed"
     for arm in "$run" "$base"; do
       [ -f "$arm/eval-pass32/results.json" ] ||
         "$COLLAB" eval "$out/test.jsonl" --model "$arm/final" "${pass32[@]}" \
@@ -232,13 +239,13 @@ rsim() {
   local steps="${RSIM_STEPS:-16}" runs=() trained=()
   for seed in $SEEDS; do
     local run="$out/joint-seed$seed"
-    [ -f "$run/eval.json" ] || "$COLLAB" train rsim $(resume "$run") --model "$out/sft/final" \
+    train "$run" rsim --model "$out/sft/final" \
       --planner smollm2-135m --data "$out/train.jsonl" --steps "$steps" \
       --prompts-per-step 4 --num-generations 4 --temperature 0.9 \
       --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4 \
       --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5 \
       --set save_rollouts=16 \
-      --set seed="$seed" --eval-data "$out/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+      --set seed="$seed" --eval-data "$out/test.jsonl"
     [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
     runs+=("$run/eval-final")
     trained+=("$run")
@@ -347,12 +354,12 @@ apollo() {
   "$PYTHON" scripts/evidence/arith_mix.py sub2,sub2neg,mix,div,add1x3,addmul1 24 20 "$rl"
   for seed in $SEEDS; do
     local run="$rl/grpo-seed$seed"
-    [ -f "$run/eval.json" ] || "$COLLAB" train grpo $(resume "$run") --model "$out/sft/final" \
+    train "$run" grpo --model "$out/sft/final" \
       --protocol apollo "${tools[@]}" --data "$rl/train.jsonl" --steps "$steps" \
       --prompts-per-step 4 --num-generations 4 --max-tokens 160 --temperature 0.7 \
       --lr 2e-5 --set trl.per_device_train_batch_size=4 "${RECORDED_SCHEDULE[@]}" \
       --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
-      --eval-data "$rl/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+      --eval-data "$rl/test.jsonl"
     [ ${#trained[@]} -gt 0 ] || trained+=("$run/eval-start")
     trained+=("$run/eval-final")
   done
@@ -418,12 +425,12 @@ apollo_docs() {
     [ "$arm" = tools ] || arm_args=("${off[@]}")
     for seed in $SEEDS; do
       local run="$docs/grpo-$arm-seed$seed"
-      [ -f "$run/eval.json" ] || "$COLLAB" train grpo $(resume "$run") --model "$docs/sft/final" \
+      train "$run" grpo --model "$docs/sft/final" \
         --protocol apollo "${arm_args[@]}" --data "$docs/train.jsonl" --steps "$steps" \
         --prompts-per-step 4 --num-generations 4 --max-tokens "$tokens" --temperature 0.7 \
         --lr 2e-5 --set trl.per_device_train_batch_size=4 \
         --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
-        --eval-data "$docs/test.jsonl" --out "$run" 2>&1 | tee "$run.log"
+        --eval-data "$docs/test.jsonl"
       # eval-start is the warm-up policy under the arm's protocol: greedy, so once an arm.
       [ "$seed" != "${SEEDS%% *}" ] || runs+=("$run/eval-start")
       runs+=("$run/eval-final")
