@@ -22,7 +22,8 @@ prints four markdown tables, in three parts:
    two-sided sign test over the problems (the problems are the independent draws, as in
    eapo_seeds.py), and the share of seeds where the relay arm is at least GRPO's.
 3. Why, from each relay run's rollouts.jsonl (pooled over seeds), per family and window of
-   4 steps: the share of episodes that call, the mean of each reward part, and the prompt
+   4 steps: the share of episodes that call, how many callers and non-callers were right,
+   the tokens the teacher wrote in a calling episode, the mean of each reward part, and the prompt
    groups (one problem at one step of one seed) with at least 2 logged samples: the share
    where all fail / some do / all succeed, and among the mixed ones with callers and
    non-callers, how many had the callers right more often, and how many less often. Only
