@@ -23,13 +23,13 @@ prints four markdown tables, in three parts:
    eapo_seeds.py), and the share of seeds where the relay arm is at least GRPO's.
 3. Why, from each relay run's rollouts.jsonl (pooled over seeds), per family and window of
    4 steps: the share of episodes that call, how many callers and non-callers were right,
-   the tokens the teacher wrote in a calling episode, the mean of each reward part, and the prompt
-   groups (one problem at one step of one seed) with at least 2 logged samples: the share
-   where all fail / some do / all succeed, and among the mixed ones with callers and
-   non-callers, how many had the callers right more often, and how many less often. Only
-   the episodes rollouts.jsonl kept count (`save_rollouts`, the first N of each step):
-   "samples/group" says how complete the groups are, and a note on stderr names each run
-   that kept less than its whole batch.
+   the tokens the teacher wrote in a calling episode, the mean of each reward part, and
+   the prompt groups (one problem at one step of one seed) with at least 2 logged samples:
+   the share where all fail / some do / all succeed, and among the mixed ones with callers
+   and non-callers, how many had the callers right more often, and how many less often.
+   Only the episodes rollouts.jsonl kept count (`save_rollouts`, the first N of each
+   step): "samples/group" says how complete the groups are, and a note on stderr names
+   each run that kept less than its whole batch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from scipy.stats import combine_pvalues, fisher_exact
 
 from collabrl import runs
 from collabrl.config import read_yaml
-from collabrl.episode import Author
+from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
@@ -320,9 +320,8 @@ def rollout_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str
 def caller_cells(records: list[dict[str, Any]]) -> list[str]:
     """Right answers among the episodes that called and among those that did not (right/of),
     and the tokens the teacher wrote in a calling episode: what a call brought then."""
-    called = [r for r in records if r["calls"] > 0]
-    alone = [r for r in records if r["calls"] == 0]
-    written = [teacher_tokens(r) for r in called]
+    called, alone = split_by_calling(records)
+    written = [Episode.from_dict(r["episode"]).tokens_by(Author.TEACHER) for r in called]
     return [
         _right(called),
         _right(alone),
@@ -334,9 +333,11 @@ def _right(records: list[dict[str, Any]]) -> str:
     return f"{sum(bool(r['correct']) for r in records)}/{len(records)}"
 
 
-def teacher_tokens(record: dict[str, Any]) -> int:
-    segments = record["episode"]["segments"]
-    return sum(len(s["token_ids"]) for s in segments if s["author"] == Author.TEACHER.value)
+def split_by_calling(
+    records: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The episodes that called the teacher, and those that did not."""
+    return [r for r in records if r["calls"] > 0], [r for r in records if r["calls"] == 0]
 
 
 def _mean_part(records: list[dict[str, Any]], part: str) -> str:
@@ -360,8 +361,7 @@ def group_cells(records: list[dict[str, Any]]) -> list[str]:
     mixed = [g for k, g in zip(right, sampled, strict=True) if 0 < k < len(g)]
     callers = no_callers = contrasted = 0
     for g in mixed:
-        called = [r for r in g if r["calls"] > 0]
-        alone = [r for r in g if r["calls"] == 0]
+        called, alone = split_by_calling(g)
         if called and alone:
             contrasted += 1
             callers += accuracy(called) > accuracy(alone)
