@@ -3,13 +3,27 @@
 import sys
 
 
+def is_interrupt(error: BaseException) -> bool:
+    """A Ctrl-C, or an error raised because of one: Python 3.11 wraps an exception raised
+    while a class body binds its fields (a dataclass, as `rich.progress` defines at import)
+    in a RuntimeError whose cause is the KeyboardInterrupt."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def main() -> None:
     """The `collab` command. Its modules load here, inside the guard: a Ctrl-C while they
     load is one line and exit 130, as during a command (`cli.main.main`), not Python's
     traceback of whichever import it landed in."""
     try:
         from collabrl.cli.main import main as run
-    except KeyboardInterrupt:
+    except BaseException as error:
+        if not is_interrupt(error):
+            raise
         sys.stderr.write("error: interrupted\n")
         sys.exit(130)
     run()

@@ -14,6 +14,7 @@ from collabrl import __version__
 from collabrl.cli import build as build_cli
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
+from collabrl.cli import is_interrupt
 from collabrl.cli import tools as tools_cli
 from collabrl.cli import train as train_cli
 from collabrl.cli.console import make_console, quiet_library_bars
@@ -57,7 +58,9 @@ class _Root(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt as err:
+        except BaseException as err:
+            if not is_interrupt(err):
+                raise
             raise Interrupted(ctx.invoked_subcommand) from err
 
 
@@ -142,6 +145,8 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         _fail("interrupted", 130)  # before or after any command ran
     except Exception as err:
+        if is_interrupt(err):
+            _fail("interrupted", 130)  # a Ctrl-C wrapped by whatever it landed in
         if type(err).__name__ == "NoArgsIsHelpError":
             sys.exit(0)  # the help text was already printed
         if not _is_usage_error(err):

@@ -7,12 +7,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from importlib import import_module
 from pathlib import Path
 
 import pytest
 
 from collabrl.builders.folder import ROWS, STATS
+from collabrl.cli import is_interrupt
 from tests.cli.test_build_command import _relay_args
 from tests.cli.test_cli import COLLAB, collab
 
@@ -83,3 +86,40 @@ def test_ctrl_c_while_the_command_loads_is_one_line_too(tmp_path: Path) -> None:
         assert process.returncode in (0, 130, -signal.SIGINT), (delay, stderr)
         if process.returncode == 130:
             assert stderr.strip().splitlines()[-1:] == ["error: interrupted"], (delay, stderr)
+
+
+class _InterruptedWhileBound:
+    def __set_name__(self, owner: type, name: str) -> None:
+        raise KeyboardInterrupt
+
+
+def _interrupt_inside_a_class_body() -> BaseException:
+    """What a Ctrl-C that lands while a class binds its fields (as `rich.progress`'s
+    dataclasses do at import) reaches the caller as, on this Python."""
+    try:
+        type("Task", (), {"fields": _InterruptedWhileBound()})
+    except BaseException as error:  # noqa: BLE001 - the point is which kind arrives
+        return error
+    raise AssertionError("the class was built")
+
+
+def test_a_ctrl_c_wrapped_by_a_class_body_is_still_an_interrupt() -> None:
+    error = _interrupt_inside_a_class_body()
+    assert is_interrupt(error)
+    assert not is_interrupt(RuntimeError("Error calling __set_name__"))
+    assert not is_interrupt(ValueError("x"))
+
+
+def test_collab_says_one_line_when_a_command_is_interrupted_that_way(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def wrapped_interrupt(**_options: object) -> None:
+        raise _interrupt_inside_a_class_body()
+
+    cli_main = import_module("collabrl.cli.main")
+    monkeypatch.setattr(cli_main, "app", wrapped_interrupt)
+    monkeypatch.setattr(sys, "argv", ["collab", "--version"])
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main()
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: interrupted"
