@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec "${COLLABRL_VENV:-.venv}/bin/python" -m pytest -m "not slow" -q "$@"
+exec "${COLLABRL_VENV:-.venv}/bin/python" -m pytest -m "not slow" -q --durations=25 "$@"

@@ -14,7 +14,12 @@ metrics.jsonl, and prints three markdown tables:
    seeds, and a two-sided sign test over the problems (the problems are the independent
    draws; one problem's seeds are not);
 3. EAPO's Figure 4, the consultation rate (`episodes/consult_rate`: the share of a step's
-   episodes that sent at least one query) per window of 4 steps and seed.
+   episodes that sent at least one query) per window of 4 steps and seed;
+4. why the rate moves or not, from the EAPO runs' rollouts.jsonl pooled over seeds, per
+   window: the episodes that consulted against those that did not (right answers, mean
+   reward, mean GRPO advantage: a positive advantage is what reinforces consulting), and
+   the consulting episodes that had an expert answer let in by rho against those that
+   had none. Only the episodes rollouts.jsonl kept count (`save_rollouts`).
 
 It also draws the rate per step, each seed and their mean, into OUT/consult_rate.png.
 """
@@ -22,13 +27,16 @@ It also draws the rate per step, each seed and their mean, into OUT/consult_rate
 from __future__ import annotations
 
 import sys
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from collabrl import runs
+from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
-from collabrl.train.run import METRICS
+from collabrl.train.run import METRICS, ROLLOUTS
 
 ARMS = ("eapo", "grpo")
 EVAL = "eval-pass32"  # the folder of each run's Pass@32 evaluation
@@ -123,11 +131,59 @@ def plot_rates(out: Path, seeds: list[str], path: Path) -> None:
     plt.close(fig)
 
 
+Record = dict[str, Any]
+
+
+def rollouts_by_window(out: Path, seeds: list[str]) -> dict[int, list[Record]]:
+    """The EAPO runs' logged training episodes, pooled over seeds, by window of steps."""
+    windows: dict[int, list[Record]] = defaultdict(list)
+    for seed in seeds:
+        path = out / f"eapo-seed{seed}" / ROLLOUTS
+        if not path.is_file():
+            raise UserError(f"{path} is missing", "has the EAPO run trained (save_rollouts > 0)?")
+        for record in runs.read_records(path):
+            windows[(record["step"] - 1) // WINDOW * WINDOW + 1].append(record)
+    return windows
+
+
+def let_in(record: Record) -> bool:
+    """Whether rho let at least one expert answer into this episode."""
+    calls = Episode.from_dict(record["episode"]).calls
+    return any(call.meta.get("accepted", False) for call in calls)
+
+
+def summary_cells(records: list[Record]) -> list[str]:
+    """Right answers (right/of), the mean reward and the mean advantage of some episodes."""
+    if not records:
+        return ["0/0", "-", "-"]
+    right = sum(bool(r["correct"]) for r in records)
+    means = (sum(float(r[key]) for r in records) / len(records) for key in ("reward", "advantage"))
+    return [f"{right}/{len(records)}", *map(format_value, means)]
+
+
+def why_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]:
+    header = ["steps", "episodes", "consulted"]
+    for group in ("consulted", "did not", "answer let in", "none let in"):
+        header += [f"{group}: right", f"{group}: reward", f"{group}: advantage"]
+    rows = []
+    for start, records in sorted(rollouts_by_window(out, seeds).items()):
+        consulted = [r for r in records if r["calls"] > 0]
+        helped = [r for r in consulted if let_in(r)]
+        unhelped = [r for r in consulted if not let_in(r)]
+        alone = [r for r in records if r["calls"] == 0]
+        row = [f"{start}-{start + WINDOW - 1}", str(len(records)), str(len(consulted))]
+        for group in (consulted, alone, helped, unhelped):
+            row += summary_cells(group)
+        rows.append(row)
+    return header, rows
+
+
 def main(out: Path, seeds: list[str]) -> None:
     for title, (header, rows) in (
         ("Pass@32 and Var per seed", seed_table(out, seeds)),
         ("Pooled over seeds", pooled_test(out, seeds)),
         ("Consultation rate (Figure 4)", rate_table(out, seeds)),
+        ("Why: the logged training episodes, pooled over seeds", why_table(out, seeds)),
     ):
         print(f"\n**{title}**\n\n{to_markdown(header, rows)}")
     plot_rates(out, seeds, out / "consult_rate.png")

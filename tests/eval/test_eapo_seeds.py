@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from collabrl import runs
+from collabrl.episode import Author, Episode, Segment
 from collabrl.eval.metrics import ProblemSamples, summarize
+from collabrl.train.rollout import RolloutBatch, RolloutLog, Scores
+from collabrl.train.run import ROLLOUTS
 from tests.eval.test_report import _run
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "eapo_seeds.py"
@@ -84,3 +87,65 @@ def test_a_seed_without_its_evaluation_is_a_user_error(tmp_path: Path, missing: 
     _eval(tmp_path / f"{other}-seed0" / script.EVAL, [[1.0]])
     with pytest.raises(UserError):
         script.seed_table(tmp_path, ["0"])
+
+
+def _consulting(accepted: list[bool]) -> Episode:
+    """An episode that sent one query a flag (none: it did not consult), each answer let in
+    by rho or not."""
+    segments = [Segment(Author.POLICY, "a", [1], [0.0])]
+    segments += [Segment(Author.EXPERT, "b", [2], None, {"accepted": a}) for a in accepted]
+    return Episode("arith-train-add1-0000", [0], segments, answer="1")
+
+
+def _step(run: Path, step: int, group: list[tuple[list[bool], bool, float]]) -> None:
+    """One step of rollouts.jsonl, written by the trainer's own log: each episode as
+    (its answers let in or not, correct, advantage); the reward is 1 if correct else 0.1."""
+    episodes = [_consulting(accepted) for accepted, _, _ in group]
+    output = {"correct": [c for _, c, _ in group], "calls": [len(a) for a, _, _ in group]}
+    scores = [Scores(1.0 if c else 0.1, {"eapo": None}, adv) for _, c, adv in group]
+    RolloutLog(run / ROLLOUTS, keep=len(group)).write(step, RolloutBatch(episodes, output), scores)
+
+
+def test_the_why_table_splits_consulting_episodes_by_what_rho_let_in(tmp_path: Path) -> None:
+    script = _load()
+    for seed in ("0", "1"):
+        (tmp_path / f"eapo-seed{seed}").mkdir()
+    # Steps 1 and 4 (one window, two seeds): an answer let in and right (+1); one refused
+    # of two queries, the other let in, wrong (-0.5); all refused (-0.5); alone, right (0).
+    _step(tmp_path / "eapo-seed0", 1, [([True], True, 1.0), ([False, True], False, -0.5)])
+    _step(tmp_path / "eapo-seed1", 4, [([False], False, -0.5), ([], True, 0.0)])
+    _step(tmp_path / "eapo-seed1", 5, [([], False, 0.0)])  # the next window: alone only
+    header, rows = script.why_table(tmp_path, ["0", "1"])
+    first, second = (dict(zip(header, row, strict=True)) for row in rows)
+    assert first == {
+        "steps": "1-4",
+        "episodes": "4",
+        "consulted": "3",
+        "consulted: right": "1/3",
+        "consulted: reward": "0.4000",  # (1 + 0.1 + 0.1) / 3
+        "consulted: advantage": "0.0000",
+        "did not: right": "1/1",
+        "did not: reward": "1.0000",
+        "did not: advantage": "0.0000",
+        "answer let in: right": "1/2",
+        "answer let in: reward": "0.5500",
+        "answer let in: advantage": "0.2500",
+        "none let in: right": "0/1",
+        "none let in: reward": "0.1000",
+        "none let in: advantage": "-0.5000",
+    }
+    assert [second[k] for k in ("steps", "consulted", "consulted: right", "did not: right")] == [
+        "5-8",
+        "0",
+        "0/0",
+        "0/1",
+    ]
+    assert second["consulted: reward"] == second["answer let in: advantage"] == "-"
+
+
+def test_a_seed_without_its_rollouts_is_a_user_error(tmp_path: Path) -> None:
+    from collabrl.errors import UserError
+
+    (tmp_path / "eapo-seed0").mkdir()
+    with pytest.raises(UserError, match="rollouts.jsonl is missing"):
+        _load().why_table(tmp_path, ["0"])
