@@ -19,15 +19,18 @@ metrics.jsonl, and prints three markdown tables:
    window: the episodes that consulted against those that did not (right answers, mean
    reward, mean GRPO advantage: a positive advantage is what reinforces consulting), and
    the consulting episodes that had an expert answer let in by rho against those that
-   had none. Only the episodes rollouts.jsonl kept count (`save_rollouts`).
+   had none; then the same per problem family over all steps. Only the episodes
+   rollouts.jsonl kept count (`save_rollouts`).
 
 It also draws the rate per step, each seed and their mean, into OUT/consult_rate.png.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ ARMS = ("eapo", "grpo")
 EVAL = "eval-pass32"  # the folder of each run's Pass@32 evaluation
 RATE = "episodes/consult_rate"
 WINDOW = 4  # steps per row of the rate table: a step is only 16 episodes
+FAMILY = re.compile(r"arith(?:_steps)?-\w+-(\w+)-")  # reproduce.sh's FAMILY
 
 
 def problem_f1(run_dir: Path) -> dict[str, float]:
@@ -134,16 +138,30 @@ def plot_rates(out: Path, seeds: list[str], path: Path) -> None:
 Record = dict[str, Any]
 
 
-def rollouts_by_window(out: Path, seeds: list[str]) -> dict[int, list[Record]]:
-    """The EAPO runs' logged training episodes, pooled over seeds, by window of steps."""
-    windows: dict[int, list[Record]] = defaultdict(list)
+def logged_episodes(out: Path, seeds: list[str]) -> list[Record]:
+    """The EAPO runs' logged training episodes, pooled over seeds."""
+    records = []
     for seed in seeds:
         path = out / f"eapo-seed{seed}" / ROLLOUTS
         if not path.is_file():
             raise UserError(f"{path} is missing", "has the EAPO run trained (save_rollouts > 0)?")
-        for record in runs.read_records(path):
-            windows[(record["step"] - 1) // WINDOW * WINDOW + 1].append(record)
-    return windows
+        records += runs.read_records(path)
+    return records
+
+
+def window(record: Record) -> str:
+    start = (record["step"] - 1) // WINDOW * WINDOW + 1
+    return f"{start}-{start + WINDOW - 1}"
+
+
+def family(record: Record) -> str:
+    match = FAMILY.search(record["episode"]["problem_id"])
+    return match.group(1) if match else "(other)"
+
+
+def natural(label: str) -> list[Any]:
+    """Sorts "5-8" before "13-16": the numbers in a label as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
 
 
 def let_in(record: Record) -> bool:
@@ -161,17 +179,25 @@ def summary_cells(records: list[Record]) -> list[str]:
     return [f"{right}/{len(records)}", *map(format_value, means)]
 
 
-def why_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]:
-    header = ["steps", "episodes", "consulted"]
+def why_table(
+    out: Path, seeds: list[str], by: Callable[[Record], str] = window
+) -> tuple[list[str], list[list[str]]]:
+    """Per window of steps (or family, `by`): the episodes that consulted against those
+    that did not, and among the consulting ones, those rho let an answer in against not."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for record in logged_episodes(out, seeds):
+        groups[by(record)].append(record)
+    header = ["steps" if by is window else by.__name__, "episodes", "consulted"]
     for group in ("consulted", "did not", "answer let in", "none let in"):
         header += [f"{group}: right", f"{group}: reward", f"{group}: advantage"]
     rows = []
-    for start, records in sorted(rollouts_by_window(out, seeds).items()):
+    for label in sorted(groups, key=natural):
+        records = groups[label]
         consulted = [r for r in records if r["calls"] > 0]
         helped = [r for r in consulted if let_in(r)]
         unhelped = [r for r in consulted if not let_in(r)]
         alone = [r for r in records if r["calls"] == 0]
-        row = [f"{start}-{start + WINDOW - 1}", str(len(records)), str(len(consulted))]
+        row = [label, str(len(records)), str(len(consulted))]
         for group in (consulted, alone, helped, unhelped):
             row += summary_cells(group)
         rows.append(row)
@@ -184,6 +210,7 @@ def main(out: Path, seeds: list[str]) -> None:
         ("Pooled over seeds", pooled_test(out, seeds)),
         ("Consultation rate (Figure 4)", rate_table(out, seeds)),
         ("Why: the logged training episodes, pooled over seeds", why_table(out, seeds)),
+        ("Why, by family (all steps)", why_table(out, seeds, by=family)),
     ):
         print(f"\n**{title}**\n\n{to_markdown(header, rows)}")
     plot_rates(out, seeds, out / "consult_rate.png")

@@ -141,6 +141,14 @@ def test_the_why_table_splits_consulting_episodes_by_what_rho_let_in(tmp_path: P
         "0/1",
     ]
     assert second["consulted: reward"] == second["answer let in: advantage"] == "-"
+    header, [row] = script.why_table(tmp_path, ["0", "1"], by=script.family)
+    by_family = dict(zip(header, row, strict=True))
+    assert [by_family[k] for k in ("family", "episodes", "consulted", "did not: right")] == [
+        "add1",
+        "5",
+        "3",
+        "1/2",
+    ]
 
 
 def test_a_seed_without_its_rollouts_is_a_user_error(tmp_path: Path) -> None:
