@@ -5,7 +5,7 @@
 
 reads, for every seed, the Pass@32 evaluations of the EAPO run and of its GRPO baseline
 (`OUT/{eapo,grpo}-seedS/eval-pass32`, `collab eval` folders) and the EAPO run's
-metrics.jsonl, and prints three markdown tables:
+metrics.jsonl and rollouts.jsonl, and prints these markdown tables:
 
 1. per seed, EAPO's "Pass@32" (`f1@32`, the mean over problems of each problem's mean F1
    over 32 samples) and "Var" (`var_f1`, the population variance of those means) against
