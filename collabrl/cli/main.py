@@ -14,13 +14,13 @@ from collabrl import __version__
 from collabrl.cli import build as build_cli
 from collabrl.cli import configs as config_cli
 from collabrl.cli import eval as eval_cli
-from collabrl.cli import is_interrupt
 from collabrl.cli import tools as tools_cli
 from collabrl.cli import train as train_cli
 from collabrl.cli.console import make_console, quiet_library_bars
 from collabrl.cli.evolve import evolve
 from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
+from collabrl.cli.interrupts import is_interrupt
 from collabrl.cli.options import config_command
 from collabrl.cli.serve import serve
 from collabrl.cli.view import view

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from collabrl.builders.folder import ROWS, STATS
-from collabrl.cli import is_interrupt
+from collabrl.cli.interrupts import is_interrupt
 from tests.cli.test_build_command import _relay_args
 from tests.cli.test_cli import COLLAB, collab
 
