@@ -149,7 +149,8 @@ def logged_episodes(out: Path, seeds: list[str]) -> list[Record]:
     return records
 
 
-def window(record: Record) -> str:
+def steps(record: Record) -> str:
+    """The window of steps a record falls in, as "5-8"."""
     start = (record["step"] - 1) // WINDOW * WINDOW + 1
     return f"{start}-{start + WINDOW - 1}"
 
@@ -180,25 +181,26 @@ def summary_cells(records: list[Record]) -> list[str]:
 
 
 def why_table(
-    out: Path, seeds: list[str], by: Callable[[Record], str] = window
+    out: Path, seeds: list[str], by: Callable[[Record], str] = steps
 ) -> tuple[list[str], list[list[str]]]:
     """Per window of steps (or family, `by`): the episodes that consulted against those
     that did not, and among the consulting ones, those rho let an answer in against not."""
     groups: dict[str, list[Record]] = defaultdict(list)
     for record in logged_episodes(out, seeds):
         groups[by(record)].append(record)
-    header = ["steps" if by is window else by.__name__, "episodes", "consulted"]
+    header = [by.__name__, "episodes", "consulted"]
     for group in ("consulted", "did not", "answer let in", "none let in"):
         header += [f"{group}: right", f"{group}: reward", f"{group}: advantage"]
     rows = []
     for label in sorted(groups, key=natural):
         records = groups[label]
         consulted = [r for r in records if r["calls"] > 0]
-        helped = [r for r in consulted if let_in(r)]
-        unhelped = [r for r in consulted if not let_in(r)]
+        answered: dict[bool, list[Record]] = {True: [], False: []}
+        for record in consulted:
+            answered[let_in(record)].append(record)
         alone = [r for r in records if r["calls"] == 0]
         row = [label, str(len(records)), str(len(consulted))]
-        for group in (consulted, alone, helped, unhelped):
+        for group in (consulted, alone, answered[True], answered[False]):
             row += summary_cells(group)
         rows.append(row)
     return header, rows
