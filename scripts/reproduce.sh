@@ -350,21 +350,36 @@ apollo() {
   # where the call itself can go wrong (a negative result, ÷ and precedence written as
   # Python, two operations): 24 training and 20 held-out problems of each, 4 problems x
   # 4 samples, micro-batches of 4 (a row is ~525 tokens).
-  local rl="$out/rl" steps="${APOLLO_STEPS:-16}" trained=()
+  # The control (issue 36): the same GRPO from the same warm-up policy with the tool
+  # banned (`tools_off`: the A.1 prompt, calls refused), the same data, steps and seeds,
+  # so that what the tool adds to RL is measured against RL alone.
+  local rl="$out/rl" steps="${APOLLO_STEPS:-16}" trained=() control=()
   "$PYTHON" scripts/evidence/arith_mix.py sub2,sub2neg,mix,div,add1x3,addmul1 24 20 "$rl"
-  for seed in $SEEDS; do
-    local run="$rl/grpo-seed$seed"
-    train "$run" grpo --model "$out/sft/final" \
-      --protocol apollo "${tools[@]}" --data "$rl/train.jsonl" --steps "$steps" \
-      --prompts-per-step 4 --num-generations 4 --max-tokens 160 --temperature 0.7 \
-      --lr 2e-5 --set trl.per_device_train_batch_size=4 "${RECORDED_SCHEDULE[@]}" \
-      --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
-      --eval-data "$rl/test.jsonl"
-    [ ${#trained[@]} -gt 0 ] || trained+=("$run/eval-start")
-    trained+=("$run/eval-final")
+  for arm in tools alone; do
+    local arm_args=("${tools[@]}") name=grpo
+    [ "$arm" = tools ] || { arm_args+=(--set protocol.apollo.tools_off=true); name=grpo-alone; }
+    for seed in $SEEDS; do
+      local run="$rl/$name-seed$seed"
+      train "$run" grpo --model "$out/sft/final" \
+        --protocol apollo "${arm_args[@]}" --data "$rl/train.jsonl" --steps "$steps" \
+        --prompts-per-step 4 --num-generations 4 --max-tokens 160 --temperature 0.7 \
+        --lr 2e-5 --set trl.per_device_train_batch_size=4 "${RECORDED_SCHEDULE[@]}" \
+        --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
+        --eval-data "$rl/test.jsonl"
+      if [ "$arm" = tools ]; then
+        [ ${#trained[@]} -gt 0 ] || trained+=("$run/eval-start")
+        trained+=("$run/eval-final")
+      else
+        [ ${#control[@]} -gt 0 ] || control+=("$run/eval-start")
+        control+=("$run/eval-final")
+      fi
+    done
+    [ "$arm" = alone ] || {
+      "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
+      "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
+    }
   done
-  "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
-  "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
+  "$COLLAB" eval report "${control[@]}" --by "$FAMILY" --format markdown | tee "$rl/control.md"
 }
 
 # AlphaApollo beyond a calculator (issue 36), its own target (`reproduce.sh apollo-docs`)
