@@ -32,7 +32,8 @@
 # by `collab serve --engine transformers`); the vLLM asserts and tests skip. Its wheels:
 # `pip install --no-deps -e .` and the small pure-Python ones collabrl imports beside
 # torch and transformers: trl accelerate datasets typer rich pyyaml fastapi uvicorn
-# httpx gguf matplotlib (or `pip download` them on a machine with internet first).
+# httpx gguf matplotlib (or `pip download` them on a machine with internet first:
+# scripts/gpu-bundle.sh packs them, and the embedded model, for such a machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python}
