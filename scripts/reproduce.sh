@@ -352,14 +352,17 @@ apollo() {
   # 4 samples, micro-batches of 4 (a row is ~525 tokens).
   # The control (issue 36): the same GRPO from the same warm-up policy with the tool
   # banned (`tools_off`: the A.1 prompt, calls refused), the same data, steps and seeds,
-  # so that what the tool adds to RL is measured against RL alone.
+  # so that what the tool adds to RL is measured against RL alone. A seed's two arms run
+  # one after the other, so that a stopped reproduction leaves pairs.
   local rl="$out/rl" steps="${APOLLO_STEPS:-16}" trained=() control=()
   "$PYTHON" scripts/evidence/arith_mix.py sub2,sub2neg,mix,div,add1x3,addmul1 24 20 "$rl"
-  for arm in tools alone; do
-    local arm_args=("${tools[@]}") name=grpo
-    [ "$arm" = tools ] || { arm_args+=(--set protocol.apollo.tools_off=true); name=grpo-alone; }
-    for seed in $SEEDS; do
-      local run="$rl/$name-seed$seed"
+  for seed in $SEEDS; do
+    for arm in tools alone; do
+      local arm_args=("${tools[@]}") run="$rl/grpo-seed$seed"
+      if [ "$arm" = alone ]; then
+        arm_args+=(--set protocol.apollo.tools_off=true)
+        run="$rl/grpo-alone-seed$seed"
+      fi
       train "$run" grpo --model "$out/sft/final" \
         --protocol apollo "${arm_args[@]}" --data "$rl/train.jsonl" --steps "$steps" \
         --prompts-per-step 4 --num-generations 4 --max-tokens 160 --temperature 0.7 \
@@ -374,11 +377,9 @@ apollo() {
         control+=("$run/eval-final")
       fi
     done
-    [ "$arm" = alone ] || {
-      "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
-      "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
-    }
   done
+  "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
+  "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
   "$COLLAB" eval report "${control[@]}" --by "$FAMILY" --format markdown | tee "$rl/control.md"
 }
 
