@@ -336,16 +336,26 @@ apollo() {
   "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
   "$PYTHON" scripts/evidence/tools.py "${evals[@]}" | tee -a "$out/table.md"
   # collab evolve over two endpoints, the base model and the warm-up policy, each served
-  # by `collab serve policy`: 20 held-out problems (5 a family), two rounds, one branch.
-  [ -f "$out/evolve/round-2.jsonl" ] || {
+  # by `collab serve policy`: 20 held-out problems (5 a family), two rounds, one branch,
+  # once a seed (its proposals sample at 0.7). Every round reports the three selection
+  # rules (score, vote, verified) on the same candidates.
+  local evolve_seeds=()
+  for seed in $SEEDS; do
+    [ -f "$out/evolve-seed$seed/round-2.jsonl" ] || evolve_seeds+=("$seed")
+  done
+  if [ ${#evolve_seeds[@]} -gt 0 ]; then
     serve smollm2-135m 18501 "$out/serve-base.log"
     serve "$out/sft/final" 18502 "$out/serve-warmup.log"
-    "$COLLAB" evolve "$out/test.jsonl" --limit 20 --model http://127.0.0.1:18501/v1 \
-      --model http://127.0.0.1:18502/v1 --tokenizer "$out/sft/final" --rounds 2 \
-      --branches 1 --max-tokens 160 --temperature 0.7 --set review_max_tokens=64 \
-      "${tools[@]}" --out "$out/evolve" 2>&1 | tee "$out/evolve.log"
+    for seed in "${evolve_seeds[@]}"; do
+      "$COLLAB" evolve "$out/test.jsonl" --limit 20 --model http://127.0.0.1:18501/v1 \
+        --model http://127.0.0.1:18502/v1 --tokenizer "$out/sft/final" --rounds 2 \
+        --branches 1 --max-tokens 160 --temperature 0.7 --set review_max_tokens=64 \
+        "${tools[@]}" --seed "$seed" --out "$out/evolve-seed$seed" 2>&1 \
+        | tee "$out/evolve-seed$seed.log"
+    done
     stop_servers  # before training, which needs the memory
-  }
+  fi
+  "$PYTHON" scripts/evidence/apollo_seeds.py "$out" evolve $SEEDS | tee "$out/evolve.md"
   # GRPO with the tool from the warm-up policy, on families it was not warmed up on and
   # where the call itself can go wrong (a negative result, ÷ and precedence written as
   # Python, two operations): 24 training and 20 held-out problems of each, 4 problems x
@@ -381,6 +391,7 @@ apollo() {
   "$COLLAB" eval report "${trained[@]}" --by "$FAMILY" --format markdown | tee "$rl/table.md"
   "$PYTHON" scripts/evidence/tools.py "${trained[@]}" | tee -a "$rl/table.md"
   "$COLLAB" eval report "${control[@]}" --by "$FAMILY" --format markdown | tee "$rl/control.md"
+  "$PYTHON" scripts/evidence/apollo_seeds.py "$out" grpo $SEEDS | tee -a "$rl/control.md"
 }
 
 # AlphaApollo beyond a calculator (issue 36), its own target (`reproduce.sh apollo-docs`)
