@@ -234,6 +234,11 @@ def format_value(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def format_p(p: float) -> str:
+    """A p-value as printed: 4 decimals, or 2 significant digits below 0.0001."""
+    return format_value(p) if p >= 1e-4 else f"{p:.1e}"
+
+
 def to_markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

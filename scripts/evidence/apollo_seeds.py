@@ -31,7 +31,7 @@ from pathlib import Path
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
-from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
+from collabrl.eval.report import format_p, format_value, load_run, samples_by_item, to_markdown
 
 RULES = ("score", "vote", "verified")
 ARMS = {"tools": "grpo", "alone": "grpo-alone"}  # arm: run folder prefix under OUT/rl
@@ -77,7 +77,7 @@ def pooled(first: list[Scores], second: list[Scores]) -> list[str]:
         format_value(diff),
         str(gained),
         str(lost),
-        format_value(sign_test(gained, lost)),
+        format_p(sign_test(gained, lost)),
         f"{higher}/{len(first)}",
     ]
 

@@ -38,7 +38,7 @@ from collabrl import runs
 from collabrl.episode import Episode
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
-from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
+from collabrl.eval.report import format_p, format_value, load_run, samples_by_item, to_markdown
 from collabrl.train.run import METRICS, ROLLOUTS
 
 ARMS = ("eapo", "grpo")
@@ -90,7 +90,7 @@ def pooled_test(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]
     mean = sum(means) / len(means) if means else 0.0
     row = [str(len(means)), format_value(mean), str(gained), str(lost)]
     return ["problems", "mean F1 difference", "EAPO higher", "GRPO higher", "sign test p"], [
-        [*row, format_value(sign_test(gained, lost))]
+        [*row, format_p(sign_test(gained, lost))]
     ]
 
 

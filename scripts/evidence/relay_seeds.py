@@ -48,7 +48,7 @@ from collabrl.config import read_yaml
 from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
-from collabrl.eval.report import format_value, load_run, samples_by_item, to_markdown
+from collabrl.eval.report import format_p, format_value, load_run, samples_by_item, to_markdown
 from collabrl.train.run import ROLLOUTS
 
 # The arms reproduce.sh ran: its RELAY_ARMS, so that a partial run is tabled as it is.
@@ -100,11 +100,6 @@ def opened(samples: Samples) -> int:
     """Episodes that wrote `<call>`, answered or not: a call left unclosed (its n padded
     with digits to the budget) is no call to `calling` but shows here."""
     return sum("<call>" in s.get("completion", "") for s in samples)
-
-
-def p_value(p: float) -> str:
-    """A p-value as printed: 4 decimals, or 2 significant digits below 0.0001."""
-    return format_value(p) if p >= 1e-4 else f"{p:.1e}"
 
 
 def share(count: int, total: int) -> str:
@@ -164,13 +159,13 @@ def call_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]
             cells = [_family_cell(families.get(f, [])) for f in names]
             attempts = [opened_share(families, group) for group in (SOLVED, FAILED)]
             rows.append(
-                [arm, seed, *cells, share(*split[:2]), share(*split[2:]), p_value(p)]
+                [arm, seed, *cells, share(*split[:2]), share(*split[2:]), format_p(p)]
                 + [str(concentrates).lower(), *attempts]
             )
         pooled = float(combine_pvalues(ps, method="fisher").pvalue)
         blanks = [""] * len(names)
         rows.append(
-            [arm, "pooled", *blanks, share(*total[:2]), share(*total[2:]), p_value(pooled)]
+            [arm, "pooled", *blanks, share(*total[:2]), share(*total[2:]), format_p(pooled)]
             + [f"{shown}/{len(seeds)} seeds", "", ""]
         )
     return header, rows
@@ -235,7 +230,7 @@ def against_grpo(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]
                 format_value(_mean(mine, items)),
                 format_value(_mean(theirs, items)),
             ]
-            + [str(gained), str(lost), p_value(sign_test(gained, lost))]
+            + [str(gained), str(lost), format_p(sign_test(gained, lost))]
             + [f"{at_least}/{len(seeds)}"]
         )
     return header, rows

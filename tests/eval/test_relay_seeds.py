@@ -16,6 +16,7 @@ from collabrl import runs
 from collabrl.config import DecodingConfig, save_config
 from collabrl.episode import Author, Episode, Segment
 from collabrl.errors import UserError
+from collabrl.eval.report import format_p
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rollout import RolloutBatch, RolloutLog, Scores
 from collabrl.train.run import ROLLOUTS
@@ -89,13 +90,13 @@ def test_the_criterion_needs_both_the_halved_share_and_the_fisher_test(tmp_path:
         "add3 acc (calls)": "1.0000 (0.7000)",
         "calls add1": "0.1000",
         "calls add2+mul22+add3": "0.6667",
-        "Fisher p": script.p_value(p0),
+        "Fisher p": format_p(p0),
         "concentrates": "true",
         "opened add1": "0.1000",
         "opened add2+mul22+add3": "0.6667",
     }
     p1 = _one_sided_fisher(15, 30, 5, 10)
-    assert table["difficulty_aware", "1"]["Fisher p"] == script.p_value(p1)
+    assert table["difficulty_aware", "1"]["Fisher p"] == format_p(p1)
     assert table["difficulty_aware", "1"]["concentrates"] == "false"
     assert table["simple", "0"]["Fisher p"] == "0.7500"  # 6 of the 8 episodes are "failed"
     assert table["simple", "0"]["concentrates"] == "false"
@@ -106,7 +107,7 @@ def test_the_criterion_needs_both_the_halved_share_and_the_fisher_test(tmp_path:
     pooled = table["difficulty_aware", "pooled"]
     assert pooled["calls add1"] == "0.3000"  # (1 + 5) / 20
     assert pooled["calls add2+mul22+add3"] == "0.5833"  # (20 + 15) / 60
-    assert pooled["Fisher p"] == script.p_value(math.exp(-x / 2) * (1 + x / 2))
+    assert pooled["Fisher p"] == format_p(math.exp(-x / 2) * (1 + x / 2))
     assert pooled["concentrates"] == "1/2 seeds"
     assert table["simple", "pooled"]["concentrates"] == "0/2 seeds"
 

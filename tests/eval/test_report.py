@@ -14,6 +14,7 @@ from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import pass_at_k
 from collabrl.eval.report import (
     curve_labels,
+    format_p,
     group_rows,
     load_run,
     pass_curve,
@@ -352,3 +353,10 @@ def test_groups_are_the_captures_of_by_in_the_ids_with_what_their_samples_did(
         group_rows([load_run(folder)], "arith")
     with pytest.raises(UserError, match="is not a regular expression"):
         group_rows([load_run(folder)], "(")
+
+
+def test_a_small_p_value_keeps_two_significant_digits() -> None:
+    # 4 decimals would print 3e-9 as 0.0000, which reads as "exactly zero".
+    assert format_p(0.0156) == "0.0156"
+    assert format_p(1e-4) == "0.0001"
+    assert format_p(3.2e-9) == "3.2e-09"
