@@ -4,7 +4,6 @@ data it writes from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from collabrl.engines.reference import (
 )
 from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
+from tests.eval.evidence import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKED = "64 × 25 = 64 × 20 + 64 × 5\n= 1280 + 320\n= 1600"
 ITEM = Reference("1600", WORKED, key="mul22-0")
 FIRST_STEP = "64 × 25 = 64 × 20 + 64 × 5"
@@ -115,15 +114,6 @@ def _params():
 # --- the worked solutions of the evidence data ----------------------------------------------------
 
 
-def _arith_mix():
-    path = ROOT / "scripts" / "evidence" / "arith_mix.py"
-    spec = importlib.util.spec_from_file_location("arith_mix", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("problem", "solution"),
     [
@@ -141,12 +131,13 @@ def _arith_mix():
     ],
 )
 def test_worked_solutions_go_one_step_a_line(problem: str, solution: str) -> None:
-    worked, _ = _arith_mix().worked_solution(f"What is {problem}? Put your final answer ...")
+    arith_mix = load_script("arith_mix")
+    worked, _ = arith_mix.worked_solution(f"What is {problem}? Put your final answer ...")
     assert worked == solution
 
 
 def test_every_evidence_row_gets_a_solution_the_loader_reads(tmp_path: Path) -> None:
-    arith_mix = _arith_mix()
+    arith_mix = load_script("arith_mix")
     families = "add1,add2,sub2,mul21,mul22,add3,sub2neg,mix,div,add1x3,addsub1,addmul1"
     # Every problem of every family works out to its answer (mix asserts it).
     for split in ("train", "test"):

@@ -3,7 +3,6 @@ against the tool-less control, per seed and pooled over seeds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,16 +10,10 @@ from pathlib import Path
 
 from collabrl import runs
 from collabrl.eval.metrics import ProblemSamples, summarize
+from tests.eval.evidence import load_script
 from tests.eval.test_report import _run
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "apollo_seeds.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("apollo_seeds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -52,7 +45,7 @@ def _eval(folder: Path, right: list[bool]) -> None:
 
 
 def test_evolve_rules_are_graded_by_each_problem_and_pooled_over_seeds(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("apollo_seeds")
     _problems(tmp_path)  # the answers: q0 1, q1 2, q2 3
     # Seed 0: verified right on all three, vote on q0 only, score on none (and a None).
     _evolve(
@@ -84,7 +77,7 @@ def test_evolve_rules_are_graded_by_each_problem_and_pooled_over_seeds(tmp_path:
 
 
 def test_grpo_arms_per_seed_and_pooled(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("apollo_seeds")
     finals = {
         ("grpo", "0"): [True, True, False],
         ("grpo", "1"): [True, True, True],

@@ -5,28 +5,20 @@ tool and the grader are the real ones."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
 from collabrl.data.benchmarks import load_benchmark
 from collabrl.rewards.verify import is_equivalent
 from collabrl.tools.retrieval import RetrievalTool
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.eval.evidence import load_script
 
 
 @pytest.fixture(scope="module")
 def docs_qa():
-    spec = importlib.util.spec_from_file_location("docs_qa", ROOT / "scripts/evidence/docs_qa.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs_qa")
 
 
 @pytest.fixture(scope="module")

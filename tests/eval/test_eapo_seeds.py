@@ -3,7 +3,6 @@ Var, the pooled sign test) and the consultation rate per step (Figure 4)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,16 +13,10 @@ from collabrl.episode import Author, Episode, Segment
 from collabrl.eval.metrics import ProblemSamples, summarize
 from collabrl.train.rollout import RolloutBatch, RolloutLog, Scores
 from collabrl.train.run import ROLLOUTS
+from tests.eval.evidence import load_script
 from tests.eval.test_report import _run
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "eapo_seeds.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("eapo_seeds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _eval(folder: Path, f1s: list[list[float]]) -> None:
@@ -40,7 +33,7 @@ def _eval(folder: Path, f1s: list[list[float]]) -> None:
 
 
 def test_the_pooled_test_averages_each_problem_over_seeds(tmp_path: Path, capsys) -> None:
-    script = _load()
+    script = load_script("eapo_seeds")
     # Three problems, two seeds. EAPO - GRPO per problem: q0 +0.5 and +0.5 (higher),
     # q1 -0.5 and +0.5 (mean 0: a tie), q2 -1 and 0 (GRPO higher).
     eapo = {"0": [[1, 1], [0, 0], [0, 0]], "1": [[1, 1], [1, 1], [0.5, 0.5]]}
@@ -66,7 +59,7 @@ def test_the_pooled_test_averages_each_problem_over_seeds(tmp_path: Path, capsys
 
 
 def test_the_rate_table_windows_each_seeds_steps(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("eapo_seeds")
     run = tmp_path / "eapo-seed0"
     run.mkdir()
     lines = [{"step": s, "loss": 0.0, script.RATE: r} for s, r in enumerate([1, 1, 0.5, 0.5, 0], 1)]
@@ -82,7 +75,7 @@ def test_the_rate_table_windows_each_seeds_steps(tmp_path: Path) -> None:
 def test_a_seed_without_its_evaluation_is_a_user_error(tmp_path: Path, missing: str) -> None:
     from collabrl.errors import UserError
 
-    script = _load()
+    script = load_script("eapo_seeds")
     other = "grpo" if missing == "eapo" else "eapo"
     _eval(tmp_path / f"{other}-seed0" / script.EVAL, [[1.0]])
     with pytest.raises(UserError):
@@ -107,7 +100,7 @@ def _step(run: Path, step: int, group: list[tuple[list[bool], bool, float]]) -> 
 
 
 def test_the_why_table_splits_consulting_episodes_by_what_rho_let_in(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("eapo_seeds")
     for seed in ("0", "1"):
         (tmp_path / f"eapo-seed{seed}").mkdir()
     # Steps 1 and 4 (one window, two seeds): an answer let in and right (+1); one refused
@@ -156,4 +149,4 @@ def test_a_seed_without_its_rollouts_is_a_user_error(tmp_path: Path) -> None:
 
     (tmp_path / "eapo-seed0").mkdir()
     with pytest.raises(UserError, match="rollouts.jsonl is missing"):
-        _load().why_table(tmp_path, ["0"])
+        load_script("eapo_seeds").why_table(tmp_path, ["0"])

@@ -3,7 +3,6 @@ pre-registered criterion, Table 4 against GRPO, and the rollouts that explain th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -20,17 +19,11 @@ from collabrl.eval.report import format_p
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rollout import RolloutBatch, RolloutLog, Scores
 from collabrl.train.run import ROLLOUTS
+from tests.eval.evidence import load_script
 from tests.eval.test_report import _run
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "relay_seeds.py"
 FAMILIES = ("add1", "add2", "mul22", "add3")
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("relay_seeds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _eval(folder: Path, samples: dict[str, list[tuple[bool, int]]]) -> None:
@@ -61,7 +54,7 @@ def _one_sided_fisher(failed: int, failed_n: int, solved: int, solved_n: int) ->
 
 
 def test_the_criterion_needs_both_the_halved_share_and_the_fisher_test(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("relay_seeds")
     with_teacher = {
         # add1 1/10 calls, the others 20/30: concentrates.
         ("difficulty_aware", "0"): [_calls(1, 10), _calls(7, 10), _calls(6, 10), _calls(7, 10)],
@@ -118,7 +111,7 @@ def _alone(folder: Path, right: list[int]) -> None:
 
 
 def test_table_4_and_the_sign_test_against_grpo(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("relay_seeds")
     _alone(tmp_path / script.WARMUP_ALONE, [1, 0, 0, 0])
     alone = {
         "difficulty_aware": ([1, 1, 0, 0], [1, 0, 1, 0]),  # per problem over seeds: 1 .5 .5 0
@@ -191,7 +184,7 @@ def _config(run: Path, save_rollouts: int) -> None:
 def test_the_rollout_table_counts_calls_rewards_and_group_composition(
     tmp_path: Path, capsys
 ) -> None:
-    script = _load()
+    script = load_script("relay_seeds")
     run = tmp_path / "difficulty_aware-seed0"
     _config(run, save_rollouts=6)  # fewer than the batch's 8: a note
     _config(tmp_path / "simple-seed0", save_rollouts=8)  # all of it: none
@@ -257,7 +250,7 @@ def test_the_rollout_table_counts_calls_rewards_and_group_composition(
 
 
 def test_a_missing_run_folder_is_named_in_one_line(tmp_path: Path) -> None:
-    script = _load()
+    script = load_script("relay_seeds")
     _rollouts(tmp_path / "difficulty_aware-seed0", 1, [("add1", True, 0, 0.0)])
     with pytest.raises(UserError, match=f"{tmp_path / 'simple-seed0' / ROLLOUTS} is missing"):
         script.rollout_table(tmp_path, ["0"])
@@ -278,7 +271,7 @@ def test_relay_arms_tables_only_the_arms_that_ran(
     """reproduce.sh's RELAY_ARMS: a partial run (one relay arm, no GRPO) is tabled as it
     is, without asking for the folders of the arms that did not run."""
     monkeypatch.setenv("RELAY_ARMS", "difficulty_aware")
-    script = _load()
+    script = load_script("relay_seeds")
     run = tmp_path / "difficulty_aware-seed0"
     _alone(tmp_path / script.WARMUP_ALONE, [1, 0, 0, 0])
     _alone(run / script.ALONE, [1, 1, 0, 0])
@@ -297,7 +290,7 @@ def test_an_unclosed_call_is_no_call_but_shows_as_opened(
     """A policy that pads n with digits to the budget leaves its call unclosed: the
     criterion counts no call there, and the opened share shows the attempt."""
     monkeypatch.setenv("RELAY_ARMS", "difficulty_aware")
-    script = _load()
+    script = load_script("relay_seeds")
     run = tmp_path / "difficulty_aware-seed0"
     _eval(run / script.WITH_TEACHER, {fam: _calls(1, 2) for fam in FAMILIES})
     unclosed = {"item_id": "arith-test-add1-0009", "sample": 0, "correct": False, "calls": 0}

@@ -3,22 +3,13 @@ protocol) and scripts/evidence/rsim_groups.py (the training groups where R_acc v
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from collabrl import runs
-
-EVIDENCE = Path(__file__).parents[2] / "scripts" / "evidence"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, EVIDENCE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.eval.evidence import load_script
 
 
 def _lines(path: Path, rows: list[dict]) -> None:
@@ -55,7 +46,7 @@ def _eval_run(folder: Path, correct: dict[str, list[int]]) -> Path:
 def test_the_band_keeps_the_candidates_rows_within_both_bounds(
     candidates: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = _load("rsim_band")
+    script = load_script("rsim_band")
     run = _eval_run(tmp_path / "eval", CORRECT)
     out = tmp_path / "train.jsonl"
 
@@ -70,7 +61,7 @@ def test_the_band_keeps_the_candidates_rows_within_both_bounds(
 
 
 def test_a_problem_with_fewer_than_k_samples_is_refused(candidates: Path, tmp_path: Path) -> None:
-    script = _load("rsim_band")
+    script = load_script("rsim_band")
     run = _eval_run(tmp_path / "eval", {**CORRECT, "d": [0, 0]})  # an eval run with --n 2
 
     with pytest.raises(SystemExit, match="1 problems have fewer than 4 samples"):
@@ -80,7 +71,7 @@ def test_a_problem_with_fewer_than_k_samples_is_refused(candidates: Path, tmp_pa
 def test_a_band_upside_down_is_refused(candidates: Path, tmp_path: Path) -> None:
     from collabrl.errors import UserError
 
-    script = _load("rsim_band")
+    script = load_script("rsim_band")
     with pytest.raises(UserError, match="max_threshold"):
         script.band(candidates, _eval_run(tmp_path / "eval", CORRECT), 4, 0.6, 0.2)
 
@@ -101,7 +92,7 @@ def _rollouts(run: Path, steps: dict[int, dict[str, list[int]]]) -> Path:
 def test_groups_count_the_ones_with_right_and_wrong_episodes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = _load("rsim_groups")
+    script = load_script("rsim_groups")
     # Step 1: one mixed group of two; step 2: both mixed (the same problem again is a new group).
     run = _rollouts(
         tmp_path / "joint-seed0",
@@ -119,7 +110,7 @@ def test_groups_count_the_ones_with_right_and_wrong_episodes(
 
 
 def test_groups_cut_by_save_rollouts_are_refused(tmp_path: Path) -> None:
-    script = _load("rsim_groups")
+    script = load_script("rsim_groups")
     run = _rollouts(tmp_path / "joint-seed0", {1: {"a": [1, 0], "b": [0]}})
 
     with pytest.raises(SystemExit, match="raise save_rollouts"):
