@@ -9,7 +9,9 @@
 # Two transfers: first .gpu/a, copied to /root/stash/ on the machine
 # (`mkdir -p /root/stash && cp .gpu/a/part1 /root/stash/`), then .whl and .gpu/b
 # (`LIMIT=480 bash .gpu/b/run.sh`), whose results are $OUT/run.log, gc.tgz and
-# summary.json. The big benchmark files and docs/ are not needed there.
+# summary.json. The big benchmark files and docs/ are not needed there: where the tree
+# travels with each transfer, `git rm -r --cached` them (and list them in
+# .git/info/exclude) for the two transfers, and `git reset` after.
 #   bash scripts/gpu-bundle.sh [PART1_BYTES]   # default 52,400,000
 set -euo pipefail
 cd "$(dirname "$0")/.."
