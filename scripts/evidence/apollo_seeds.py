@@ -9,7 +9,7 @@ prints these markdown tables:
 1. evolve, `collab evolve` (OUT/evolve-seedS/state.json): each selection rule's accuracy on the
    last round per seed (score, vote, verified: the final answer chosen by summed review
    scores, by majority, and by majority of the candidates whose re-run code agrees with
-   their answer), with the oracle; then, for each pair of rules, the pooled test: each
+   their answer); then, for each pair of rules, the pooled test: each
    problem's right-or-wrong averaged over the seeds, a two-sided sign test over the
    problems, and the share of seeds where the first rule is higher;
 2. grpo, GRPO with the python tool against the tool-less control from the same warm-up policy

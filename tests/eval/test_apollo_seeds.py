@@ -10,10 +10,10 @@ from pathlib import Path
 
 from collabrl import runs
 from collabrl.eval.metrics import ProblemSamples, summarize
-from tests.eval.evidence import load_script
+from tests.eval.evidence import EVIDENCE, load_script
 from tests.eval.test_report import _run
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "apollo_seeds.py"
+SCRIPT = EVIDENCE / "apollo_seeds.py"
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

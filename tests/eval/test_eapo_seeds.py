@@ -16,8 +16,6 @@ from collabrl.train.run import ROLLOUTS
 from tests.eval.evidence import load_script
 from tests.eval.test_report import _run
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "eapo_seeds.py"
-
 
 def _eval(folder: Path, f1s: list[list[float]]) -> None:
     """A `collab eval` folder whose problem i has the sample F1s `f1s[i]`."""

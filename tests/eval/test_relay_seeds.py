@@ -19,10 +19,10 @@ from collabrl.eval.report import format_p
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rollout import RolloutBatch, RolloutLog, Scores
 from collabrl.train.run import ROLLOUTS
-from tests.eval.evidence import load_script
+from tests.eval.evidence import EVIDENCE, load_script
 from tests.eval.test_report import _run
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "evidence" / "relay_seeds.py"
+SCRIPT = EVIDENCE / "relay_seeds.py"
 FAMILIES = ("add1", "add2", "mul22", "add3")
 
 
