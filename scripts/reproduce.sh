@@ -420,13 +420,13 @@ apollo_docs() {
     on+=(--set "protocol.apollo.$setting")
   done
   local off=("${on[@]}" --set protocol.apollo.tools_off=true)
-  # Warm-up: the policy's own retrieve traces (a forced retrieve call and a worked
-  # retrieve example: apollo.aid_tool), kept when the documentation returned shows the
+  # Warm-up: retrieve traces whose call is written by rule (repo named in the question,
+  # the question as the query: SmolLM2-135M sampled copies the worked call, or calls
+  # nothing), run by the real tools and kept when the documentation returned shows the
   # answer; rows on the aid-free prompt, ending in "The answer is \boxed{X}".
   [ -f "$docs/sft/final/config.json" ] || {
-    "$COLLAB" build-warmup apollo --model smollm2-135m --data "$docs/train.jsonl" \
-      --samples-per-problem 4 --max-tokens "$tokens" --temperature 0.7 --engine transformers \
-      "${warm[@]}" --set apollo.aid_tool=retrieve --out "$docs/warmup"
+    "$PYTHON" scripts/evidence/docs_warmup.py "$docs/train.jsonl" "$docs/warmup" \
+      --set sampling.max_tokens="$tokens" "${warm[@]}"
     "$COLLAB" train sft --model smollm2-135m --data "$docs/warmup" --epochs 2 --lr 5e-5 \
       --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
       --set activation_checkpointing=false --set max_length=2048 --out "$docs/sft"
