@@ -21,8 +21,13 @@ def docs_warmup():
 
 
 @pytest.fixture(scope="module")
-def questions(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
+def home(tmp_path_factory):
+    """COLLABRL_HOME, where the retrieve tool keeps its index: built once, for both uses."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def questions(home):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLLABRL_HOME", str(home))
         generated, _ = load_script("docs_qa").generate(10, 10, seed=2, families=("stdlib",))
@@ -30,9 +35,9 @@ def questions(tmp_path_factory):
 
 
 def test_every_question_gives_the_rule_call_and_the_answer_it_shows(
-    docs_warmup, questions, smol_tokenizer, tmp_path, monkeypatch
+    docs_warmup, home, questions, smol_tokenizer, tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setenv("COLLABRL_HOME", str(tmp_path))
+    monkeypatch.setenv("COLLABRL_HOME", str(home))
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(q) + "\n" for q in questions))
     layer = {
