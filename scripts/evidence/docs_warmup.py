@@ -4,8 +4,8 @@
 
 Sampled retrieve traces did not work with SmolLM2-135M (issue 36): shown a worked
 retrieve call (`apollo.few_shot`) it copies it word for word, another function's repo
-and query (0 traces kept of 8); shown none, it opens no call (7 of 8) or writes a
-schema instead of arguments. So here the call is written by a rule, the one
+and query (0 traces kept of 8); shown none, it never closes the forced call (7 of 8)
+or writes one that cannot be read (1). So here the call is written by a rule, the one
 `docs_qa.py` checked every question with: `repo_name` the repo the question names,
 `query` the question itself. Everything else is `collab build-warmup apollo` unchanged:
 the real tools run the call, a trace is kept only when the documentation returned
