@@ -75,16 +75,20 @@ class RuleCaller:
         pass
 
 
+def warmup_config(data: str, out: str, sets: list[str]) -> ApolloWarmupConfig:
+    """The build's config: `sets` over DATA, OUT and no sampling aids (the rule writes the
+    whole call, so a forced opening would double it)."""
+    aids = {"aid_tool": "retrieve", "few_shot": False, "force_call": False}
+    return build_config(ApolloWarmupConfig, [{"data": data, "out": out, "apollo": aids}], sets)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data", help="docs_qa.py's train.jsonl")
     parser.add_argument("out", help="the warm-up folder")
     parser.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    # No sampling aids: the rule writes the whole call (a forced opening would double it).
-    aids = {"aid_tool": "retrieve", "few_shot": False, "force_call": False}
-    layer = {"data": args.data, "out": args.out, "apollo": aids}
-    config = build_config(ApolloWarmupConfig, [layer], args.sets)
+    config = warmup_config(args.data, args.out, args.sets)
     result = build_apollo_warmup(config, engine=RuleCaller(load_tokenizer(config.model)))
     stats = result.stats
     print(f"{result.out_dir}: {stats['traces']} traces of {stats['units']}, {stats['rows']} rows")

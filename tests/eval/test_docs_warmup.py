@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from collabrl.builders.apollo_warmup import ApolloWarmupConfig, build_apollo_warmup
-from collabrl.config import build_config
+from collabrl.builders.apollo_warmup import build_apollo_warmup
 from collabrl.engines.base import SamplingParams
 from collabrl.errors import UserError
 from collabrl.rewards.verify import is_equivalent
@@ -40,13 +39,8 @@ def test_every_question_gives_the_rule_call_and_the_answer_it_shows(
     monkeypatch.setenv("COLLABRL_HOME", str(home))
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(q) + "\n" for q in questions))
-    layer = {
-        "data": str(data),
-        "out": str(tmp_path / "warmup"),
-        "apollo": {"tools": ["retrieve"], "aid_tool": "retrieve", "few_shot": False},
-        "sampling": {"max_tokens": 1024},
-    }
-    config = build_config(ApolloWarmupConfig, [layer], ["apollo.force_call=false"])
+    sets = ["apollo.tools=[retrieve]", "sampling.max_tokens=1024"]
+    config = docs_warmup.warmup_config(str(data), str(tmp_path / "warmup"), sets)
     result = build_apollo_warmup(config, engine=docs_warmup.RuleCaller(smol_tokenizer))
     # docs_qa kept only questions this very call answers: every trace is kept.
     assert result.stats["traces"] == len(questions) > 0
