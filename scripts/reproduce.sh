@@ -236,6 +236,13 @@ rsim() {
   # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
   # A new setting: the project's constant learning rate, not RECORDED_SCHEDULE; every
   # episode of a step kept (16), so that rsim_groups.py counts R_acc's mixed groups.
+  # Plug-in (criterion 3): the warm-up reasoner (rSIM's starting point, untouched by RL)
+  # served over HTTP, driven by PS+ prompting, by the untrained planner and, after each
+  # seed trains, by that seed's planner, so that a stopped reproduction leaves the
+  # comparison for every seed trained so far.
+  local plug_ins=(ps+ untrained)
+  plug_in "$out" ps+ ps+ "${budget[@]}"
+  plug_in "$out" untrained smollm2-135m "${budget[@]}"
   local steps="${RSIM_STEPS:-16}" runs=() trained=()
   for seed in $SEEDS; do
     local run="$out/joint-seed$seed"
@@ -246,9 +253,11 @@ rsim() {
       --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5 \
       --set save_rollouts=16 \
       --set seed="$seed" --eval-data "$out/test.jsonl"
+    plug_in "$out" "trained-seed$seed" "$run/planner" "${budget[@]}"
     [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
     runs+=("$run/eval-final")
     trained+=("$run")
+    plug_ins+=("trained-seed$seed")
   done
   "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
   "$PYTHON" scripts/evidence/plans.py "${runs[@]}" | tee -a "$out/table.md"
@@ -257,14 +266,16 @@ rsim() {
     4 "${trained[@]}" | tee "$out/steps.md"
   # Whether R_acc carried signal: the groups with both right and wrong episodes.
   "$PYTHON" scripts/evidence/rsim_groups.py "${trained[@]}" | tee "$out/groups.md"
-  # Plug-in: the warm-up reasoner (rSIM's starting point, untouched by RL) served over
-  # HTTP, driven by each seed's trained planner, by the untrained one and by PS+ prompting.
-  plug_in "$out" "${budget[@]}"
+  local evals=("${plug_ins[@]/#/$out/plug-in/}")
+  "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/plug-in.md"
+  "$PYTHON" scripts/evidence/plans.py "${evals[@]}" | tee -a "$out/plug-in.md"
 }
 
 SERVERS=()
 stop_servers() {  # the policy servers started so far: they hold 2-3 GB each
   [ ${#SERVERS[@]} -eq 0 ] || kill "${SERVERS[@]}" 2>/dev/null || true
+  # Waited for, so that the next server on the same port cannot find the old one answering.
+  [ ${#SERVERS[@]} -eq 0 ] || wait "${SERVERS[@]}" 2>/dev/null || true
   SERVERS=()
 }
 trap stop_servers EXIT
@@ -278,23 +289,19 @@ serve() {  # serve MODEL PORT LOG: a policy server, answering when this returns,
   done
 }
 
-plug_in() {
-  local out="$1" port="${PLUG_IN_PORT:-8017}"; shift
-  local url="http://127.0.0.1:$port" evals=()
+plug_in() {  # plug_in OUT NAME PLANNER BUDGET...: the warm-up reasoner over HTTP, driven
+  # greedily by PLANNER (a planner model, or ps+ for Plan-and-Solve+ prompting), into
+  # OUT/plug-in/NAME; skipped once done. The server stops after each evaluation: training
+  # needs its memory.
+  local out="$1" name="$2" planner="$3" port="${PLUG_IN_PORT:-8017}"; shift 3
+  local folder="$out/plug-in/$name" how=(--planner "$planner")
+  [ "$planner" != ps+ ] || how=(--planner-kind ps+)
+  [ ! -f "$folder/metrics.json" ] || return 0
   serve "$out/sft/final" "$port" "$out/serve.log"
-  local planners=("ps+:" "untrained:smollm2-135m")
-  for seed in $SEEDS; do planners+=("trained-seed$seed:$out/joint-seed$seed/planner"); done
-  for entry in "${planners[@]}"; do
-    local planner="${entry#*:}" folder="$out/plug-in/${entry%%:*}"
-    local how=(--planner "$planner")
-    [ -n "$planner" ] || how=(--planner-kind ps+)
-    [ -f "$folder/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" --model "$url" \
-      --tokenizer "$out/sft/final" --protocol strategy "${how[@]}" --temperature 0 \
-      --set protocol.strategy.planner_temperature=0 "$@" --out "$folder"
-    evals+=("$folder")
-  done
-  "$COLLAB" eval report "${evals[@]}" --by "$FAMILY" --format markdown | tee "$out/plug-in.md"
-  "$PYTHON" scripts/evidence/plans.py "${evals[@]}" | tee -a "$out/plug-in.md"
+  "$COLLAB" eval run "$out/test.jsonl" --model "http://127.0.0.1:$port" \
+    --tokenizer "$out/sft/final" --protocol strategy "${how[@]}" --temperature 0 \
+    --set protocol.strategy.planner_temperature=0 "$@" --out "$folder"
+  stop_servers
 }
 
 apollo() {
