@@ -231,11 +231,6 @@ rsim() {
     "$PYTHON" scripts/evidence/rsim_band.py "$out/candidates/$split.jsonl" \
       "$out/pass-rates/$split" "$k" "${band[@]}" "$out/$split.jsonl"
   done
-  # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
-  # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
-  # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
-  # A new setting: the project's constant learning rate, not RECORDED_SCHEDULE; every
-  # episode of a step kept (16), so that rsim_groups.py counts R_acc's mixed groups.
   # Plug-in (criterion 3): the warm-up reasoner (rSIM's starting point, untouched by RL)
   # served over HTTP, driven by PS+ prompting, by the untrained planner and, after each
   # seed trains, by that seed's planner, so that a stopped reproduction leaves the
@@ -243,6 +238,11 @@ rsim() {
   local plug_ins=(ps+ untrained)
   plug_in "$out" ps+ ps+ "${budget[@]}"
   plug_in "$out" untrained smollm2-135m "${budget[@]}"
+  # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
+  # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
+  # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
+  # A new setting: the project's constant learning rate, not RECORDED_SCHEDULE; every
+  # episode of a step kept (16), so that rsim_groups.py counts R_acc's mixed groups.
   local steps="${RSIM_STEPS:-16}" runs=() trained=()
   for seed in $SEEDS; do
     local run="$out/joint-seed$seed"
