@@ -12,6 +12,7 @@ is a view computed here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,6 +29,10 @@ class Author(StrEnum):
 
 # Authors whose tokens count as help in a call ratio.
 HELPERS = frozenset({Author.TEACHER, Author.EXPERT})
+
+# The `Segment.meta` key by which a protocol puts a segment the policy did not write into
+# the loss (`Segment.trained`).
+TRAINED = "trained"
 
 
 class EndReason(StrEnum):
@@ -79,6 +84,13 @@ class Segment:
         return self.author in HELPERS
 
     @property
+    def trained(self) -> bool:
+        """Its tokens are in the loss: the policy's own, and those of another author that
+        the protocol marks `meta["trained"]` (relay's teacher under
+        `relay.train_teacher_tokens`, as the released RelayLLM code trains on them)."""
+        return self.author is Author.POLICY or bool(self.meta.get(TRAINED))
+
+    @property
     def shown_text(self) -> str:
         """Its text for a reader; a collaborator call that came back empty (a failure) says
         so instead of showing nothing."""
@@ -123,8 +135,9 @@ class Episode:
         return "".join(s.text for s in self.segments)
 
     def loss_mask(self) -> list[int]:
-        """1 on tokens the policy sampled, 0 on everything it was given (TRL's env_mask)."""
-        return [int(s.author is Author.POLICY) for s in self.segments for _ in s.token_ids]
+        """1 on tokens the policy sampled, 0 on everything it was given (TRL's env_mask),
+        except a given segment its protocol marks trained (`Segment.trained`)."""
+        return [int(s.trained) for s in self.segments for _ in s.token_ids]
 
     def policy_logprobs(self) -> list[float] | None:
         """Sampling log-probs of the policy's tokens, in order (None if any are missing)."""
@@ -138,13 +151,22 @@ class Episode:
 
     def response_logprobs(self) -> list[float] | None:
         """Log-probs aligned with `response_ids`: the policy's own, 0.0 where others
-        wrote (a trainer masks those out). None when a policy segment has none."""
+        wrote (a trainer masks those out), NaN where others wrote tokens that are trained
+        all the same (`Segment.trained`). None when a policy segment has none.
+
+        Those tokens were never sampled by the policy, so they have no sampling log-prob;
+        0.0 would claim the sampler gave them probability 1 and skew TRL's importance
+        ratio, while TRL reads NaN as "no correction" (ratio 1 on the policy's own
+        log-prob).
+        """
         values: list[float] = []
         for s in self.segments:
-            if s.author is Author.POLICY and s.logprobs is None:
-                return None
-            own = s.author is Author.POLICY
-            values.extend(s.logprobs if own else [0.0] * len(s.token_ids))
+            if s.author is Author.POLICY:
+                if s.logprobs is None:
+                    return None
+                values.extend(s.logprobs)
+            else:
+                values.extend([math.nan if s.trained else 0.0] * len(s.token_ids))
         return values
 
     # -- counts and ratios -------------------------------------------------------

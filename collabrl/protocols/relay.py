@@ -15,7 +15,9 @@ they stay in its text and ids; the command is read up to the stop string.
 
 The released RelayLLM code drops the command and the student's last segment before
 appending the teacher text; here nothing the policy wrote is ever dropped, so the
-trajectory a trainer sees is exactly the one the policy was conditioned on.
+trajectory a trainer sees is exactly the one the policy was conditioned on. With
+`relay.train_teacher_tokens` the teacher's segments are marked trained
+(`Segment.trained`): a trainer puts them in the loss, as that code does.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.engines.reference import is_stand_in
-from collabrl.episode import Author, EndReason, Episode, Segment
+from collabrl.episode import TRAINED, Author, EndReason, Episode, Segment
 from collabrl.errors import MissingInput, UserError
 from collabrl.protocols.base import (
     Policy,
@@ -237,6 +239,8 @@ class RelayProtocol:
         }
         if record.error:
             meta["error"] = record.error
+        if self.config.train_teacher_tokens:
+            meta[TRAINED] = True
         return Segment(Author.TEACHER, text, ids, None, meta)
 
     def close(self) -> None:

@@ -39,6 +39,13 @@ class RelayConfig:
         "A teacher reply that ends at its EOS completes the answer and ends the episode "
         "(RelayLLM's code); true lets the policy write on after it.",
     )
+    train_teacher_tokens: bool = option(
+        False,
+        "Training: put the teacher's tokens in the loss, as the policy's own (a form of "
+        "distillation from the teacher, weighted by the advantage). The paper is silent; "
+        "the authors' rollout keeps them in (its masking line is commented out). False: "
+        "the policy learns only from what it sampled.",
+    )
 
     def check(self) -> None:
         if self.max_calls < 0:

@@ -5,9 +5,10 @@ ratio ρ(y) ∈ [0, 1]. The difficulty-aware reward also needs the *scenario* of
 sample's prompt group, decided over every sample of that group, so a trainer scores a
 batch with `group_rewards`, which groups the samples by prompt key itself.
 
-Deviation from the released code (`math_help_group.py`), which decides one scenario for
-the whole batch: we decide it per prompt group, as the paper's text does ("the
-collective performance of the sampled group 𝒢").
+Two readings of the released code (`math_help_group.py`) are offered beside the paper's
+text, which stays the default: one scenario for the whole batch (`scope="batch"`; the
+text decides it per prompt group, "the collective performance of the sampled group 𝒢"),
+and ρ counted per call (`per_call_ratio`; the text counts "large-model generated tokens").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, get_args
 
 # Scenario 1's "boosted bonus (r = 1.5) for independent success".
 INDEPENDENT_SUCCESS_REWARD = 1.5
@@ -24,6 +25,14 @@ INDEPENDENT_SUCCESS_REWARD = 1.5
 STUBBORN_PENALTY = -1.0
 
 RewardKind = Literal["simple", "difficulty_aware"]
+# Where a scenario is decided: over each prompt group (the paper's text) or over the
+# whole batch (the released code).
+ScenarioScope = Literal["group", "batch"]
+SCENARIO_SCOPES: tuple[str, ...] = get_args(ScenarioScope)
+# Which ρ(y) the rewards charge: the teacher tokens realised (the paper's definition) or
+# a fixed count per call (the released code).
+CallRatioKind = Literal["realised", "per_call"]
+CALL_RATIOS: tuple[str, ...] = get_args(CallRatioKind)
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,15 @@ class Scenario(StrEnum):
 def simple_reward(correct: bool, call_ratio: float) -> float:
     """Eq. (3): r_simple(y) = 1(a = g) − ρ(y): correctness, less the cost of calling."""
     return float(correct) - call_ratio
+
+
+def per_call_ratio(calls: int, response_tokens: int, tokens_per_call: int) -> float:
+    """ρ(y) as the released code counts it (`math_help_group.py`): every call costs
+    `tokens_per_call` tokens whatever n it asked for (the code's 500), over the response
+    length (every author's tokens), at most 1."""
+    if response_tokens <= 0:
+        return 0.0
+    return min(calls * tokens_per_call / response_tokens, 1.0)
 
 
 def scenario(group: Sequence[Outcome]) -> Scenario:
@@ -117,15 +135,22 @@ def group_scenarios(samples: Sequence[tuple[str, Outcome]]) -> list[Scenario]:
     return [decided[key] for key, _ in samples]
 
 
-def group_rewards(samples: Sequence[tuple[str, Outcome]], kind: RewardKind) -> list[float]:
+def group_rewards(
+    samples: Sequence[tuple[str, Outcome]], kind: RewardKind, scope: ScenarioScope
+) -> list[float]:
     """The reward of every sample of a gathered batch, in input order.
 
     `samples` are (group key, outcome) pairs, as for `group_scenarios`, whose gathering
     rule applies. `kind="simple"` ignores the groups (Eq. 3 scores each sample alone).
+    `scope="batch"` decides one scenario over every sample, whatever its group, as the
+    released code does; a caller on several processes then gathers the whole batch.
     """
+    if scope not in SCENARIO_SCOPES:
+        raise ValueError(f"unknown scenario scope {scope!r}; known: {', '.join(SCENARIO_SCOPES)}")
     if kind == "simple":
         return [simple_reward(o.correct, o.call_ratio) for _, o in samples]
     if kind == "difficulty_aware":
-        scenarios = group_scenarios(samples)
+        keyed = samples if scope == "group" else [("batch", o) for _, o in samples]
+        scenarios = group_scenarios(keyed)
         return [difficulty_aware_reward(o, s) for (_, o), s in zip(samples, scenarios, strict=True)]
     raise ValueError(f"unknown RelayLLM reward kind {kind!r}; known: simple, difficulty_aware")

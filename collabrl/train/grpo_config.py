@@ -23,6 +23,7 @@ from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.consult_config import check_turn_fits
 from collabrl.protocols.saved import unread_protocol_keys
+from collabrl.rewards.relay import CALL_RATIOS, SCENARIO_SCOPES
 from collabrl.train.lora import LoraSettings
 from collabrl.train.rsim_config import RSIMConfig
 from collabrl.train.schedule_config import ScheduleConfig
@@ -54,7 +55,23 @@ class GRPOTrainConfig(DataColumns):
     )
     reward: str = option(
         "difficulty_aware",
-        "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, per prompt group).",
+        "relay: simple (1(a=g) − ρ) | difficulty_aware (RelayLLM §3.2, by scenario_scope).",
+    )
+    scenario_scope: str = option(
+        "group",
+        "relay, difficulty_aware: where a scenario is decided: group (each prompt group "
+        "over its own samples, the paper's text) | batch (one scenario for the whole "
+        "generation batch, every process's samples: the authors' math_help_group.py).",
+    )
+    call_ratio: str = option(
+        "realised",
+        "relay: the ρ(y) the reward charges: realised (teacher tokens ÷ response tokens, "
+        "the paper's definition; logged as episodes/call_ratio) | per_call (the authors' "
+        "math_help_group.py: tokens_per_call for each call sent to the teacher, whatever "
+        "its n, ÷ response tokens, at most 1; logged as episodes/call_ratio_per_call).",
+    )
+    tokens_per_call: int = option(
+        500, "relay, call_ratio per_call: the tokens each call counts (the authors' 500)."
     )
     reward_funcs: list[str] = option(
         [],
@@ -209,6 +226,7 @@ class GRPOTrainConfig(DataColumns):
         check_report_to(self.report_to)
         self.check_rewards()
         check_method_fields(self)
+        self.check_relay_reward()
         limit = self.eval_limit
         require("eval_limit", limit, limit is None or limit >= 1, "at least 1")
         self.check_eval_steps()
@@ -258,6 +276,24 @@ class GRPOTrainConfig(DataColumns):
                 "drop --eval-steps; --eval-data scores the start and the end",
             )
 
+    def check_relay_reward(self) -> None:
+        """The relay reward's settings: known values, and none the chosen reward ignores."""
+        scope, ratio = self.scenario_scope, self.call_ratio
+        require("scenario_scope", scope, scope in SCENARIO_SCOPES, " or ".join(SCENARIO_SCOPES))
+        require("call_ratio", ratio, ratio in CALL_RATIOS, " or ".join(CALL_RATIOS))
+        require("tokens_per_call", self.tokens_per_call, self.tokens_per_call >= 1, "at least 1")
+        defaults = GRPOTrainConfig()
+        if scope != defaults.scenario_scope and self.reward != "difficulty_aware":
+            raise UserError(
+                "scenario_scope is read by the difficulty_aware reward only",
+                "drop it, or set reward=difficulty_aware",
+            )
+        if self.tokens_per_call != defaults.tokens_per_call and ratio != "per_call":
+            raise UserError(
+                "tokens_per_call is read with call_ratio per_call only",
+                "drop it, or set call_ratio=per_call",
+            )
+
     def check_rewards(self) -> None:
         """`replace` has a reward function to replace with (that each loads is checked
         on the trainer side, `grpo_args.check_run`: loading runs the user's module)."""
@@ -273,7 +309,15 @@ MAX_ROLLOUT = 2**16
 MAX_STEPS = 10**7
 
 # The fields one method reads; another method's run refuses them when they are set.
-METHOD_FIELDS = {"reward": "relay", "consult_penalty": "eapo", "schedule": "eapo", "rsim": "rsim"}
+METHOD_FIELDS = {
+    "reward": "relay",
+    "scenario_scope": "relay",
+    "call_ratio": "relay",
+    "tokens_per_call": "relay",
+    "consult_penalty": "eapo",
+    "schedule": "eapo",
+    "rsim": "rsim",
+}
 
 
 def check_method_fields(config: GRPOTrainConfig) -> None:

@@ -3,7 +3,8 @@
 The rules themselves are pure functions in `collabrl.rewards`; these adapters only read
 TRL's keyword lists, log the episodes' diagnostics through TRL's `log_metric`, and, for
 RelayLLM's difficulty-aware reward, gather every process's samples first: a prompt
-group may be split across processes, and its scenario is decided over the whole group.
+group may be split across processes, and its scenario is decided over the whole group
+(or over the whole batch, `scenario_scope: batch`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.rewards.eapo import eapo_reward
-from collabrl.rewards.relay import Outcome, group_rewards, simple_reward
+from collabrl.rewards.relay import (
+    CALL_RATIOS,
+    Outcome,
+    ScenarioScope,
+    group_rewards,
+    per_call_ratio,
+    simple_reward,
+)
 
 if TYPE_CHECKING:
     from collabrl.train.grpo_config import GRPOTrainConfig
@@ -195,7 +203,20 @@ def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
         reward = functools.partial(eapo, penalty=config.consult_penalty)
         functools.update_wrapper(reward, eapo)  # TRL logs a reward under its __name__
         return [reward]
-    return [relay_simple] if config.reward == "simple" else [relay_difficulty_aware]
+    return [relay_reward(config)]
+
+
+def relay_reward(config: GRPOTrainConfig) -> RewardFunc:
+    """RelayLLM's reward of `config.reward`, with the run's ρ(y) (`call_ratio`,
+    `tokens_per_call`) and, for the difficulty-aware one, its `scenario_scope`."""
+    charge = {"ratio": config.call_ratio, "tokens_per_call": config.tokens_per_call}
+    if config.reward == "simple":
+        reward = functools.partial(relay_simple, **charge)
+        function: RewardFunc = relay_simple
+    else:
+        reward = functools.partial(relay_difficulty_aware, scope=config.scenario_scope, **charge)
+        function = relay_difficulty_aware
+    return functools.update_wrapper(reward, function)  # TRL logs a reward under its __name__
 
 
 # What the rewards paid for (a truncated episode's last number earns nothing), and the
@@ -234,29 +255,52 @@ def accuracy(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[
     return [float(c) for c in kwargs["correct"]]
 
 
-def relay_simple(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-    """RelayLLM's simple reward, 1(a=g) − ρ(y), on the realised call ratio."""
+def charged_ratios(kwargs: dict[str, Any], ratio: str, tokens_per_call: int) -> list[float]:
+    """Each episode's ρ(y) as the run's `call_ratio` counts it: the realised ratio (the
+    `call_ratio` extra, logged as episodes/call_ratio), or the released code's per-call
+    count (logged as episodes/call_ratio_per_call, so a run's logs say which it charged)."""
+    if ratio == "realised":
+        return [float(r) for r in kwargs["call_ratio"]]
+    if ratio != "per_call":
+        raise ValueError(f"unknown call ratio {ratio!r}; known: {', '.join(CALL_RATIOS)}")
+    pairs = zip(kwargs["calls"], kwargs["response_tokens"], strict=True)
+    ratios = [per_call_ratio(int(calls), int(tokens), tokens_per_call) for calls, tokens in pairs]
+    log = kwargs.get("log_metric")
+    if log is not None and ratios:
+        log("episodes/call_ratio_per_call", sum(ratios) / len(ratios))
+    return ratios
+
+
+def relay_simple(
+    prompts: list[Any], completions: list[Any], *, ratio: str, tokens_per_call: int, **kwargs: Any
+) -> list[float]:
+    """RelayLLM's simple reward, 1(a=g) − ρ(y), ρ counted as `ratio` says."""
     log_episodes(kwargs)
-    pairs = zip(kwargs["correct"], kwargs["call_ratio"], strict=True)
-    return [simple_reward(correct, ratio) for correct, ratio in pairs]
+    ratios = charged_ratios(kwargs, ratio, tokens_per_call)
+    return [simple_reward(c, r) for c, r in zip(kwargs["correct"], ratios, strict=True)]
 
 
 def relay_difficulty_aware(
-    prompts: list[Any], completions: list[Any], **kwargs: Any
+    prompts: list[Any],
+    completions: list[Any],
+    *,
+    ratio: str,
+    tokens_per_call: int,
+    scope: ScenarioScope,
+    **kwargs: Any,
 ) -> list[float]:
-    """RelayLLM's difficulty-aware reward, each group's scenario decided over the group's
-    samples from every process."""
+    """RelayLLM's difficulty-aware reward, each scenario decided over every process's
+    samples: of its prompt group, or of the whole batch (`scope`)."""
     from accelerate.utils import gather_object
 
     log_episodes(kwargs)
+    ratios = charged_ratios(kwargs, ratio, tokens_per_call)
     local = [
-        (problem, Outcome(bool(c), float(r)))
-        for problem, c, r in zip(
-            kwargs["problem_id"], kwargs["correct"], kwargs["call_ratio"], strict=True
-        )
+        (problem, Outcome(bool(c), r))
+        for problem, c, r in zip(kwargs["problem_id"], kwargs["correct"], ratios, strict=True)
     ]
     everyone = gather_object([local])  # one list per process, in process order
-    rewards = group_rewards([s for part in everyone for s in part], "difficulty_aware")
+    rewards = group_rewards([s for part in everyone for s in part], "difficulty_aware", scope)
     start = sum(len(part) for part in everyone[: _process_index()])
     return rewards[start : start + len(local)]
 

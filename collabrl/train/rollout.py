@@ -8,13 +8,17 @@ sample, the Episode's own ids and masks:
     prompt_ids      the prompt as the policy saw it
     completion_ids  every response token, whoever wrote it (the policy's context)
     env_mask        1 on tokens the policy sampled, 0 on teacher/expert/environment text
+                    (`Episode.loss_mask`)
     logprobs        the policy's sampling log-probs, 0.0 on tokens it did not sample
                     (`Episode.response_logprobs`)
     + extras        answer, correctness, F1, call ratios, calls, end reason, …
 
 so the loss (TRL's `loss_mask = completion_mask * env_mask`) never touches a token
 the policy did not write, and rewards read the Episode's own answer rather than
-TRL's decoding of the completion (which holds teacher text and call commands).
+TRL's decoding of the completion (which holds teacher text and call commands). The one
+exception is a protocol's choice, recorded on the segment (`Segment.trained`): relay's
+teacher under `relay.train_teacher_tokens` gets env_mask 1 and log-prob NaN, which TRL
+reads as no sampling log-prob (its importance ratio 1).
 
 The dataset's `prompt` column is the item id: the rollout looks the item up (its
 problem, reference answer and solution), so tasks carry what a collaborator such as
@@ -72,6 +76,8 @@ def episode_extras(episode: Episode, item: Item) -> dict[str, Any]:
         "call_ratio": episode.call_ratio_realised(),
         "call_ratio_requested": episode.call_ratio_requested(),
         "calls": len(episode.calls),
+        # Every author's tokens: what relay's per-call ρ divides by (train/rewards.py).
+        "response_tokens": len(episode.response_ids),
         "accepted_calls": sum(1 for s in episode.calls if s.meta.get("accepted", True)),
         "format_errors": int(episode.meta.get("format_errors", 0)),
         "tool_calls": len(episode.tool_calls),

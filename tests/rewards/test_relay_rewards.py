@@ -10,6 +10,7 @@ from collabrl.rewards.relay import (
     difficulty_aware_reward,
     group_rewards,
     group_scenarios,
+    per_call_ratio,
     scenario,
     simple_reward,
 )
@@ -85,7 +86,7 @@ def test_group_split_across_processes_is_decided_over_its_union() -> None:
     batch = slice_0 + slice_1
     random.Random(0).shuffle(batch)
 
-    rewards = group_rewards(batch, "difficulty_aware")
+    rewards = group_rewards(batch, "difficulty_aware", "group")
 
     expected = {
         # "a" is student-solvable: wrong 0, dependent 1 − 0.5, independent 1.5.
@@ -105,14 +106,57 @@ def test_group_split_across_processes_is_decided_over_its_union() -> None:
 
 def test_group_rewards_unsolvable_group_gets_exploration_rewards() -> None:
     batch = [("c", Outcome(False, 0.0)), ("c", Outcome(False, 0.4))]
-    assert group_rewards(batch, "difficulty_aware") == pytest.approx([0.0, 0.4])
+    assert group_rewards(batch, "difficulty_aware", "group") == pytest.approx([0.0, 0.4])
 
 
 def test_group_rewards_simple_ignores_groups() -> None:
     batch = [("a", Outcome(True, 0.0)), ("a", Outcome(True, 0.5)), ("b", Outcome(False, 0.2))]
-    assert group_rewards(batch, "simple") == pytest.approx([1.0, 0.5, -0.2])
+    assert group_rewards(batch, "simple", "group") == pytest.approx([1.0, 0.5, -0.2])
 
 
 def test_group_rewards_rejects_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown RelayLLM reward kind"):
-        group_rewards([("a", Outcome(True, 0.0))], "accuracy")  # type: ignore[arg-type]
+        group_rewards([("a", Outcome(True, 0.0))], "accuracy", "group")  # type: ignore[arg-type]
+
+
+def test_batch_scope_decides_one_scenario_over_every_group() -> None:
+    """The released code's reading: "a" alone is teacher-dependent and "b" unsolvable,
+    but "c" was solved without a call, so the whole batch is student-solvable."""
+    batch = [
+        ("a", Outcome(False, 0.0)),  # group: −1 (did not call); batch: 0 (wrong)
+        ("a", Outcome(True, 0.25)),  # 1 − ρ either way
+        ("b", Outcome(False, 0.5)),  # group: ρ (exploration); batch: 0 (wrong)
+        ("c", Outcome(True, 0.0)),  # 1.5 either way
+    ]
+    assert group_rewards(batch, "difficulty_aware", "group") == pytest.approx(
+        [-1.0, 0.75, 0.5, 1.5]
+    )
+    assert group_rewards(batch, "difficulty_aware", "batch") == pytest.approx([0.0, 0.75, 0.0, 1.5])
+    # A batch of one group is scored alike under either scope; simple ignores the scope.
+    one = [s for s in batch if s[0] == "a"]
+    assert group_rewards(one, "difficulty_aware", "batch") == group_rewards(
+        one, "difficulty_aware", "group"
+    )
+    assert group_rewards(batch, "simple", "batch") == group_rewards(batch, "simple", "group")
+
+
+def test_group_rewards_rejects_an_unknown_scope() -> None:
+    with pytest.raises(ValueError, match="unknown scenario scope 'prompt'"):
+        group_rewards([("a", Outcome(True, 0.0))], "difficulty_aware", "prompt")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "calls, response_tokens, expected",
+    [
+        (0, 1000, 0.0),  # no call: ρ = 0 whatever the length
+        (1, 1000, 0.5),  # 500 per call, whatever n the call asked for
+        (2, 4000, 0.25),
+        (3, 1000, 1.0),  # 1500 / 1000, clipped to 1
+        (0, 0, 0.0),  # an empty response
+    ],
+)
+def test_per_call_ratio_counts_a_fixed_cost_per_call(
+    calls: int, response_tokens: int, expected: float
+) -> None:
+    assert per_call_ratio(calls, response_tokens, 500) == pytest.approx(expected)
+    assert Outcome(True, per_call_ratio(calls, response_tokens, 500)).called == (calls > 0)

@@ -14,6 +14,7 @@ from collabrl.errors import UserError
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.consult_config import ConsultConfig, turn_tokens
+from collabrl.protocols.relay_config import RelayConfig
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
@@ -51,17 +52,28 @@ def test_grpo_writes_metrics_curves_and_a_loadable_model(tiny_model_dir: Path, t
     engine.close()
 
 
-def test_relay_with_the_reference_teacher_runs(tiny_model_dir: Path, tmp_path) -> None:
+# The settings that follow the authors' released code rather than the paper's text.
+AUTHORS_CODE = {"scenario_scope": "batch", "call_ratio": "per_call", "tokens_per_call": 250}
+
+
+@pytest.mark.parametrize("authors_code", [False, True])
+def test_relay_with_the_reference_teacher_runs(
+    tiny_model_dir: Path, tmp_path, authors_code: bool
+) -> None:
+    relay = RelayConfig(train_teacher_tokens=authors_code)
     config = _config(
         tiny_model_dir,
         tmp_path,
         method="relay",
         steps=1,
-        protocol=ProtocolConfig(teacher="reference"),
+        protocol=ProtocolConfig(teacher="reference", relay=relay),
+        **(AUTHORS_CODE if authors_code else {}),
     )
     train_grpo(config)
     (step,) = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()][:1]
     assert "rewards/relay_difficulty_aware/mean" in step
+    # The per-call ρ is logged when the reward charges it, and only then.
+    assert ("episodes/call_ratio_per_call" in step) == authors_code
 
 
 def test_resume_continues_from_the_last_checkpoint(tiny_model_dir: Path, tmp_path) -> None:

@@ -1,8 +1,11 @@
 """The rollout adapter: what TRL receives for relay episodes (masks, log-probs, extras),
-and the gradient of a real GRPO loss on teacher tokens — exactly zero."""
+and the gradient of a real GRPO loss on teacher tokens — exactly zero, unless
+`relay.train_teacher_tokens` puts them in the loss."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +20,8 @@ from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
-from collabrl.train.rewards import no_credit_on_error, relay_simple
+from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.rewards import no_credit_on_error, relay_reward
 from collabrl.train.rollout import ProtocolRollout, identical_group_share, warn_if_all_identical
 from tests.engines.test_vllm import _stand_in, _StandInLLM
 from tests.protocols.scripted import ScriptedEngine
@@ -36,9 +40,23 @@ class ScriptedPolicy(ScriptedEngine):
         pass
 
 
-def _rollout(tokenizer, replies: list[str], generations: int = 2) -> ProtocolRollout:
-    engine = ScriptedPolicy(tokenizer, replies)
-    config = RelayConfig()
+class SampledPolicy(ScriptedPolicy):
+    """A scripted policy that reports a sampling log-prob per token, as vLLM does."""
+
+    def _complete(self, prompt, params):
+        done = super()._complete(prompt, params)
+        return dataclasses.replace(done, logprobs=[-0.5] * len(done.token_ids))
+
+
+def _rollout(
+    tokenizer,
+    replies: list[str],
+    generations: int = 2,
+    policy: type[ScriptedPolicy] = ScriptedPolicy,
+    **relay,
+) -> ProtocolRollout:
+    engine = policy(tokenizer, replies)
+    config = RelayConfig(**relay)
     teacher = collaborator_pool([REFERENCE], config.teacher_timeout, tokenizer=tokenizer)
     protocol = RelayProtocol(Policy(engine, tokenizer), teacher, TEMPLATE, config, TEMPLATE.extract)
     return ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=64), generations)
@@ -47,6 +65,11 @@ def _rollout(tokenizer, replies: list[str], generations: int = 2) -> ProtocolRol
 # The first sample calls the teacher (who writes the gold answer and ends the episode);
 # the second answers alone, wrongly.
 REPLIES = ["Let me ask. <call>50</call>", "It is \\boxed{8}."]
+# The policy asks for 3 tokens (the stand-in writes the first 3 of the gold answer and
+# stops short of its EOS), then writes on: policy, teacher, policy.
+CALL_THEN_ANSWER = ["Let me ask. <call>3</call>", " So \\boxed{7}."]
+# RelayLLM's simple reward, as `collab train relay --set reward=simple` builds it.
+RELAY_SIMPLE = relay_reward(GRPOTrainConfig(method="relay", reward="simple"))
 
 
 def test_teacher_tokens_are_masked_and_scored_on_the_episode(smol_tokenizer) -> None:
@@ -63,6 +86,53 @@ def test_teacher_tokens_are_masked_and_scored_on_the_episode(smol_tokenizer) -> 
     assert out["correct"] == [True, False] and out["calls"] == [1, 0]
     assert out["call_ratio"][0] == pytest.approx(teacher / len(called.response_ids))
     assert out["logprobs"] is None  # the scripted policy reports none; TRL recomputes
+
+
+def _authored(episode: Episode, author: Author) -> list[bool]:
+    """Per response token: whether `author` wrote it."""
+    return [s.author is author for s in episode.segments for _ in s.token_ids]
+
+
+@pytest.mark.parametrize("train_teacher", [False, True])
+def test_teacher_tokens_enter_the_loss_only_when_configured(
+    smol_tokenizer, train_teacher: bool
+) -> None:
+    """Default: env_mask 0 on the teacher's tokens (the paper trains only what the policy
+    sampled). `relay.train_teacher_tokens`: 1 there, as the authors' rollout does, with a
+    NaN sampling log-prob (TRL: no importance correction), never 0.0 (probability 1)."""
+    rollout = _rollout(
+        smol_tokenizer, list(CALL_THEN_ANSWER), 1, SampledPolicy, train_teacher_tokens=train_teacher
+    )
+    [episode] = rollout.protocol.run(rollout.tasks(["p"], 0), rollout.params)
+    out = rollout.to_trl([episode])
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    taught = _authored(episode, Author.TEACHER)
+    assert any(taught)
+    [mask], [logprobs] = out["env_mask"], out["logprobs"]
+    assert mask == [int(train_teacher or not t) for t in taught]
+    assert [math.isnan(v) for v in logprobs] == [train_teacher and t for t in taught]
+    sampled = [v for v, t in zip(logprobs, taught, strict=True) if not t]
+    assert sampled == [-0.5] * len(sampled)  # the policy's own, untouched
+    if not train_teacher:
+        assert [v for v, t in zip(logprobs, taught, strict=True) if t] == [0.0] * sum(taught)
+
+
+def test_the_trained_sequence_is_what_the_policy_was_conditioned_on(smol_tokenizer) -> None:
+    """The authors' rollout, on `<call>n</call>`, rolls back the student's last segment
+    (its command with it) and appends the teacher's continuation; collabrl keeps every
+    token the policy wrote, so the completion TRL trains on is the segments' ids in order
+    — the policy's text with its command, then the teacher's — the very context the
+    policy resumed from."""
+    rollout = _rollout(smol_tokenizer, list(CALL_THEN_ANSWER), 1)
+    [episode] = rollout.protocol.run(rollout.tasks(["p"], 0), rollout.params)
+    out = rollout.to_trl([episode])
+    policy, teacher, resumed = episode.segments
+    assert smol_tokenizer.decode(policy.token_ids).endswith("<call>3</call>")
+    assert teacher.author is Author.TEACHER and teacher.token_ids
+    assert out["completion_ids"] == [policy.token_ids + teacher.token_ids + resumed.token_ids]
+    assert out["prompt_ids"] == [episode.prompt_ids]
+    # The policy's second turn was conditioned on exactly the trained prefix.
+    assert rollout.engine.prompts[1] == episode.prompt_ids + policy.token_ids + teacher.token_ids
 
 
 def test_the_reward_grades_as_the_problems_answer_type(smol_tokenizer) -> None:
@@ -121,14 +191,21 @@ def test_an_empty_episode_becomes_one_masked_token(smol_tokenizer) -> None:
     assert out["completion_ids"] == [[smol_tokenizer.eos_token_id]] and out["env_mask"] == [[0]]
 
 
+@pytest.mark.parametrize("train_teacher", [False, True])
 def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
-    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path
+    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path, train_teacher: bool
 ) -> None:
+    """Unless `relay.train_teacher_tokens` puts them in the loss: then every token of the
+    sample that called has a gradient, its teacher tokens' NaN sampling log-probs
+    included (TRL's off-policy mask reads them, as its vLLM importance ratio does)."""
     import datasets
+    import torch
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    rollout = _rollout(smol_tokenizer, list(REPLIES))
+    rollout = _rollout(
+        smol_tokenizer, list(REPLIES), policy=SampledPolicy, train_teacher_tokens=train_teacher
+    )
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=2,
@@ -138,11 +215,12 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
         use_cpu=True,
         report_to=[],
         beta=0.0,
+        off_policy_mask_threshold=1.0,
     )
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[relay_simple],
+        reward_funcs=[RELAY_SIMPLE],
         args=args,
         train_dataset=datasets.Dataset.from_list([{"prompt": "p"}] * 2),
         processing_class=smol_tokenizer,
@@ -162,11 +240,18 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
         hidden.append(out)
 
     hook = model.model.norm.register_forward_hook(keep)
-    trainer.compute_loss(model, inputs).backward()
+    loss = trainer.compute_loss(model, inputs)
+    assert torch.isfinite(loss)
+    loss.backward()
     hook.remove()
     grad = hidden[-1].grad  # (batch, prompt + completion, hidden size)
     prompt_len = inputs["prompt_ids"].shape[1]
     mask = inputs["tool_mask"][0]  # the env_mask of the sample that called the teacher
+    taught = torch.tensor(_authored(rollout.last.episodes[0], Author.TEACHER))
+    length = len(taught)
+    assert taught.any() and bool((mask[:length][taught] == int(train_teacher)).all())
+    nan = inputs["sampling_per_token_logps"][0, :length].isnan()
+    assert torch.equal(nan, taught & train_teacher)  # NaN exactly on trained teacher tokens
     for j in range(int(inputs["completion_mask"][0].sum())):
         # logits at position prompt_len + j - 1 predict completion token j
         g = grad[0, prompt_len + j - 1].abs().sum()
@@ -219,7 +304,7 @@ def test_a_failed_episode_is_masked_counted_and_earns_nothing(smol_tokenizer) ->
     logged: dict[str, float] = {}
     kwargs = {**out, "log_metric": logged.__setitem__, "call_ratio": [0.5]}
     # relay's −ρ would penalise it: a failed episode earns exactly nothing.
-    assert no_credit_on_error(relay_simple)(["p"], ["x"], **kwargs) == [0.0]
+    assert no_credit_on_error(RELAY_SIMPLE)(["p"], ["x"], **kwargs) == [0.0]
     assert logged["episodes/end/error"] == 1.0
 
 
