@@ -5,30 +5,39 @@ asks them to; the paper has no warm-up. The embedded SmolLM2-135M does not: unde
 that prompt it wrote no call in 64 samples on arith, and RL cannot reinforce a call
 that is never sampled. This set teaches the whole consult turn first.
 
-Every problem is one unit: the policy samples its own response with `prompt`, and
-a generator seeded from the sampling seed and the unit decides, with probability
-`call_fraction`, whether the unit is
+Every problem is one unit: the policy samples its own response with `prompt`, and the
+unit becomes one of three outcomes, the three a consult episode of training can take:
 
-- a call, two rows. The first ends at `</agent_calls>` (where the consult protocol
-  stops to ask): an `<agent_calls>` block asking expert k (drawn from 1..K by the same
-  generator) the problem itself, as `format_agent_calls` writes it. The expert
-  (`--expert`) answers it, and the second row reads that `<agent_returns>` block and
-  writes the "Answer: xxx" line of the expert's answer. The returns are in the second
-  row's prompt, so they carry no loss: the policy learns to read experts, not to
-  predict them (a stand-in expert's text is the gold answer). A call the expert does
-  not answer gives no rows.
+- an accepted call, two rows. The first ends at `</agent_calls>` (where the consult
+  protocol stops to ask): an `<agent_calls>` block asking expert k (drawn from 1..K)
+  the problem itself, as `format_agent_calls` writes it. The expert (`--expert`)
+  answers it, and the second row reads that `<agent_returns>` block and writes the
+  "Answer: xxx" line of the expert's answer. The returns are in the second row's
+  prompt, so they carry no loss: the policy learns to read experts, not to predict
+  them. A call the expert does not answer gives no rows.
+- a refused call, two rows: the same call, then returns that read "unavailable",
+  exactly as the protocol writes a reply that ρ refused, and the policy going on
+  alone to a right answer: its own response where its answer is right, else the
+  item's worked solution (where the data has one) and its "Answer:" line. The expert
+  is not asked: a refused reply shows none of its text.
 - an answer, one row: the policy's own response, ending in the "Answer: xxx" line
   EAPO's format reward asks for (appended from the response's extracted answer when
   it does not end in one). A response with no extracted answer, or cut by the token
   limit, gives no row.
+
+Which units call is `call_when`: `random`, a share `call_fraction` drawn per unit, or
+`fails_alone`, exactly the units whose own response gives no right answer, so the
+policy is taught to call where it needs help and to answer where it does not. A share
+`refused_fraction` of the calls is refused. Every draw comes from a generator seeded
+from the sampling seed and the unit.
 
 The rows are text prompt–completion pairs: the prompt is the consult protocol's own
 open-mode training prompt (`training_prompt(K, query_budget)`) rendered with the
 policy's chat template, then what the episode holds before the completion. A chat row
 could not hold the second row, which continues the assistant turn the returns
 interrupt; so SFT trains on exactly the token context `collab train eapo` samples in.
-Every unit is sampled, call or not: a unit's response and its call decision then
-depend on neither `call_fraction` nor resuming.
+Every unit is sampled, call or not: a unit's response and its draws then depend on
+neither the shares nor resuming.
 """
 
 from __future__ import annotations
@@ -50,10 +59,11 @@ from collabrl.config import (
     SamplingConfig,
     option,
 )
+from collabrl.data.benchmarks import Item
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.endpoints import check_collaborator
-from collabrl.engines.reference import stand_in_accuracy
+from collabrl.engines.reference import clean_solution, stand_in_accuracy
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
 from collabrl.protocols.base import Policy
@@ -80,6 +90,8 @@ if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a c
     from collabrl.engines.pool import ExpertPool
 
 _CONSULT = ConsultConfig()
+# How `call_when` picks the units that call.
+CALL_RULES = ("random", "fails_alone")
 
 
 @dataclass
@@ -101,8 +113,23 @@ class ConsultWarmupConfig(DataColumns):
         "Template the policy samples its own answers with (the rows' prompt is always the "
         "consult training prompt).",
     )
+    call_when: str = option(
+        "random",
+        "Which problems call: random, a share call_fraction drawn per problem (the default, "
+        "so that earlier builds keep their meaning); fails_alone, exactly the problems whose "
+        "own sampled answer is not right, teaching to call where the policy needs help and "
+        "to answer alone where it does not (call_fraction unused).",
+    )
     call_fraction: float = option(
-        0.5, "Share of problems whose row is an expert call (drawn per problem), in [0, 1]."
+        0.5,
+        "call_when random: share of problems whose rows are an expert call (drawn per "
+        "problem), in [0, 1].",
+    )
+    refused_fraction: float = option(
+        0.0,
+        "Share of the calls whose reply reads unavailable, as the consult protocol writes "
+        "an answer rho refused (drawn per problem), in [0, 1]: their rows teach going on "
+        "alone to a right answer after a refusal. 0 (the default) keeps earlier builds' rows.",
     )
     num_experts: int = option(
         _CONSULT.num_experts, "K of the consult prompt: calls ask an expert in 1..K."
@@ -112,8 +139,8 @@ class ConsultWarmupConfig(DataColumns):
     )
     expert: str = option(
         "reference",
-        "Who answers the rows' calls (every expert id): a model reference, a URL, or the "
-        "reference stand-in (reference, reference@P).",
+        "Who answers the rows' calls (every expert id): a model reference, a URL, or a "
+        "reference stand-in (reference, reference@P, reference-solution@P).",
     )
     tokenizer: str | None = option(None, "Local tokenizer of a policy served at a URL.")
     sampling: SamplingConfig = option(
@@ -126,8 +153,10 @@ class ConsultWarmupConfig(DataColumns):
         """Refuse values no build can use, before any data or model is loaded."""
         self.sampling.check()
         self.engine.check()
-        fraction = self.call_fraction
-        require("call_fraction", fraction, 0.0 <= fraction <= 1.0, "in [0, 1]")
+        require("call_when", self.call_when, self.call_when in CALL_RULES, " or ".join(CALL_RULES))
+        for key in ("call_fraction", "refused_fraction"):
+            fraction = getattr(self, key)
+            require(key, fraction, 0.0 <= fraction <= 1.0, "in [0, 1]")
         # The prompt lists every expert id: this keeps it a few kilobytes.
         ok = 1 <= self.num_experts <= MAX_SAMPLES
         require("num_experts", self.num_experts, ok, f"between 1 and {MAX_SAMPLES}")
@@ -144,16 +173,29 @@ class ConsultWarmupConfig(DataColumns):
 RESUMABLE_KEYS = frozenset({"limit", "out", "engine"})
 
 
-def decide(config: ConsultWarmupConfig, unit: Unit) -> int | None:
-    """The expert a unit's row calls, or None when its row is the answer.
+@dataclass(frozen=True)
+class Consult:
+    """A unit's call: the expert it asks, and whether the reply reads unavailable."""
+
+    expert_id: int
+    refused: bool
+
+
+def decide(config: ConsultWarmupConfig, unit: Unit, solved: bool) -> Consult | None:
+    """The call a unit's rows make, or None when its row is the answer alone; `solved`,
+    whether the policy's own response gives a right answer, is what `fails_alone` reads.
 
     Drawn by a generator of the seed and the unit alone: stable on resume, and
     independent of chunking and of the other units.
     """
     rng = random.Random(f"consult-warmup:{config.sampling.seed}:{unit.item.id}:{unit.sample}")
-    if rng.random() < config.call_fraction:
-        return rng.randint(1, config.num_experts)
-    return None
+    # Drawn under either rule, so that the expert and refusal draws after it are the same.
+    draw = rng.random()
+    calls = not solved if config.call_when == "fails_alone" else draw < config.call_fraction
+    if not calls:
+        return None
+    # With refused_fraction 0 the refusal draw never refuses: earlier builds' rows stand.
+    return Consult(rng.randint(1, config.num_experts), rng.random() < config.refused_fraction)
 
 
 def call_completion(problem: str, expert_id: int) -> str:
@@ -176,11 +218,35 @@ def answer_completion(episode: Episode) -> str:
         raise ValueError("no extracted answer")
     if format_ok(text):
         return text
-    completion = f"{text}\nAnswer: {answer}"
+    return with_answer_line(text, answer)
+
+
+def with_answer_line(text: str, answer: str) -> str:
+    """`text` (none at all, or lines) then the line "Answer: `answer`".
+
+    Raises ValueError when the line does not read back as `answer`.
+    """
+    completion = f"{text}\nAnswer: {answer}" if text else f"Answer: {answer}"
     # A multi-line answer (a boxed matrix) would leave its tail after the answer line.
     if "\n" in answer or answer_line(completion) != answer:
         raise ValueError("answer does not fit an answer line")
     return completion
+
+
+def solved_alone(item: Item, episode: Episode) -> bool:
+    """Whether the policy's own response gives an answer row with a right answer."""
+    try:
+        return item.is_correct(answer_line(answer_completion(episode)))
+    except ValueError:
+        return False
+
+
+def worked_completion(item: Item) -> str:
+    """The item's worked solution, where the data has one, ending in its "Answer:" line.
+
+    Raises ValueError when the answer does not fit an answer line.
+    """
+    return with_answer_line(clean_solution(item.solution or ""), item.answer)
 
 
 def build_consult_warmup(
@@ -230,29 +296,47 @@ def _make_rows(
     unit: Unit,
     episode: Episode,
 ) -> dict[str, Any] | str:
-    """The unit's row (a call's holds its read row) from its decision and response, or
-    why it gives none."""
+    """The unit's row (a call's holds the row after its returns) from its draws and
+    response, or why it gives none."""
     assert policy.tokenizer is not None  # _row_maker required it
     start = policy.tokenizer.decode(policy.prompt_ids(prompt.messages(unit.item.problem)))
-    expert_id = decide(config, unit)
-    if expert_id is None:
-        try:
-            completion = answer_completion(episode)
-        except ValueError as err:
-            return str(err)
-        return _row(policy, unit, start, completion, "answer", episode, expert_id)
-    call = call_completion(unit.item.problem, expert_id)
+    solved = solved_alone(unit.item, episode)
+    consult = decide(config, unit, solved)
     try:
-        block, answer = ask_expert(config, prompt, pool, unit, expert_id)
+        if consult is None:
+            completion = answer_completion(episode)
+            return _row(policy, unit, start, completion, "answer", episode, None, own=True)
+        expert_id = consult.expert_id
+        call = call_completion(unit.item.problem, expert_id)
+        if consult.refused:
+            block = "".join(returns_pieces([(expert_id, None)]))
+            after = refused_row(policy, unit, start + call + block, episode, solved, expert_id)
+        else:
+            block, answer = ask_expert(config, prompt, pool, unit, expert_id)
+            completion = f"Answer: {answer}"
+            after = _row(policy, unit, start + call + block, completion, "read", episode, expert_id)
     except ValueError as err:
         return str(err)
-    read = _row(policy, unit, start + call + block, f"Answer: {answer}", "read", episode, expert_id)
-    return {**_row(policy, unit, start, call, "call", episode, expert_id), "read": read}
+    return {**_row(policy, unit, start, call, "call", episode, expert_id), "read": after}
+
+
+def refused_row(
+    policy: Policy, unit: Unit, prompt: str, episode: Episode, solved: bool, expert_id: int
+) -> dict[str, Any]:
+    """The row after a refused reply: the policy going on alone to a right answer.
+
+    Its own response where that is right; otherwise the item's worked solution, since
+    SFT on a wrong answer teaches the wrong answer, and dropping the row would leave
+    `fails_alone` (whose calls are exactly the problems the policy gets wrong) with no
+    refused row at all. Raises ValueError when neither fits an answer line.
+    """
+    completion = answer_completion(episode) if solved else worked_completion(unit.item)
+    return _row(policy, unit, prompt, completion, "refused", episode, expert_id, own=solved)
 
 
 def training_rows(line: dict[str, Any]) -> list[dict[str, Any]]:
-    """The training rows one line of rows.jsonl holds: a call's line, the call and its
-    read row (with the unit's key); any other line, itself."""
+    """The training rows one line of rows.jsonl holds: a call's line, the call and the
+    row after its returns (read or refused, with the unit's key); any other line, itself."""
     if line.get("read") is None:
         return [line]
     key = {"item_id": line["item_id"], "sample": line["sample"]}
@@ -295,9 +379,11 @@ def _row(
     kind: str,
     episode: Episode,
     expert_id: int | None,
+    own: bool = False,
 ) -> dict[str, Any]:
     """One text row and its bookkeeping: token counts (what a trainer's max_length must
-    hold: the consult prompt alone is ~620 SmolLM2 tokens) and the answer's score."""
+    hold: the consult prompt alone is ~620 SmolLM2 tokens), the answer's score, and
+    whether the completion is the policy's own sampled response (`own`)."""
     answer = answer_line(completion) if kind != "call" else None
     return {
         "prompt": prompt,
@@ -306,6 +392,7 @@ def _row(
         "expert_id": expert_id,
         "answer": answer,
         "correct": None if answer is None else unit.item.is_correct(answer),
+        "own": own,
         "prompt_tokens": len(policy.encode(prompt)),
         "completion_tokens": len(policy.encode(completion)),
         "response_tokens": len(episode.response_ids),
@@ -319,8 +406,9 @@ def consult_stats(
     rejected: list[dict[str, Any]],
     units: int,
 ) -> dict[str, Any]:
-    """What the set holds: call, read and answer rows, rejections, experts asked, lengths."""
-    kinds = {k: [r for r in rows if r["kind"] == k] for k in ("call", "read", "answer")}
+    """What the set holds: rows of each outcome (a call's read or refused row, or the
+    answer alone), rejections, experts asked, lengths."""
+    kinds = {k: [r for r in rows if r["kind"] == k] for k in ("call", "read", "refused", "answer")}
     units_kept = kinds["call"] + kinds["answer"]
     experts: dict[str, int] = {}
     for r in kinds["call"]:
@@ -334,10 +422,15 @@ def consult_stats(
         "rows": len(rows),
         "call_rows": len(kinds["call"]),
         "read_rows": len(kinds["read"]),
+        "refused_rows": len(kinds["refused"]),
+        # Refused rows that are the policy's own response; the rest, the item's worked solution.
+        "refused_own_rows": sum(bool(r["own"]) for r in kinds["refused"]),
         "answer_rows": len(kinds["answer"]),
         # Units that call, of those that gave rows.
         "call_share": round(len(kinds["call"]) / len(units_kept), 4) if units_kept else 0.0,
+        "call_when": config.call_when,
         "call_fraction": config.call_fraction,
+        "refused_fraction": config.refused_fraction,
         "rejected": reasons(rejected),
         "experts_called": dict(sorted(experts.items())),
         "answers_correct": sum(bool(r["correct"]) for r in kinds["answer"]),
@@ -361,7 +454,8 @@ def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]
                 "units",
                 "became",
                 counts=(
-                    ("calls", stats["call_rows"]),
+                    ("accepted calls", stats["read_rows"]),
+                    ("refused calls", stats["refused_rows"]),
                     ("answers", stats["answer_rows"]),
                     ("rejected", rejected),
                 ),
@@ -378,6 +472,6 @@ def _plot(folder: BuildFolder, rows: list[dict[str, Any]], stats: dict[str, Any]
             ),
             Panel("units rejected", "reason", counts=tuple(stats["rejected"].items())),
         ],
-        f"consult warm-up: {stats['call_rows']} calls, {stats['answer_rows']} answers "
-        f"from {stats['units']} problems",
+        f"consult warm-up: {stats['read_rows']} accepted and {stats['refused_rows']} refused "
+        f"calls, {stats['answer_rows']} answers from {stats['units']} problems",
     )

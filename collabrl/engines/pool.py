@@ -56,6 +56,7 @@ from collabrl.engines.reference import (
     reference_completion,
     stand_in_accuracy,
     stand_in_continues,
+    stand_in_teaches,
 )
 from collabrl.engines.response_cache import ResponseCache, cacheable
 from collabrl.engines.retry import describe, is_transient
@@ -220,8 +221,9 @@ class ExpertPool:
         accuracy = stand_in_accuracy(endpoint.ref)
         if accuracy is not None:
             written = self._partial_answer(prompt) if stand_in_continues(endpoint.ref) else None
+            teaches = stand_in_teaches(endpoint.ref)
             return self._ask_reference(
-                expert_id, name, prompt, reference, params, accuracy, written
+                expert_id, name, prompt, reference, params, accuracy, written, teaches
             )
         entry = self._cached(endpoint, prompt, params)
         if entry is None:
@@ -246,15 +248,17 @@ class ExpertPool:
         params: SamplingParams,
         accuracy: float,
         written: str | None,
+        teaches: bool,
     ) -> CallRecord:
-        """The stand-in's answer (continuing `written` unless None), or "unavailable"
-        for a call that brought no reference."""
+        """The stand-in's answer (continuing `written` unless None; its misses worked
+        solutions too when it `teaches`), or "unavailable" for a call that brought no
+        reference."""
         if reference is None:
             return CallRecord(expert_id, name, prompt, None, "unavailable", NO_REFERENCE)
         started = time.perf_counter()
         tokenizer = self._reference_tokenizer()
         completion = reference_completion(
-            reference, params.max_tokens, tokenizer, accuracy, written
+            reference, params.max_tokens, tokenizer, accuracy, written, teaches
         )
         return CallRecord(
             expert_id,

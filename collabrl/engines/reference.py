@@ -14,6 +14,13 @@ continues the text it is given: it finds how far into its reply the partial answ
 got (`reached`) and writes the next tokens from there, so that with a worked solution in
 the data a short call gives only part of the way (RelayLLM's "the teacher writes the next
 n tokens"). It is a spelling of its own, so that every `reference@P` run keeps its meaning.
+
+`reference-solution` (and `reference-solution@P`) is the expert that teaches: on the
+problems it knows it writes what `reference@P` writes (the worked solution where the
+data has one, then the answer), and on the others the same worked solution with its last
+statement of the answer slipped to the near miss, so a wrong reply reads like a wrong
+solution rather than a bare number. A policy trained with it has steps to internalise
+whichever way the draw fell; `reference@P` keeps its bare near misses.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
 
 REFERENCE = "reference"  # the collaborator reference that names the stand-in
 CONTINUE = "reference-continue"  # the stand-in that continues the partial answer it is given
+SOLUTION = "reference-solution"  # the stand-in that writes its worked solution, right or wrong
 STAND_IN_NOTE = (
     "The reference collaborator is a stand-in that answers from the gold answer, "
     "for CPU demos and tests of the training signal; these numbers are not a result."
@@ -46,8 +54,9 @@ _FINAL_LINE = re.compile(r"\n?####[^\n]*\s*\Z")
 
 
 # `reference@0.7`: a stand-in right on 70 % of the problems, a near miss on the rest;
-# `reference-continue@0.7` the same, continuing the partial answer it is given.
-_STAND_IN = re.compile(r"(reference(?:-continue)?)(?:@(.*))?")
+# `reference-continue@0.7` the same, continuing the partial answer it is given;
+# `reference-solution@0.7` the same, its near misses worked solutions too.
+_STAND_IN = re.compile(r"(reference(?:-continue|-solution)?)(?:@(.*))?")
 # The fewest non-space characters of a step that a partial answer must end with to count
 # as being inside that step, unless its last line is that start: fewer ("=", "3") at the
 # end of a line of its own match by chance.
@@ -65,8 +74,9 @@ class Reference:
 
 
 def stand_in_accuracy(ref: str) -> float | None:
-    """How often the stand-in `ref` is right: `reference` (or `reference-continue`)
-    always, `reference@P` on a share P of the problems; None when `ref` names no stand-in."""
+    """How often the stand-in `ref` is right: `reference` (or `reference-continue`,
+    `reference-solution`) always, `reference@P` on a share P of the problems; None when
+    `ref` names no stand-in."""
     match = _STAND_IN.fullmatch(ref)
     if match is None:
         if _STAND_IN.fullmatch(ref.lower()):
@@ -97,6 +107,13 @@ def stand_in_continues(ref: str) -> bool:
     return match is not None and match.group(1) == CONTINUE
 
 
+def stand_in_teaches(ref: str) -> bool:
+    """Whether the stand-in `ref` writes its worked solution on the problems it does not
+    know too (`reference-solution[@P]`), rather than a bare near miss."""
+    match = _STAND_IN.fullmatch(ref)
+    return match is not None and match.group(1) == SOLUTION
+
+
 def is_stand_in(ref: str) -> bool:
     return stand_in_accuracy(ref) is not None
 
@@ -119,6 +136,27 @@ def near_miss(reference: Reference) -> Reference:
     return Reference(wrong, None, reference.key)
 
 
+def slipped(reference: Reference) -> Reference:
+    """What `reference-solution@P` writes for a problem it does not know: the near miss,
+    with the worked solution whose last statement of the gold answer is the near miss.
+
+    The slip is in the solution's last step because a reply whose steps reach the gold
+    answer and whose final line states another would carry a tell no real expert gives:
+    a policy could learn to check that line against the steps instead of the arithmetic.
+    A solution that never states the answer keeps its steps as they are.
+    """
+    miss = near_miss(reference)
+    if reference.solution is None:
+        return miss
+    solution = clean_solution(reference.solution)
+    # The answer as a whole number: not the 10 of 110 or of 10.5 (a sentence's period is fine).
+    stated = list(re.finditer(rf"(?<![\d.]){re.escape(reference.answer)}(?!\.?\d)", solution))
+    if stated:
+        last = stated[-1]
+        solution = solution[: last.start()] + miss.answer + solution[last.end() :]
+    return Reference(miss.answer, solution, reference.key)
+
+
 def _draw(text: str) -> float:
     """A number in [0, 1) fixed by `text` (the same in every process and run)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
@@ -129,8 +167,14 @@ def reference_text(reference: Reference) -> str:
     final = f"The final answer is $\\boxed{{{reference.answer}}}$."
     if reference.solution is None:
         return final
-    solution = _FINAL_LINE.sub("", _CALCULATOR.sub("", reference.solution)).strip()
+    solution = clean_solution(reference.solution)
     return f"{solution}\n\n{final}" if solution else final
+
+
+def clean_solution(solution: str) -> str:
+    """A worked solution as it is written out: without GSM8K's calculator annotations
+    and its `#### N` line."""
+    return _FINAL_LINE.sub("", _CALCULATOR.sub("", solution)).strip()
 
 
 def reached(reply: str, written: str) -> int:
@@ -189,9 +233,11 @@ def reference_completion(
     tokenizer: PreTrainedTokenizerBase,
     accuracy: float = 1.0,
     written: str | None = None,
+    teaches: bool = False,
 ) -> Completion:
     """The reply cut to its first `max_tokens` tokens of `tokenizer` (a near miss on a
-    problem a stand-in of `accuracy` does not know).
+    problem a stand-in of `accuracy` does not know: with `teaches`, the worked solution
+    slipped to it, `reference-solution@P`).
 
     With `written` None the call is stateless: every call starts from the beginning of
     the reply (`reference@P`, which has no model of the partial answer it is
@@ -201,7 +247,7 @@ def reference_completion(
     and ends the episode), "length" when it was cut.
     """
     if not knows(reference, accuracy):
-        reference = near_miss(reference)
+        reference = slipped(reference) if teaches else near_miss(reference)
     text = reference_text(reference)
     if written is not None:
         text = continuation(text, written)
