@@ -49,6 +49,7 @@ from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.report import format_p, format_value, load_run, samples_by_item, to_markdown
+from collabrl.train.evidence import accuracy, calling
 from collabrl.train.run import ROLLOUTS
 
 # The arms reproduce.sh ran: its RELAY_ARMS, so that a partial run is tabled as it is.
@@ -85,15 +86,6 @@ def samples_by_family(run_dir: Path) -> dict[str, Samples]:
     for item, samples in samples_by_item(load_run(run_dir)).items():
         out[family(item)] += samples
     return out
-
-
-def accuracy(samples: Samples) -> float:
-    return sum(bool(s["correct"]) for s in samples) / len(samples)
-
-
-def calling(samples: Samples) -> int:
-    """Episodes that called the teacher at least once."""
-    return sum(s.get("calls", 0) > 0 for s in samples)
 
 
 def opened(samples: Samples) -> int:

@@ -1,0 +1,260 @@
+"""The results tables of docs/results.md and README.md, generated from the evidence records
+(docs/evidence/METHOD/ARM/seed-N.json, written by scripts/evidence/record.py):
+
+    python scripts/results_table.py            # print every method's tables
+    python scripts/results_table.py --write    # rewrite the blocks between the markers
+    python scripts/results_table.py --check    # exit 1 where a block differs from the records
+
+A block is the text between `<!-- results-table:METHOD -->` and `<!-- /results-table:METHOD
+-->`; it holds METHOD's tables: per arm and seed, the held-out accuracy at the start and at
+the end, every other recorded evaluation's (e.g. teacher_free) and the final evaluation's
+call share per family; then each arm against the baseline arm (--baseline, default grpo) on
+every evaluation both recorded but the start: each problem's correctness averaged over the
+seeds, and a two-sided sign test over the problems (the problems are the independent draws).
+
+--check prints one line per differing line and exits 1, or one OK line and exits 0; a block
+naming a method without records, or a bad record, is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import itertools
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from collabrl.errors import UserError
+from collabrl.eval.metrics import sign_test
+from collabrl.eval.report import format_p, format_value, to_markdown
+from collabrl.train.evidence import HELD_OUT, Record, read_records
+from collabrl.userfiles import read_user_text
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = ROOT / "docs" / "evidence"
+FILES = (ROOT / "docs" / "results.md", ROOT / "README.md")
+BASELINE = "grpo"  # GRPO without a collaborator, the same steps and data: every method's control
+# A marker is a line of its own: one quoted in a sentence (as in results.md) is text.
+OPEN = re.compile(r"^<!-- results-table:([\w-]+) -->$", re.M)
+BLOCK = re.compile(
+    r"^(<!-- results-table:([\w-]+) -->\n)(.*?)^(<!-- /results-table:\2 -->)$", re.S | re.M
+)
+
+
+# -- the tables ------------------------------------------------------------------------
+
+
+def by_arm(records: list[Record], baseline: str) -> dict[str, list[Record]]:
+    """The records by arm, each arm's by seed; the baseline arm last, the others by name."""
+    arms: dict[str, list[Record]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: r["seed"]):
+        arms[record["arm"]].append(record)
+    return {arm: arms[arm] for arm in sorted(arms, key=lambda a: (a == baseline, a))}
+
+
+def seed_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
+    """Per arm and seed: each evaluation's accuracy and the final one's call share per
+    family; per arm of several seeds, their mean."""
+    records = [r for seeds in arms.values() for r in seeds]
+    extra = sorted({name for r in records for name in r["evals"]} - set(HELD_OUT))
+    evals = [*HELD_OUT, *extra]
+    families = sorted(
+        {f for r in records for f in r["evals"].get("final", {}).get("call_share", {})}
+    )
+    header = ["arm", "seed", *evals, *(f"calls {f}" for f in families)]
+    rows = []
+    for arm, seeds in arms.items():
+        cells = [_cells(r, evals, families) for r in seeds]
+        rows += [
+            [arm, str(r["seed"]), *map(format_value, c)] for r, c in zip(seeds, cells, strict=True)
+        ]
+        if len(seeds) > 1:
+            rows.append(
+                [arm, "mean", *(format_value(_mean(col)) for col in zip(*cells, strict=True))]
+            )
+    return header, rows
+
+
+def _cells(record: Record, evals: list[str], families: list[str]) -> list[float | None]:
+    """One record's accuracy per evaluation and final call share per family (None: not
+    recorded)."""
+    accuracies = [record["evals"].get(name, {}).get("accuracy") for name in evals]
+    shares = record["evals"].get("final", {}).get("call_share", {})
+    return accuracies + [shares.get(f) for f in families]
+
+
+def _mean(values: tuple[float | None, ...]) -> float | None:
+    """The mean of the seeds that recorded a value; None when none did."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def problem_means(seeds: list[Record], name: str) -> dict[str, float]:
+    """Each problem's correctness on evaluation `name` averaged over the seeds, for the
+    problems every seed scored (a mean over fewer seeds would weigh them unevenly)."""
+    maps = [r["evals"][name]["correct"] for r in seeds]
+    common = set.intersection(*(set(m) for m in maps))
+    return {item: sum(m[item] for m in maps) / len(maps) for item in common}
+
+
+def baseline_table(
+    arms: dict[str, list[Record]], baseline: str
+) -> tuple[list[str], list[list[str]]]:
+    """Each arm against the baseline on every evaluation both recorded in every seed."""
+    header = ["arm", "eval", "problems", "arm accuracy", f"{baseline} accuracy"]
+    header += ["arm higher", f"{baseline} higher", "sign test p"]
+    rows = []
+    for arm, seeds in arms.items():
+        if arm == baseline:
+            continue
+        shared = set.intersection(*(set(r["evals"]) for r in seeds + arms[baseline]))
+        for name in sorted(shared - {"start"}):
+            mine, theirs = problem_means(seeds, name), problem_means(arms[baseline], name)
+            items = mine.keys() & theirs.keys()
+            gained = sum(mine[i] > theirs[i] for i in items)
+            lost = sum(mine[i] < theirs[i] for i in items)
+            means = [
+                sum(side[i] for i in items) / len(items) if items else None
+                for side in (mine, theirs)
+            ]
+            rows.append(
+                [arm, name, str(len(items)), *map(format_value, means)]
+                + [str(gained), str(lost), format_p(sign_test(gained, lost))]
+            )
+    return header, rows
+
+
+def render(method: str, records: list[Record], baseline: str) -> str:
+    """METHOD's block: a note that it is generated, then its tables."""
+    arms = by_arm(records, baseline)
+    parts = [
+        f"_Generated by `python scripts/results_table.py --write` from the {len(records)} "
+        f"records in docs/evidence/{method}/: change the records, not this table._",
+        to_markdown(*seed_table(arms)),
+    ]
+    if baseline in arms and len(arms) > 1:
+        parts.append(to_markdown(*baseline_table(arms, baseline)))
+    return "\n\n".join(parts) + "\n"
+
+
+def tables(evidence: Path, baseline: str) -> dict[str, str]:
+    """Every method's block text, from the records under `evidence`."""
+    methods: dict[str, list[Record]] = defaultdict(list)
+    for record in read_records(evidence):
+        methods[record["method"]].append(record)
+    return {method: render(method, records, baseline) for method, records in methods.items()}
+
+
+# -- the blocks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of a file: its method, its first line's number and its text."""
+
+    method: str
+    line: int
+    text: str
+
+
+def blocks(path: Path, text: str) -> list[Block]:
+    """The results-table blocks of a file, refused if a marker is left unclosed."""
+    found = []
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start(3)) + 1
+        found.append(Block(match.group(2), line, match.group(3)))
+    if len(found) != len(OPEN.findall(text)):
+        raise UserError(
+            f"{path} has a results-table marker without its <!-- /results-table:NAME -->",
+            "close every block on a line of its own",
+        )
+    return found
+
+
+def expected(path: Path, block: Block, generated: dict[str, str]) -> str:
+    if block.method not in generated:
+        raise UserError(
+            f"{path}:{block.line}: block results-table:{block.method} has no records "
+            f"(docs/evidence/{block.method}/)",
+            "record the method's runs with scripts/evidence/record.py, or remove the block",
+        )
+    return generated[block.method]
+
+
+def differences(path: Path, block: Block, want: str) -> list[str]:
+    """One line per line of `block` that is not what the records give."""
+    have_lines, want_lines = block.text.splitlines(), want.splitlines()
+    lines = []
+    matcher = difflib.SequenceMatcher(a=have_lines, b=want_lines, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = itertools.zip_longest(have_lines[a0:a1], want_lines[b0:b1])
+        for offset, (have, need) in enumerate(pairs):
+            lines.append(
+                f"{path}:{block.line + a0 + offset}: results-table:{block.method} has "
+                f"{_shown(have)}, the records give {_shown(need)}"
+            )
+    return lines
+
+
+def _shown(line: str | None) -> str:
+    return "no line" if line is None else repr(line)
+
+
+def check(files: list[Path], generated: dict[str, str]) -> int:
+    """Print each difference and return 1, or an OK line and 0."""
+    problems, checked = [], 0
+    for path in files:
+        for block in blocks(path, read_user_text(path, "document")):
+            checked += 1
+            problems += differences(path, block, expected(path, block, generated))
+    if problems:
+        print("\n".join(problems))
+        print(f"{len(problems)} differing line(s): run python scripts/results_table.py --write")
+        return 1
+    print(f"OK: {checked} results-table blocks checked, all as the records give")
+    return 0
+
+
+def write(files: list[Path], generated: dict[str, str]) -> None:
+    """Rewrite every block from the records (files without a block stay untouched)."""
+    for path in files:
+        text = read_user_text(path, "document")
+        for block in blocks(path, text):
+            expected(path, block, generated)  # refused before any file is written
+        new = BLOCK.sub(lambda m: m.group(1) + generated[m.group(2)] + m.group(4), text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote {path}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="results_table.py", description=__doc__.split("\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the blocks")
+    mode.add_argument("--check", action="store_true", help="exit 1 where a block differs")
+    parser.add_argument("--evidence", type=Path, default=EVIDENCE, help="the records' folder")
+    parser.add_argument("--files", type=Path, nargs="+", default=list(FILES))
+    parser.add_argument("--baseline", default=BASELINE, help="the arm every arm is tested against")
+    args = parser.parse_args(argv)
+    generated = tables(args.evidence, args.baseline)
+    if args.check:
+        return check(args.files, generated)
+    if args.write:
+        write(args.files, generated)
+        return 0
+    for method, text in generated.items():
+        print(f"<!-- results-table:{method} -->\n{text}<!-- /results-table:{method} -->\n")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as err:  # bad input: one line, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

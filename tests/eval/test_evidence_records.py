@@ -1,0 +1,428 @@
+"""Evidence records (collabrl/train/evidence.py): scripts/evidence/record.py writes one from a
+finished run folder, and scripts/results_table.py turns the records into the generated
+tables of docs/results.md and README.md, or checks them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collabrl import runs
+from collabrl.config import to_dict
+from collabrl.eval.metrics import sign_test
+from collabrl.eval.report import format_p
+from collabrl.train import evidence
+from collabrl.train.grpo_config import GRPOTrainConfig, unread_keys
+from collabrl.train.run import EVALUATION, METRICS
+from tests.eval.evidence import EVIDENCE
+from tests.eval.test_relay_seeds import _eval
+
+ROOT = EVIDENCE.parents[1]
+RECORD = EVIDENCE / "record.py"
+TABLE = ROOT / "scripts" / "results_table.py"
+
+
+def _script(script: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)], capture_output=True, text=True, check=False
+    )
+
+
+def _refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit status 2 and one line on stderr naming `words`: no traceback."""
+    assert done.returncode == 2, done
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr
+
+
+# -- record.py ---------------------------------------------------------------------------
+
+
+def _config(out: Path, **changes: object) -> GRPOTrainConfig:
+    config = GRPOTrainConfig(method="relay", out=str(out), eval_data="arith", steps=6)
+    config.protocol.teacher = "reference"
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
+
+
+def _train_run(folder: Path, seed: int = 0) -> Path:
+    """A finished relay run folder as `collab train` leaves it: config.yaml (with its
+    header), six steps of metrics.jsonl, eval.json and the held-out evaluations."""
+    config = _config(folder, seed=seed)
+    runs.prepare_folder(config, folder, frozenset(), (), unread_keys(config))
+    with runs.RecordWriter(folder / METRICS) as writer:
+        for step in range(1, 7):
+            writer.write(
+                {
+                    "step": step,
+                    "loss": 0.0,
+                    "reward": step / 10,
+                    "episodes/accuracy": 0.5,
+                    "episodes/calls": float(step),
+                }
+            )
+            if step == 4:  # a held-out line of --eval-steps: none of the curve's keys
+                writer.write({"step": step, "eval/pass@1": 0.9})
+        writer.write({"step": 6, "train_runtime": 12.34, "train_loss": 0.0})
+    runs.write_json(folder / EVALUATION, {"start": {}, "final": {}})
+    _eval(folder / "eval-start", {"add1": [(True, 0), (False, 0)], "add3": [(False, 0)]})
+    _eval(folder / "eval-final", {"add1": [(True, 0), (True, 1)], "add3": [(False, 1)]})
+    return folder
+
+
+def test_a_record_holds_the_runs_evaluations_curve_and_provenance(tmp_path: Path) -> None:
+    run = _train_run(tmp_path / "run", seed=3)
+    _eval(run / "eval-teacher-free", {"add1": [(True, 0), (False, 0)], "add3": [(True, 0)]})
+    out = tmp_path / "relay" / "simple" / "seed-3.json"
+    done = _script(
+        RECORD,
+        *(run, "--method", "relay", "--arm", "simple", "--seed", "3"),
+        *("--eval", f"teacher_free={run / 'eval-teacher-free'}", "--out", out),
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert record["schema"] == evidence.RECORD_SCHEMA
+    assert (record["method"], record["arm"], record["seed"]) == ("relay", "simple", 3)
+    assert record["commit"] == runs.git_commit()  # the header prepare_folder wrote
+    assert record["config_hash"] == evidence.config_file_hash(run / runs.CONFIG)
+    assert record["wall_time_s"] == 12.3
+    assert set(record["evals"]) == {"start", "final", "teacher_free"}
+    final = record["evals"]["final"]
+    assert final["correct"] == {
+        "arith-test-add1-0000": 1.0,
+        "arith-test-add1-0001": 1.0,
+        "arith-test-add3-0000": 0.0,
+    }
+    assert (final["n"], final["problems"], final["accuracy"]) == (1, 3, round(2 / 3, 6))
+    assert final["call_share"] == {"add1": 0.5, "add3": 1.0}
+    assert record["evals"]["start"]["call_share"] == {"add1": 0.0, "add3": 0.0}
+    assert record["evals"]["teacher_free"]["accuracy"] == round(2 / 3, 6)
+    # Steps 1-4 and 5-6 (the held-out line at step 4 is not a training line).
+    assert record["curve"] == [
+        {"steps": "1-4", "reward": 0.25, "accuracy": 0.5, "calls": 2.5},
+        {"steps": "5-8", "reward": 0.55, "accuracy": 0.5, "calls": 5.5},
+    ]
+    assert evidence.read_record(out) == record  # what results_table reads back
+    assert out.stat().st_size < 4096
+
+
+def test_the_family_regex_and_the_planned_hash_are_the_callers(tmp_path: Path) -> None:
+    run = _train_run(tmp_path / "run")
+    out = tmp_path / "record.json"
+    done = _script(
+        RECORD,
+        *(run, "--method", "relay", "--arm", "simple", "--seed", "0", "--out", out),
+        *("--family", r"arith-(\w+)-", "--config-hash", "planned"),
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert record["evals"]["final"]["call_share"] == {"test": round(2 / 3, 6)}
+    assert record["config_hash"] == "planned"
+    assert "not the planned planned" in done.stderr  # the run's own config hashes otherwise
+
+
+def test_a_unit_of_evaluations_alone_and_its_measured_time(tmp_path: Path) -> None:
+    # A diagnostic that trains nothing (one policy under several settings) is a unit too.
+    _eval(tmp_path / "k8", {"add1": [(True, 1), (False, 1)], "add3": [(False, 0)]})
+    _eval(tmp_path / "k128", {"add1": [(True, 1), (True, 1)], "add3": [(True, 1)]})
+    out = tmp_path / "record.json"
+    args = ("--method", "relay-diag", "--arm", "fixed-k", "--seed", "0", "--out", out)
+    evals = ("--eval", f"k8={tmp_path / 'k8'}", "--eval", f"k128={tmp_path / 'k128'}")
+    done = _script(RECORD, *args, *evals, "--config-hash", "planned", "--seconds", "61.26")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert evidence.check_record(record, out) == record
+    assert record["curve"] == [] and record["config_hash"] == "planned"
+    assert record["wall_time_s"] == 61.3
+    assert record["evals"]["k8"]["accuracy"] == round(1 / 3, 6)
+    assert record["evals"]["k128"]["accuracy"] == 1.0
+    _refused(_script(RECORD, *args, *evals), "--config-hash")  # nothing to hash it by
+    _refused(_script(RECORD, *args, "--config-hash", "h"), "--eval")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--seed", "1"), ("seed 0, not 1",)),
+        (("--seed", "0", "--eval", "final=x"), ("held-out",)),
+        (("--seed", "0", "--eval", "teacher_free=missing"), ("missing",)),
+    ],
+)
+def test_record_refuses_a_wrong_unit_in_one_line(
+    tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    run = _train_run(tmp_path / "run")
+    done = _script(
+        RECORD, run, "--method", "relay", "--arm", "simple", *args, "--out", tmp_path / "r.json"
+    )
+    _refused(done, *words)
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (("--eval", "Bad Name=x"), "NAME=FOLDER"),
+        (("--family", r"arith-\w+"), "no group"),
+        (("--family", "arith-("), "not a regex"),
+    ],
+)
+def test_record_refuses_a_bad_option(tmp_path: Path, option: tuple[str, str], words: str) -> None:
+    done = _script(RECORD, tmp_path, "--method", "m", "--arm", "a", "--seed", "0", *option)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert words in done.stderr.splitlines()[-1]  # argparse's usage line, then the error
+
+
+def test_record_refuses_an_unfinished_run(tmp_path: Path) -> None:
+    run = _train_run(tmp_path / "run")
+    (run / EVALUATION).unlink()
+    done = _script(RECORD, run, "--method", "relay", "--arm", "simple", "--seed", "0")
+    _refused(done, EVALUATION, "finished")
+
+
+# -- the hash ----------------------------------------------------------------------------
+
+
+def _hash(tmp_path: Path, name: str, config: dict) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))  # as save_config writes it
+    done = _script(RECORD, "hash", path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_hash_is_the_experiments_not_its_folder_seed_or_spelling(tmp_path: Path) -> None:
+    config = _config(tmp_path / "a")
+    saved = to_dict(config, unread_keys(config))
+    first = _hash(tmp_path, "first", saved)
+    assert first == _hash(tmp_path, "again", saved)
+    assert len(first) == 64
+    # Another folder, seed or a resume: the same unit.
+    moved = to_dict(_config(tmp_path / "b", seed=7, resume=True), unread_keys(config))
+    assert _hash(tmp_path, "moved", moved) == first
+    # `collab config show` writes every section, the run's config.yaml those it reads.
+    assert _hash(tmp_path, "shown", to_dict(config)) == first
+    # Another key order.
+    assert _hash(tmp_path, "reordered", dict(reversed(saved.items()))) == first
+    # Another learning rate or teacher: another experiment.
+    assert _hash(tmp_path, "lr", saved | {"learning_rate": 3e-5}) != first
+    teacher = saved | {"protocol": saved["protocol"] | {"teacher": "reference@0.7"}}
+    assert _hash(tmp_path, "teacher", teacher) != first
+
+
+def test_the_hash_refuses_what_is_no_training_config(tmp_path: Path) -> None:
+    path = tmp_path / "eval.yaml"
+    path.write_text("benchmark: arith\n")
+    _refused(_script(RECORD, "hash", path), "benchmark")
+    _refused(_script(RECORD, "hash", tmp_path / "missing.yaml"), "missing.yaml")
+
+
+@pytest.mark.slow  # trains SmolLM2-135M one step and evaluates it twice (~40 s on 2 cores)
+def test_a_record_of_a_real_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train = [sys.executable, "-m", "collabrl", "train", "grpo", "--data", "arith_train"]
+    train += ["--steps", "1", "--prompts-per-step", "2", "--num-generations", "2"]
+    train += ["--max-tokens", "8", "--eval-data", "arith", "--set", "eval_limit=2"]
+    trained = subprocess.run([*train, "--out", str(run)], capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr
+    out = tmp_path / "grpo" / "grpo" / "seed-0.json"
+    done = _script(RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no planned hash: the run's own, so no note
+    record = evidence.read_record(out)
+    assert set(record["evals"]) == {"start", "final"}
+    assert record["evals"]["final"]["problems"] == 2
+    assert record["evals"]["final"]["call_share"] == {"add1": 0.0, "add2": 0.0}
+    assert record["config_hash"] == _script(RECORD, "hash", run / runs.CONFIG).stdout.strip()
+    assert record["curve"][0]["steps"] == "1-4" and "reward" in record["curve"][0]
+    assert record["wall_time_s"] is not None and record["wall_time_s"] > 0
+
+
+# -- results_table.py --------------------------------------------------------------------
+
+
+def _record(
+    root: Path, arm: str, seed: int, final: dict[str, int], teacher_free: dict[str, int] | None
+) -> None:
+    """A record of the relay method: `final` (and `teacher_free`) by problem, 1 right."""
+
+    def summary(correct: dict[str, int], calls: float) -> dict:
+        return {
+            "n": 1,
+            "problems": len(correct),
+            "accuracy": sum(correct.values()) / len(correct),
+            "correct": correct,
+            "call_share": {"add1": calls, "add3": 0.0},
+        }
+
+    evals = {"start": summary(dict.fromkeys(final, 0), 0.0), "final": summary(final, 0.5)}
+    if teacher_free is not None:
+        evals["teacher_free"] = summary(teacher_free, 0.0)
+    record = {
+        "schema": evidence.RECORD_SCHEMA,
+        "method": "relay",
+        "arm": arm,
+        "seed": seed,
+        "commit": None,
+        "config_hash": "h",
+        "wall_time_s": None,
+        "evals": evals,
+        "curve": [],
+    }
+    path = evidence.record_path(root, "relay", arm, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_json(path, record)
+
+
+def _table_row(text: str, *first: str) -> list[str]:
+    """The cells of the markdown row that starts with `first`."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[: len(first)] == list(first):
+            return cells
+    raise AssertionError(f"no row {first} in\n{text}")
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Path:
+    """Two seeds of an arm and of GRPO over four problems; the arm is right on p1 and p2
+    in both seeds, GRPO on p3 in both and on p1 in one."""
+    root = tmp_path / "evidence"
+    arm = {"p1": 1, "p2": 1, "p3": 0, "p4": 0}
+    _record(root, "simple", 0, arm, {"p1": 1, "p2": 0, "p3": 0, "p4": 0})
+    _record(root, "simple", 1, arm, {"p1": 1, "p2": 1, "p3": 0, "p4": 0})
+    _record(
+        root, "grpo", 0, {"p1": 1, "p2": 0, "p3": 1, "p4": 0}, {"p1": 0, "p2": 0, "p3": 1, "p4": 0}
+    )
+    _record(root, "grpo", 1, {"p1": 0, "p2": 0, "p3": 1, "p4": 0}, None)
+    return root
+
+
+def test_the_tables_from_records(records: Path) -> None:
+    done = _script(TABLE, "--evidence", records)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    header = _table_row(text, "arm", "seed")
+    assert header[2:] == ["start", "final", "teacher_free", "calls add1", "calls add3"]
+    assert _table_row(text, "simple", "0")[2:] == ["0.0000", "0.5000", "0.2500", "0.5000", "0.0000"]
+    assert _table_row(text, "simple", "mean")[2:5] == ["0.0000", "0.5000", "0.3750"]
+    assert _table_row(text, "grpo", "1")[4] == "-"  # no teacher-free evaluation recorded
+    assert _table_row(text, "grpo", "mean")[4] == "0.2500"  # of the seed that has one
+    # The baseline last; the sign test over problems, correctness averaged over seeds:
+    # final, the arm (1, 1, 0, 0) against GRPO (.5, 0, 1, 0): higher on 2, lower on 1.
+    assert text.index("| simple | 0 |") < text.index("| grpo | 0 |")
+    final = _table_row(text, "simple", "final")
+    assert final[2:] == ["4", "0.5000", "0.3750", "2", "1", format_p(sign_test(2, 1))]
+    # teacher_free is not in every GRPO seed: no test on it.
+    assert "| simple | teacher_free |" not in text
+    assert "| simple | start |" not in text  # both start from the same policy
+
+
+def _document(path: Path, *methods: str) -> Path:
+    blocks = "".join(
+        f"<!-- results-table:{m} -->\nold\n<!-- /results-table:{m} -->\n" for m in methods
+    )
+    path.write_text(f"# Results\n\nprose\n\n{blocks}\nmore prose\n")
+    return path
+
+
+def test_write_then_check_and_an_edited_number(records: Path, tmp_path: Path) -> None:
+    doc = _document(tmp_path / "results.md", "relay")
+    readme = _document(tmp_path / "README.md")  # no block: left alone
+    before = readme.read_text()
+    files = ("--evidence", records, "--files", doc, readme)
+    stale = _script(TABLE, "--check", *files)
+    assert stale.returncode == 1
+    assert f"{doc}:6: results-table:relay has 'old'" in stale.stdout
+    assert _script(TABLE, "--write", *files).returncode == 0
+    assert readme.read_text() == before
+    text = doc.read_text()
+    assert text.startswith("# Results\n\nprose\n\n<!-- results-table:relay -->\n_Generated")
+    assert text.endswith("<!-- /results-table:relay -->\n\nmore prose\n")
+    ok = _script(TABLE, "--check", *files)
+    assert (ok.returncode, ok.stdout) == (
+        0,
+        "OK: 1 results-table blocks checked, all as the records give\n",
+    )
+    # A number edited by hand is one line, naming where and what the records give.
+    edited = text.replace("| simple | 0 | 0.0000 | 0.5000 |", "| simple | 0 | 0.0000 | 0.6000 |")
+    doc.write_text(edited)
+    line = edited[: edited.index("0.6000")].count("\n") + 1
+    done = _script(TABLE, "--check", *files)
+    assert done.returncode == 1
+    first, summary = done.stdout.splitlines()
+    assert first.startswith(
+        f"{doc}:{line}: results-table:relay has '| simple | 0 | 0.0000 | 0.6000"
+    )
+    assert "the records give '| simple | 0 | 0.0000 | 0.5000" in first
+    assert summary.startswith("1 differing line(s)")
+    # ... and so is a record that changed under a block.
+    _script(TABLE, "--write", *files)
+    _record(records, "simple", 2, {"p1": 1, "p2": 1, "p3": 1, "p4": 1}, None)
+    assert _script(TABLE, "--check", *files).returncode == 1
+
+
+def test_check_without_markers_passes(records: Path, tmp_path: Path) -> None:
+    doc = _document(tmp_path / "results.md")
+    # A marker quoted in a sentence (as results.md explains them) is no block.
+    doc.write_text(doc.read_text() + "Between `<!-- results-table:eapo -->` and its end.\n")
+    done = _script(TABLE, "--check", "--evidence", records, "--files", doc)
+    assert (done.returncode, done.stdout) == (
+        0,
+        "OK: 0 results-table blocks checked, all as the records give\n",
+    )
+
+
+def test_a_block_without_records_is_an_error(records: Path, tmp_path: Path) -> None:
+    doc = _document(tmp_path / "results.md", "relay", "eapo")
+    before = doc.read_text()
+    for mode in ("--check", "--write"):
+        _refused(_script(TABLE, mode, "--evidence", records, "--files", doc), "results-table:eapo")
+    assert doc.read_text() == before  # --write changed nothing, the relay block neither
+
+
+def test_an_unclosed_block_is_an_error(records: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("<!-- results-table:relay -->\nold\n")
+    _refused(_script(TABLE, "--check", "--evidence", records, "--files", doc), "without")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda path: path.write_text("{not json"), ("not valid JSON",)),
+        (lambda path: path.write_text('{"schema": 99}'), ("schema 99",)),
+        (lambda path: _edit(path, seed=True), ("seed",)),
+        (
+            lambda path: _edit(path, evals={"final": {"n": 1, "problems": 1, "accuracy": 2.0}}),
+            ("evals.final.accuracy",),
+        ),
+        (lambda path: path.rename(path.with_name("seed-9.json")), ("seed-9.json", "relay/grpo/0")),
+    ],
+)
+def test_a_bad_record_is_one_line(
+    records: Path, change: Callable[[Path], object], words: tuple[str, ...]
+) -> None:
+    change(evidence.record_path(records, "relay", "grpo", 0))
+    _refused(_script(TABLE, "--evidence", records), *words)
+
+
+def _edit(path: Path, **fields: object) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+
+def test_the_repository_tables_are_the_records() -> None:
+    """docs/results.md and README.md as committed: every generated block as the committed
+    records under docs/evidence/ give it."""
+    done = _script(TABLE, "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("OK: ")
