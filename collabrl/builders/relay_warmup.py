@@ -3,7 +3,8 @@
 The policy answers training problems with the relay solver prompt; into each of its
 own responses `<call>n</call>` is inserted at random *token* indices t (not at
 sentence boundaries: the model should learn to call at any point of a reasoning
-gap), with n = d·10^k, d in 1..9, k in 0..3, clipped to the L_rem tokens left after t.
+gap), with n = d·10^k, d in 1..9, k in 0..3, clipped to the L_rem tokens left after t
+(the paper's rule; `clip_n=false` writes n as drawn, see the option).
 The tokens after the command stay the policy's own: the paper accepts that mismatch
 with inference (where the teacher writes them), because the warm-up only has to
 teach the command's syntax, without shifting the policy's distribution.
@@ -62,6 +63,12 @@ class RelayWarmupConfig(DataColumns):
     responses_per_problem: int = option(1, "Responses sampled per problem (one row each).")
     insertions: int = option(1, "Call commands inserted into each response.")
     max_exponent: int = option(3, "n = d·10^k with k in 0..max_exponent (the paper's 3).")
+    clip_n: bool = option(
+        True,
+        "Clip each n to the L_rem response tokens after the command (the paper's §3.1). "
+        "On short responses that caps n at a few tokens, so the warm-up never writes the "
+        "large n a hard problem needs; false writes n as drawn (up to 9·10^max_exponent).",
+    )
     tokenizer: str | None = option(
         None, "Local tokenizer of a policy served at a URL (insertions are token indices)."
     )
@@ -102,7 +109,7 @@ class Insertion:
 
     index: int  # token index t in the response: the command goes before token t
     n_sampled: int  # d·10^k as drawn
-    n: int  # min(n_sampled, L_rem): the n written in the command
+    n: int  # the n written in the command: min(n_sampled, L_rem), or n_sampled unclipped
     remaining: int  # L_rem, the response tokens from t on
 
 
@@ -152,6 +159,7 @@ def insert_calls(
     count: int,
     rng: random.Random,
     max_exponent: int,
+    clip: bool = True,
 ) -> tuple[str, list[Insertion], list[str]]:
     """Insert `count` commands at distinct random token indices of a response.
 
@@ -168,7 +176,8 @@ def insert_calls(
             n_sampled = draw_n(rng, max_exponent)
             if any(c.index == t for c in chosen):
                 continue
-            candidate = Insertion(t, n_sampled, min(n_sampled, len(ids) - t), len(ids) - t)
+            n = min(n_sampled, len(ids) - t) if clip else n_sampled
+            candidate = Insertion(t, n_sampled, n, len(ids) - t)
             trial = sorted([*chosen, candidate], key=lambda c: c.index)
             problem = _problem(tokenizer, ids, trial)
             if problem is None:
@@ -244,7 +253,7 @@ def _make_row(
     rng = random.Random(f"{config.sampling.seed}:{unit.item.id}:{unit.sample}")
     try:
         text, placed, redrawn = insert_calls(
-            tokenizer, ids, config.insertions, rng, config.max_exponent
+            tokenizer, ids, config.insertions, rng, config.max_exponent, config.clip_n
         )
     except ValueError as err:
         return str(err)

@@ -55,6 +55,21 @@ def test_commands_land_at_token_indices_with_n_clipped_to_the_tokens_left(
         assert parse_relay_call(first, 10_000).n == placed[0].n
 
 
+def test_unclipped_commands_write_n_as_drawn(smol_tokenizer) -> None:
+    # `clip_n=false`: the paper's draw without its clip, so short responses still teach
+    # the large n a hard problem needs; the same seed draws the same points and n.
+    ids = smol_tokenizer(RESPONSE, add_special_tokens=False)["input_ids"]
+    drawn = []
+    for seed in range(20):
+        _, clipped, _ = insert_calls(smol_tokenizer, ids, 1, random.Random(seed), 3)
+        text, placed, _ = insert_calls(smol_tokenizer, ids, 1, random.Random(seed), 3, False)
+        assert [(p.index, p.n_sampled) for p in placed] == [(p.index, p.n_sampled) for p in clipped]
+        assert placed[0].n == placed[0].n_sampled
+        assert f"<call>{placed[0].n_sampled}</call>" in text
+        drawn.append(placed[0].n > placed[0].remaining)
+    assert any(drawn)  # some n run past the response: the clip would have cut them
+
+
 def test_every_kept_command_tokenizes_as_the_policy_writes_it(smol_tokenizer) -> None:
     ids = smol_tokenizer(RESPONSE, add_special_tokens=False)["input_ids"]
     text, placed, _ = insert_calls(smol_tokenizer, ids, 3, random.Random(1), 3)
