@@ -8,6 +8,13 @@ environment — that ends in an answer. An `Episode` holds the prompt and the
 training never re-tokenizes text (which can split differently and shift the
 loss mask). Everything else — loss masks, call ratios, transcripts, metrics —
 is a view computed here.
+
+A protocol may *roll back* a segment (relay's `rollback`, as the released RelayLLM
+code does with the student's segment that made a served call): it stays in `segments`,
+marked `meta["rolled_back"]`, so that transcripts show what was written, but it leaves
+the policy's context. Every token view (ids, text, loss mask, log-probs, counts and
+ratios) reads the kept segments only, so what a trainer sees is still exactly what the
+policy was conditioned on.
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ HELPERS = frozenset({Author.TEACHER, Author.EXPERT})
 # The `Segment.meta` key by which a protocol puts a segment the policy did not write into
 # the loss (`Segment.trained`).
 TRAINED = "trained"
+
+# The `Segment.meta` key by which a protocol takes a segment out of the context it goes on
+# from (`Segment.rolled_back`): kept for readers, skipped by every token view.
+ROLLED_BACK = "rolled_back"
 
 
 class EndReason(StrEnum):
@@ -84,16 +95,27 @@ class Segment:
         return self.author in HELPERS
 
     @property
+    def rolled_back(self) -> bool:
+        """Its protocol took it out of the context (`meta["rolled_back"]`): it was written,
+        but nothing after it was conditioned on it, so no token view counts it."""
+        return bool(self.meta.get(ROLLED_BACK))
+
+    @property
     def trained(self) -> bool:
         """Its tokens are in the loss: the policy's own, and those of another author that
         the protocol marks `meta["trained"]` (relay's teacher under
-        `relay.train_teacher_tokens`, as the released RelayLLM code trains on them)."""
+        `relay.train_teacher_tokens`, as the released RelayLLM code trains on them); never
+        those of a rolled-back segment, which are not in the sequence trained on."""
+        if self.rolled_back:
+            return False
         return self.author is Author.POLICY or bool(self.meta.get(TRAINED))
 
     @property
     def shown_text(self) -> str:
         """Its text for a reader; a collaborator call that came back empty (a failure) says
-        so instead of showing nothing."""
+        so instead of showing nothing, and a rolled-back segment says it was."""
+        if self.rolled_back:
+            return f"[rolled back: {self.text}]"
         if self.is_helper and not self.text:
             return f"[{self.author} unavailable: {self.meta.get('error') or 'no answer'}]"
         return self.text
@@ -121,28 +143,33 @@ class Episode:
     # -- token views -------------------------------------------------------------
 
     @property
+    def kept(self) -> list[Segment]:
+        """The segments of the response, in order: all but the rolled-back ones."""
+        return [s for s in self.segments if not s.rolled_back]
+
+    @property
     def response_ids(self) -> list[int]:
-        """Every token after the prompt, in order, whoever wrote it."""
-        return [t for s in self.segments for t in s.token_ids]
+        """Every token after the prompt, in order, whoever wrote it (kept segments)."""
+        return [t for s in self.kept for t in s.token_ids]
 
     @property
     def visible_ids(self) -> list[int]:
-        """What the policy is conditioned on when it writes next: prompt + all segments."""
+        """What the policy is conditioned on when it writes next: prompt + kept segments."""
         return self.prompt_ids + self.response_ids
 
     @property
     def response_text(self) -> str:
-        return "".join(s.text for s in self.segments)
+        return "".join(s.text for s in self.kept)
 
     def loss_mask(self) -> list[int]:
         """1 on tokens the policy sampled, 0 on everything it was given (TRL's env_mask),
         except a given segment its protocol marks trained (`Segment.trained`)."""
-        return [int(s.trained) for s in self.segments for _ in s.token_ids]
+        return [int(s.trained) for s in self.kept for _ in s.token_ids]
 
     def policy_logprobs(self) -> list[float] | None:
         """Sampling log-probs of the policy's tokens, in order (None if any are missing)."""
         values: list[float] = []
-        for s in self.segments:
+        for s in self.kept:
             if s.author is Author.POLICY:
                 if s.logprobs is None:
                     return None
@@ -160,7 +187,7 @@ class Episode:
         log-prob).
         """
         values: list[float] = []
-        for s in self.segments:
+        for s in self.kept:
             if s.author is Author.POLICY:
                 if s.logprobs is None:
                     return None
@@ -172,7 +199,8 @@ class Episode:
     # -- counts and ratios -------------------------------------------------------
 
     def tokens_by(self, *authors: Author) -> int:
-        return sum(len(s.token_ids) for s in self.segments if s.author in authors)
+        """Response tokens written by `authors` (kept segments: what budgets and ratios count)."""
+        return sum(len(s.token_ids) for s in self.kept if s.author in authors)
 
     @property
     def calls(self) -> list[Segment]:
@@ -190,7 +218,7 @@ class Episode:
 
     @property
     def turns(self) -> int:
-        """Policy segments: how many times the policy took the pen."""
+        """Policy segments: how many times the policy took the pen (rolled back or not)."""
         return sum(s.author is Author.POLICY for s in self.segments)
 
     def call_ratio_realised(self) -> float:
@@ -202,7 +230,7 @@ class Episode:
     def reencoded(self) -> bool:
         """Some policy ids were re-encoded from an endpoint's text, not the sampled ids:
         the loss would be computed on tokens the policy never produced."""
-        return any(s.author is Author.POLICY and s.meta.get("reencoded") for s in self.segments)
+        return any(s.author is Author.POLICY and s.meta.get("reencoded") for s in self.kept)
 
     def requested_helper_tokens(self) -> int:
         """Helper tokens the policy asked for (what came back, for calls that name none)."""

@@ -2,7 +2,9 @@
 # Reproduce one method's evidence on this CPU, end to end (docs/results.md):
 #
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
+#   bash scripts/reproduce.sh relay-diag   # RelayLLM: issue 48's diagnostics, one record a unit
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
+#   bash scripts/reproduce.sh eapo-probe   # EAPO: issue 48's refusal probe, one record a warm-up
 #   bash scripts/reproduce.sh rsim         # rSIM: a plan, not a collapse
 #   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy
 #   bash scripts/reproduce.sh apollo-docs  # AlphaApollo: retrieval (not working yet)
@@ -40,15 +42,14 @@ train() {  # train RUN METHOD ARGS...: `collab train METHOD ARGS --out RUN`, log
   rm -rf "$run/checkpoints"
 }
 
-relay() {
-  # Runs before issue 36 (a teacher that copies the answer at every call, docs/results.md)
-  # were in runs/evidence/relay: these are new, beside them.
-  local out=runs/evidence/relay-continue
+relay_warmup() {  # relay_warmup OUT: the relay set and its warm-up policy in OUT/sft/final
+  local out="$1"
   # Two families SmolLM2-135M solves alone (add1 ~85 %, add2 ~16 % greedy) and two it
   # does not (mul22 ~4 %, add3 0 %): 25 training and 20 held-out problems of each, each
   # with a worked solution of one step a line (20-75 tokens with its boxed answer).
   "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out" --solutions
   # Warm-up (§3.1): the policy's own answers with <call>n</call> inserted, 3 epochs of SFT.
+  # Seeded, so a fresh checkout rebuilds the same policy (about 20 minutes on 2 cores).
   [ -f "$out/sft/final/config.json" ] || {
     "$COLLAB" build-warmup relay --model smollm2-135m --data "$out/train.jsonl" \
       --responses-per-problem 2 --set prompt=plain --max-tokens 64 --temperature 0.7 \
@@ -57,6 +58,13 @@ relay() {
       --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
       --set activation_checkpointing=false --out "$out/sft"
   }
+}
+
+relay() {
+  # Runs before issue 36 (a teacher that copies the answer at every call, docs/results.md)
+  # were in runs/evidence/relay: these are new, beside them.
+  local out=runs/evidence/relay-continue
+  relay_warmup "$out"
   # The teacher writes the next n tokens of the worked solution from the step the
   # student's text has reached (reference-continue), right on 70 % of the problems and a
   # near miss on the rest; so a short call gives only part of the way. 128 tokens an
@@ -110,6 +118,118 @@ relay() {
   # group composition (why calls do or do not concentrate).
   # shellcheck disable=SC2086  # the seeds are words
   "$PYTHON" scripts/evidence/relay_seeds.py "$out" $SEEDS | tee "$out/seeds.md"
+}
+
+unit_hash() {  # unit_hash ARGS...: what defines a unit (its arguments), as one short hash
+  printf '%s\0' "$@" | sha256sum | cut -c1-16
+}
+
+recorded() {  # recorded RECORD HASH: the unit's record is there, made with the same arguments
+  [ -f "$1" ] && "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1])).get("config_hash") != sys.argv[2])' "$1" "$2"
+}
+
+relay_diag() {
+  # Issue 48's pre-registered diagnostics (docs/results.md, "RelayLLM: calling when
+  # needed"): each a unit of at most an hour on 2 cores that commits a record under
+  # docs/evidence/relay-diag/ARM/seed-0.json and is skipped once that record matches its
+  # arguments. DIAG_ARMS picks units (default: all, in the pre-registered order).
+  local out=runs/evidence/relay-continue diag=runs/evidence/relay-diag
+  local records=docs/evidence/relay-diag tokens=128
+  relay_warmup "$out"
+  mkdir -p "$diag"
+  # §3.2.2: the teacher sampled 10 times a problem, kept at a pass rate >= 50 %. The
+  # stand-in knows a fixed 70 % of the problems, so this keeps exactly those.
+  [ -f "$diag/filter/rows.jsonl" ] || "$COLLAB" filter --teacher reference-continue@0.7 \
+    --data "$out/train.jsonl" --k 10 --threshold 0.5 --set prompt=plain \
+    --max-tokens "$tokens" --temperature 0.7 --engine transformers --out "$diag/filter"
+  local teacher=(--protocol relay --teacher reference-continue@0.7 --set prompt=plain
+    --max-tokens "$tokens" --temperature 0)
+  local alone=(--protocol relay --set protocol.relay.teacher_free=true --set prompt=plain
+    --max-tokens "$tokens" --temperature 0)
+  # Issue 36's relay arms without the 0.1 call cost, on the filtered problems.
+  local common=(--model "$out/sft/final" --data "$diag/filter/rows.jsonl" --set prompt=plain
+    --steps 16 --prompts-per-step 4 --num-generations 8 --max-tokens "$tokens"
+    --temperature 0.7 --lr 2e-5 --set trl.per_device_train_batch_size=8
+    --set trl.gradient_accumulation_steps=4 --eval-data "$out/test.jsonl"
+    --set save_rollouts=32 --teacher reference-continue@0.7 --set seed=0)
+  local arm
+  for arm in ${DIAG_ARMS:-k8 k32 k128 masked-group trained-group masked-batch trained-batch simple authors}; do
+    local run="$diag/$arm" record="$records/$arm/seed-0.json" args=()
+    case "$arm" in
+      k*) args=("${teacher[@]}" --set "protocol.relay.fixed_k=${arm#k}") ;;
+      masked-group) args=(--reward difficulty_aware) ;;
+      trained-group) args=(--reward difficulty_aware --set protocol.relay.train_teacher_tokens=true) ;;
+      masked-batch) args=(--reward difficulty_aware --set scenario_scope=batch) ;;
+      trained-batch) args=(--reward difficulty_aware --set scenario_scope=batch
+        --set protocol.relay.train_teacher_tokens=true) ;;
+      simple) args=(--reward simple) ;;
+      authors) args=(--reward difficulty_aware --set scenario_scope=batch  # D6
+        --set call_ratio=per_call --set protocol.relay.train_teacher_tokens=true
+        --set protocol.relay.rollback=true) ;;
+      *) echo "unknown relay-diag arm $arm" >&2; exit 2 ;;
+    esac
+    local hash
+    hash=$(unit_hash "$arm" "${common[@]}" "${args[@]}")
+    if recorded "$record" "$hash"; then echo "relay-diag $arm: recorded ($record)"; continue; fi
+    local began=$SECONDS
+    if [[ $arm == k* ]]; then  # D0: the warm-up policy with calls of a fixed length
+      [ -f "$run/eval/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+        --model "$out/sft/final" "${args[@]}" --out "$run/eval"
+      "$PYTHON" scripts/evidence/record.py "$run" --method relay-diag --arm "$arm" --seed 0 \
+        --config-hash "$hash" --eval "teacher=$run/eval" --seconds $((SECONDS - began)) \
+        --out "$record"
+      continue
+    fi
+    train "$run" relay "${common[@]}" "${args[@]}"
+    [ -f "$run/eval-teacher-free/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+      --model "$run/final" "${alone[@]}" --out "$run/eval-teacher-free"
+    "$PYTHON" scripts/evidence/record.py "$run" --method relay-diag --arm "$arm" --seed 0 \
+      --config-hash "$hash" --eval "teacher_free=$run/eval-teacher-free" \
+      --seconds $((SECONDS - began)) --out "$record"
+  done
+}
+
+eapo_probe() {
+  # Issue 48's refusal probe (docs/results.md, "EAPO: the expert channel fades while
+  # ability stays"): two consult warm-ups of the policy on the same data, issue 36's
+  # (calls by a coin, accepted or answered alone) and the three-outcome one (calls where
+  # the policy fails alone, half of them refused and then answered alone), each evaluated
+  # on the held-out problems with every expert answer let in, every one refused, and the
+  # channel locked. A record per warm-up under docs/evidence/eapo-probe/WARMUP/seed-0.json.
+  local out=runs/evidence/eapo-probe records=docs/evidence/eapo-probe
+  # The relay set with worked solutions: a refused row whose own answer was wrong ends
+  # with the worked solution, never a bare answer the policy could not have known.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out" --solutions
+  local tokens=256 warmup
+  for warmup in coin three-outcome; do
+    local rows=(--call-fraction 0.5)
+    [ "$warmup" = coin ] || rows=(--set call_when=fails_alone --set refused_fraction=0.5)
+    local hash record="$records/$warmup/seed-0.json" began=$SECONDS
+    hash=$(unit_hash "$warmup" "${rows[@]}" "$tokens")
+    if recorded "$record" "$hash"; then echo "eapo-probe $warmup: recorded ($record)"; continue; fi
+    local dir="$out/$warmup"
+    [ -f "$dir/sft/final/config.json" ] || {
+      "$COLLAB" build-warmup consult --model smollm2-135m --data "$out/train.jsonl" \
+        --expert reference@0.7 "${rows[@]}" --set prompt=plain --max-tokens 64 \
+        --temperature 0.7 --engine transformers --out "$dir/warmup"
+      "$COLLAB" train sft --model smollm2-135m --data "$dir/warmup" --epochs 1 --lr 5e-5 \
+        --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+        --set activation_checkpointing=false --out "$dir/sft"
+    }
+    local evals=() condition
+    for condition in accepted refused locked; do
+      local set=(--set protocol.consult.accept_prob=1)
+      [ "$condition" != refused ] || set=(--set protocol.consult.accept_prob=0)
+      [ "$condition" != locked ] || set=(--set protocol.consult.mode=locked)
+      [ -f "$dir/eval-$condition/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+        --model "$dir/sft/final" --protocol consult --expert reference@0.7 "${set[@]}" \
+        --set protocol.consult.expert_max_tokens=64 --max-tokens "$tokens" --temperature 0 \
+        --out "$dir/eval-$condition"
+      evals+=(--eval "$condition=$dir/eval-$condition")
+    done
+    "$PYTHON" scripts/evidence/record.py "$dir" --method eapo-probe --arm "$warmup" --seed 0 \
+      --config-hash "$hash" "${evals[@]}" --seconds $((SECONDS - began)) --out "$record"
+  done
 }
 
 eapo() {
@@ -476,9 +596,11 @@ apollo_docs() {
 
 case "${1:-}" in
   relay) relay ;;
+  relay-diag) relay_diag ;;
   eapo) eapo ;;
+  eapo-probe) eapo_probe ;;
   rsim) rsim ;;
   apollo) apollo ;;
   apollo-docs) apollo_docs ;;
-  *) echo "usage: bash scripts/reproduce.sh relay|eapo|rsim|apollo|apollo-docs" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/reproduce.sh relay|relay-diag|eapo|eapo-probe|rsim|apollo|apollo-docs" >&2; exit 2 ;;
 esac

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from collabrl.episode import Author, EndReason, Episode, Segment
+from collabrl.episode import ROLLED_BACK, TRAINED, Author, EndReason, Episode, Segment
 
 
 def relay_episode() -> Episode:
@@ -106,6 +107,56 @@ def test_reencoded_policy_segments_mark_the_episode() -> None:
 def test_logprobs_must_match_tokens() -> None:
     with pytest.raises(ValueError, match="log-probs"):
         Segment(Author.POLICY, "ab", [1, 2], [-0.1])
+
+
+def rolled_back_episode() -> Episode:
+    """`relay_episode` as relay's rollback leaves it: the segment that made the call is
+    rolled back, and the teacher's 2 tokens follow the policy's first 4."""
+    ep = relay_episode()
+    ep.segments[1].meta[ROLLED_BACK] = True
+    return ep
+
+
+def test_token_views_skip_a_rolled_back_segment() -> None:
+    ep = rolled_back_episode()
+    assert ep.response_ids == [10, 11, 12, 13, 30, 31, 40, 41, 42]
+    assert ep.visible_ids == [1, 2, 3, *ep.response_ids]  # what the policy resumed from
+    assert ep.response_text == "Let x be 42 so 42"
+    assert ep.loss_mask() == [1, 1, 1, 1, 0, 0, 1, 1, 1]
+    assert ep.policy_logprobs() == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7]
+    assert ep.response_logprobs() == [-0.1, -0.2, -0.3, -0.4, 0.0, 0.0, -0.5, -0.6, -0.7]
+    # It is still in the record: written, counted as a turn, never trained.
+    assert len(ep.segments) == 4 and ep.turns == 3 and not ep.segments[1].trained
+
+
+def test_counts_and_ratios_skip_a_rolled_back_segment() -> None:
+    ep = rolled_back_episode()
+    assert ep.tokens_by(Author.POLICY) == 7 and len(ep.calls) == 1
+    assert ep.call_ratio_realised() == pytest.approx(2 / 9)
+    assert ep.call_ratio_requested() == pytest.approx(5 / (7 + 5))
+
+
+def test_a_trained_teacher_after_a_rollback_has_nan_logprobs() -> None:
+    ep = rolled_back_episode()
+    ep.segments[2].meta[TRAINED] = True
+    assert ep.loss_mask() == [1] * 9
+    logprobs = ep.response_logprobs()
+    assert logprobs is not None
+    assert [math.isnan(v) for v in logprobs] == [False] * 4 + [True] * 2 + [False] * 3
+
+
+def test_a_rolled_back_segment_is_shown_marked_and_round_trips() -> None:
+    ep = rolled_back_episode()
+    assert ep.segments[1].shown_text == "[rolled back: <call>5</call>]"
+    assert ep.segments[0].shown_text == "Let x be"
+    back = Episode.from_dict(json.loads(json.dumps(ep.to_dict())))
+    assert back == ep and back.segments[1].rolled_back and back.response_ids == ep.response_ids
+
+
+def test_a_rolled_back_reencoded_segment_does_not_mark_the_episode() -> None:
+    ep = rolled_back_episode()
+    ep.segments[1].meta["reencoded"] = True  # its ids are in no sequence trained on
+    assert not ep.reencoded
 
 
 def test_unknown_author_is_rejected() -> None:

@@ -179,7 +179,8 @@ def environment(policy: Policy, text: str, **meta: object) -> Segment:
 
 
 def remaining(episode: Episode, params: SamplingParams) -> int:
-    """Response tokens still allowed in this episode."""
+    """Response tokens still allowed in this episode: a segment its protocol rolled back
+    is out of the response and no longer counts (`Episode.response_ids`)."""
     return params.max_tokens - len(episode.response_ids)
 
 

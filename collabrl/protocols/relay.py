@@ -14,7 +14,12 @@ segment's ids then hold a few characters past `</call>`. They are the policy's, 
 they stay in its text and ids; the command is read up to the stop string.
 
 The released RelayLLM code drops the command and the student's last segment before
-appending the teacher text; here nothing the policy wrote is ever dropped, so the
+appending the teacher text; by default nothing the policy wrote is dropped here.
+`relay.rollback` does as that code does: the teacher is asked with the text before the
+`<call>` tag, and once it has answered, the policy segment that made the call is marked
+rolled back (`Segment.rolled_back`): it stays in the record for readers, but the
+teacher's text follows what came before it, the policy resumes from that, and every
+token view (what a trainer sees, the budget, the ratios) skips it. Either way the
 trajectory a trainer sees is exactly the one the policy was conditioned on. With
 `relay.train_teacher_tokens` the teacher's segments are marked trained
 (`Segment.trained`): a trainer puts them in the loss, as that code does.
@@ -23,12 +28,12 @@ trajectory a trainer sees is exactly the one the policy was conditioned on. With
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.engines.reference import is_stand_in
-from collabrl.episode import TRAINED, Author, EndReason, Episode, Segment
+from collabrl.episode import ROLLED_BACK, TRAINED, Author, EndReason, Episode, Segment
 from collabrl.errors import MissingInput, UserError
 from collabrl.protocols.base import (
     Policy,
@@ -76,10 +81,7 @@ def relay_step(
         return RelayStep(error=call.error if call else None, done=True)
     if budget <= 0:
         return RelayStep(done=True)
-    # The token that completed the stop string may carry characters past it (`>.`).
-    call = parse_relay_call(
-        text[: text.rfind(CALL_CLOSE) + len(CALL_CLOSE)], config.max_call_tokens
-    )
+    call = parse_relay_call(command_text(text), config.max_call_tokens)
     if call is None:
         return RelayStep(error=f"{CALL_CLOSE} without {CALL_OPEN}")
     if not call.ok:
@@ -90,6 +92,39 @@ def relay_step(
         return RelayStep(error=f"call limit ({config.max_calls}) reached")
     n = config.fixed_k or call.n
     return RelayStep(n=min(n, budget), requested=call.n)
+
+
+def command_text(text: str) -> str:
+    """A segment that stopped at `</call>`, up to that tag: the token that completed the
+    stop string may carry characters past it (`>.`), which are not the command's."""
+    return text[: text.rfind(CALL_CLOSE) + len(CALL_CLOSE)]
+
+
+# The episode meta key, and the trainer's extra, of `call_commands`.
+CALL_COMMANDS = "call_commands"
+
+
+def call_commands(episode: Episode, max_n: int) -> int:
+    """The well-formed `<call>n</call>` commands left in the response (kept policy
+    segments that stopped at one): every call made, served or not, unless `relay.rollback`
+    took the served ones out; then only the unserved ones, the calls the authors' reward
+    can still see (refused at the call limit, sent to a teacher that failed, or made
+    with no budget left). A malformed command is a format error, not a call."""
+    count = 0
+    for segment in episode.kept:
+        if segment.author is not Author.POLICY or segment.meta.get("stop_reason") != CALL_CLOSE:
+            continue
+        call = parse_relay_call(command_text(segment.text), max_n)
+        count += call is not None and call.ok
+    return count
+
+
+def text_before_call(episode: Episode) -> str:
+    """The response up to the `<call>` of the command its last segment ends with: what the
+    authors' rollout asks the teacher to continue, before it rolls that segment back."""
+    *before, last = episode.kept
+    # relay_step granted the call, so the segment holds its `<call>`.
+    return "".join(s.text for s in before) + last.text[: last.text.rfind(CALL_OPEN)]
 
 
 def teacher_messages(template: PromptTemplate, question: str, written: str) -> list[ChatMessage]:
@@ -143,6 +178,8 @@ class RelayProtocol:
         run_rounds(self.policy, episodes, params, (CALL_CLOSE,), after_policy, serve, banned)
         for episode in episodes:
             finish(episode, lambda e: strip_call_commands(e.response_text), self.extract)
+            # What the per-call ρ charges under rollback (train/rewards.py `charged_ratios`).
+            episode.meta[CALL_COMMANDS] = call_commands(episode, self.config.max_call_tokens)
         return episodes
 
     def _after_policy(
@@ -183,7 +220,7 @@ class RelayProtocol:
         asked = [
             (
                 1,
-                teacher_messages(self.template, tasks[i].question, episodes[i].response_text),
+                teacher_messages(self.template, tasks[i].question, self._written(episodes[i])),
                 tasks[i].reference,
             )
             for i, _ in calls
@@ -198,10 +235,24 @@ class RelayProtocol:
             # A reply that cannot be taken in fails its own episode, not the round.
             guard(episodes[i], self._take_reply, episodes[i], record, step, params)
 
+    def _written(self, episode: Episode) -> str:
+        """The text the teacher continues (its commands stripped by `teacher_messages`):
+        everything written so far, or, under rollback, what comes before the `<call>` tag,
+        as the authors' rollout sends it."""
+        return text_before_call(episode) if self.config.rollback else episode.response_text
+
     def _take_reply(
         self, episode: Episode, record: CallRecord, step: RelayStep, params: SamplingParams
     ) -> None:
-        """Append the teacher's reply; its EOS ends the episode (unless configured not to)."""
+        """Append the teacher's reply; its EOS ends the episode (unless configured not to).
+
+        Under rollback, a call the teacher answered first takes the policy segment that
+        made it out of the context (the authors' rollout); a failed call leaves it, its
+        command included, and the policy goes on after it. The teacher's tokens are then
+        bounded by the budget left without the rolled-back ones, which no longer count.
+        """
+        if self.config.rollback and record.ok:
+            episode.segments[-1].meta[ROLLED_BACK] = True  # the segment that made the call
         segment = episode.add(self._teacher_segment(record, step, remaining(episode, params)))
         if segment.meta.get("teacher_eos") and not self.config.continue_after_teacher_eos:
             episode.end = EndReason.TEACHER_EOS
@@ -270,6 +321,12 @@ def build_relay(ctx: BuildContext) -> RelayProtocol:
     return RelayProtocol(ctx.policy, teacher, ctx.template, config.relay, ctx.extract)
 
 
+def relay_extras(episode: Episode) -> dict[str, Any]:
+    """What a trainer reads of a relay episode besides the common extras: the commands
+    left in its response, which the per-call ρ charges under rollback."""
+    return {CALL_COMMANDS: int(episode.meta.get(CALL_COMMANDS, 0))}
+
+
 def check_relay(config: ProtocolConfig) -> None:
     if not config.teacher and not config.relay.teacher_free:
         raise MissingInput(
@@ -293,5 +350,6 @@ SPEC = ProtocolSpec(
     uses_reference=relay_uses_reference,
     call_syntax="<call>n</call>",
     calls=lambda config: not config.relay.teacher_free,
+    episode_extras=relay_extras,
     grpo=False,
 )

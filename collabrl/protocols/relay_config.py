@@ -46,6 +46,15 @@ class RelayConfig:
         "the authors' rollout keeps them in (its masking line is commented out). False: "
         "the policy learns only from what it sampled.",
     )
+    rollback: bool = option(
+        False,
+        "The authors' rollout: a served call rolls back the policy's segment that made it "
+        "(its command included); the teacher, asked with the text before `<call>`, follows "
+        "what came before that segment, and the policy resumes from there. Rolled-back "
+        "tokens leave the response, its budget and its ratios, and transcripts mark them; "
+        "with call_ratio per_call only the commands left (unserved calls) are charged. "
+        "False: the policy keeps everything it wrote (the paper's text).",
+    )
 
     def check(self) -> None:
         if self.max_calls < 0:

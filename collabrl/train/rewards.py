@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.protocols import registry
+from collabrl.protocols.relay import CALL_COMMANDS
 from collabrl.rewards.eapo import eapo_reward
 from collabrl.rewards.relay import (
     CALL_RATIOS,
@@ -208,8 +209,13 @@ def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
 
 def relay_reward(config: GRPOTrainConfig) -> RewardFunc:
     """RelayLLM's reward of `config.reward`, with the run's ρ(y) (`call_ratio`,
-    `tokens_per_call`) and, for the difficulty-aware one, its `scenario_scope`."""
-    charge = {"ratio": config.call_ratio, "tokens_per_call": config.tokens_per_call}
+    `tokens_per_call`, and what a per-call ρ counts under `protocol.relay.rollback`) and,
+    for the difficulty-aware one, its `scenario_scope`."""
+    charge = {
+        "ratio": config.call_ratio,
+        "tokens_per_call": config.tokens_per_call,
+        "counted": per_call_count(config.protocol.relay.rollback),
+    }
     if config.reward == "simple":
         reward = functools.partial(relay_simple, **charge)
         function: RewardFunc = relay_simple
@@ -255,15 +261,27 @@ def accuracy(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[
     return [float(c) for c in kwargs["correct"]]
 
 
-def charged_ratios(kwargs: dict[str, Any], ratio: str, tokens_per_call: int) -> list[float]:
+def per_call_count(rollback: bool) -> str:
+    """The extra whose count of calls the per-call ρ charges: every call sent to the
+    teacher (`calls`), or, when `relay.rollback` takes the served calls' commands out of
+    the response as the authors' rollout does, the commands left in it (`call_commands`:
+    the unserved calls), which is all the authors' reward can count. A sample whose calls
+    were all served then has ρ 0 and counts as not calling."""
+    return CALL_COMMANDS if rollback else "calls"
+
+
+def charged_ratios(
+    kwargs: dict[str, Any], ratio: str, tokens_per_call: int, counted: str
+) -> list[float]:
     """Each episode's ρ(y) as the run's `call_ratio` counts it: the realised ratio (the
     `call_ratio` extra, logged as episodes/call_ratio), or the released code's per-call
-    count (logged as episodes/call_ratio_per_call, so a run's logs say which it charged)."""
+    count of the extra `counted` (`per_call_count`; logged as episodes/call_ratio_per_call,
+    so a run's logs say which it charged)."""
     if ratio == "realised":
         return [float(r) for r in kwargs["call_ratio"]]
     if ratio != "per_call":
         raise ValueError(f"unknown call ratio {ratio!r}; known: {', '.join(CALL_RATIOS)}")
-    pairs = zip(kwargs["calls"], kwargs["response_tokens"], strict=True)
+    pairs = zip(kwargs[counted], kwargs["response_tokens"], strict=True)
     ratios = [per_call_ratio(int(calls), int(tokens), tokens_per_call) for calls, tokens in pairs]
     log = kwargs.get("log_metric")
     if log is not None and ratios:
@@ -272,11 +290,17 @@ def charged_ratios(kwargs: dict[str, Any], ratio: str, tokens_per_call: int) -> 
 
 
 def relay_simple(
-    prompts: list[Any], completions: list[Any], *, ratio: str, tokens_per_call: int, **kwargs: Any
+    prompts: list[Any],
+    completions: list[Any],
+    *,
+    ratio: str,
+    tokens_per_call: int,
+    counted: str,
+    **kwargs: Any,
 ) -> list[float]:
     """RelayLLM's simple reward, 1(a=g) − ρ(y), ρ counted as `ratio` says."""
     log_episodes(kwargs)
-    ratios = charged_ratios(kwargs, ratio, tokens_per_call)
+    ratios = charged_ratios(kwargs, ratio, tokens_per_call, counted)
     return [simple_reward(c, r) for c, r in zip(kwargs["correct"], ratios, strict=True)]
 
 
@@ -287,6 +311,7 @@ def relay_difficulty_aware(
     ratio: str,
     tokens_per_call: int,
     scope: ScenarioScope,
+    counted: str,
     **kwargs: Any,
 ) -> list[float]:
     """RelayLLM's difficulty-aware reward, each scenario decided over every process's
@@ -294,7 +319,7 @@ def relay_difficulty_aware(
     from accelerate.utils import gather_object
 
     log_episodes(kwargs)
-    ratios = charged_ratios(kwargs, ratio, tokens_per_call)
+    ratios = charged_ratios(kwargs, ratio, tokens_per_call, counted)
     local = [
         (problem, Outcome(bool(c), r))
         for problem, c, r in zip(kwargs["problem_id"], kwargs["correct"], ratios, strict=True)

@@ -6,7 +6,8 @@ prompt repeated once per sample of its group, by TRL's sampler), and gets back, 
 sample, the Episode's own ids and masks:
 
     prompt_ids      the prompt as the policy saw it
-    completion_ids  every response token, whoever wrote it (the policy's context)
+    completion_ids  every response token, whoever wrote it (the policy's context; a
+                    segment relay's `rollback` took out of it is not there)
     env_mask        1 on tokens the policy sampled, 0 on teacher/expert/environment text
                     (`Episode.loss_mask`)
     logprobs        the policy's sampling log-probs, 0.0 on tokens it did not sample

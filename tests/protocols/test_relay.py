@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collabrl.cli.transcript import transcript
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.reference import REFERENCE, Reference
@@ -311,11 +312,24 @@ def test_unreachable_teacher_is_a_failed_call_and_the_episode_goes_on(smol_token
     assert call.token_ids == [] and episode.answer == "5"
 
 
-def _reference_relay(tokenizer, replies: list[str]) -> RelayProtocol:
-    """A scripted policy with the `reference` stand-in as its teacher."""
-    cfg = RelayConfig()
+class BudgetSpy(RecordingEngine):
+    """Records every prompt and the token budget it was given."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.budgets: list[int] = []
+
+    def generate(self, prompts, params):
+        self.budgets.extend(params.prompt_budget(i) for i in range(len(prompts)))
+        return super().generate(prompts, params)
+
+
+def _reference_relay(tokenizer, replies: list[str], **config) -> RelayProtocol:
+    """A scripted policy (its prompts and budgets recorded) with the `reference` stand-in
+    as its teacher."""
+    cfg = RelayConfig(**config)
     teacher = collaborator_pool([REFERENCE], cfg.teacher_timeout, tokenizer=tokenizer)
-    policy = Policy(ScriptedEngine(tokenizer, replies), tokenizer)
+    policy = Policy(BudgetSpy(ScriptedEngine(tokenizer, replies)), tokenizer)
     return RelayProtocol(policy, teacher, TEMPLATE, cfg, TEMPLATE.extract)
 
 
@@ -370,6 +384,116 @@ def test_batched_episodes_each_keep_their_own_history(smol_tokenizer, tiny_model
     relay.close()
     assert [s.author for s in a.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
     assert [s.author for s in b.segments] == [Author.POLICY]
+
+
+# ----------------------------------------------------------------------------- rollback
+
+
+def _asked_teacher(relay: RelayProtocol) -> list[list[dict]]:
+    """The messages of every call the relay's (real) teacher pool is sent, as it is sent."""
+    asked: list[list[dict]] = []
+    ask = relay.teacher.ask_sync
+
+    def recording(calls, params):
+        asked.extend(messages for _, messages, _ in calls)
+        return ask(calls, params)
+
+    relay.teacher.ask_sync = recording
+    return asked
+
+
+def test_rollback_takes_the_calling_segment_out_of_the_policys_context(smol_tokenizer) -> None:
+    replies = ["First, 2+3. <call>3</call>", " so \\boxed{5}."]
+    relay = _reference_relay(smol_tokenizer, replies, rollback=True)
+    asked = _asked_teacher(relay)
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    assert [s.author for s in episode.segments] == [Author.POLICY, Author.TEACHER, Author.POLICY]
+    called, teacher, resumed = episode.segments
+    assert [s.rolled_back for s in episode.segments] == [True, False, False]
+    assert called.text == "First, 2+3. <call>3</call>"  # still in the record
+    # The teacher continued the student's text before the tag ...
+    partial = {"role": "assistant", "content": "First, 2+3. "}
+    assert asked == [[*TEMPLATE.messages(QUESTION), partial]]
+    assert teacher.text == "Two plus three" and teacher.meta["teacher_eos"] is False
+    # ... and the policy resumed from the prompt and the teacher's text, nothing else.
+    assert relay.policy.engine.prompts[1] == episode.prompt_ids + teacher.token_ids
+    assert episode.response_ids == teacher.token_ids + resumed.token_ids
+    assert episode.response_text == "Two plus three so \\boxed{5}."
+    assert episode.loss_mask() == [0] * len(teacher.token_ids) + [1] * len(resumed.token_ids)
+    assert episode.answer == "5" and episode.end == "eos"
+    # The served call is a call, but its command is no longer in the response.
+    assert len(episode.calls) == 1 and episode.meta["call_commands"] == 0
+    shown = transcript(episode).plain
+    assert shown.startswith("[rolled back: First, 2+3. <call>3</call>]Two plus three")
+
+
+@pytest.mark.parametrize("rollback", [False, True])
+def test_the_teacher_continues_the_text_before_the_tag_under_rollback(
+    smol_tokenizer, rollback: bool
+) -> None:
+    """`</call>.` ends in SmolLM2's `>.`: without rollback the `.` is the policy's, in its
+    history and in the teacher's view; the authors' rollout sends the text before `<call>`."""
+    replies = ["Let me ask <call>3</call>. more", " so \\boxed{5}."]
+    relay = _reference_relay(smol_tokenizer, replies, rollback=rollback)
+    asked = _asked_teacher(relay)
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    assert asked[0][-1]["content"] == ("Let me ask " if rollback else "Let me ask .")
+    # Without rollback every call made stays in the response; with it, none served does.
+    assert episode.meta["call_commands"] == (0 if rollback else 1)
+    assert ("<call>3</call>" in episode.response_text) is not rollback
+
+
+def test_each_served_call_rolls_back_its_own_segment(smol_tokenizer) -> None:
+    replies = ["A <call>3</call>", " B <call>2</call>", " C \\boxed{5}."]
+    relay = _reference_relay(smol_tokenizer, replies, rollback=True)
+    asked = _asked_teacher(relay)
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    assert [s.rolled_back for s in episode.segments] == [True, False, True, False, False]
+    _, first, _, second, last = episode.segments
+    # The second call's teacher continues the kept text: the first reply, then B's text.
+    assert asked[1][-1]["content"] == "Two plus three B "
+    prompts = relay.policy.engine.prompts
+    assert prompts[2] == episode.prompt_ids + first.token_ids + second.token_ids
+    assert episode.response_ids == first.token_ids + second.token_ids + last.token_ids
+
+
+def test_a_call_left_unserved_stays_in_the_response_and_is_counted(smol_tokenizer) -> None:
+    replies = ["a <call>3</call>", " b <call>2</call>", " c \\boxed{5}."]
+    relay = _reference_relay(smol_tokenizer, replies, rollback=True, max_calls=1)
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=200))
+    relay.close()
+    served, _, refused, _ = episode.segments
+    assert served.rolled_back and not refused.rolled_back
+    assert "limit" in refused.meta["call_error"]
+    assert "<call>2</call>" in episode.response_text
+    assert "<call>3</call>" not in episode.response_text
+    assert episode.meta["call_commands"] == 1 and len(episode.calls) == 1
+
+
+def test_a_failed_call_is_not_rolled_back(smol_tokenizer) -> None:
+    relay = _reference_relay(smol_tokenizer, ["a <call>5</call>", " \\boxed{5}"], rollback=True)
+    # No reference answer: the stand-in teacher cannot answer, and the call fails.
+    [episode] = relay.run([Task("p", QUESTION)], SamplingParams(max_tokens=100))
+    relay.close()
+    called, failed, _ = episode.segments
+    assert failed.meta["outcome"] == "unavailable" and not called.rolled_back
+    assert episode.response_text.startswith("a <call>5</call>")
+    assert episode.meta["call_commands"] == 1 and episode.answer == "5"
+
+
+@pytest.mark.parametrize("rollback", [False, True])
+def test_the_budget_counts_the_kept_tokens_only(smol_tokenizer, rollback: bool) -> None:
+    replies = ["First, 2+3. <call>3</call>", " so \\boxed{5}."]
+    relay = _reference_relay(smol_tokenizer, replies, rollback=rollback)
+    [episode] = relay.run([GOLD], SamplingParams(max_tokens=40))
+    relay.close()
+    called, teacher, _ = episode.segments
+    spent = len(teacher.token_ids) + (0 if rollback else len(called.token_ids))
+    assert relay.policy.engine.budgets == [40, 40 - spent]
+    assert len(episode.response_ids) <= 40
 
 
 # ----------------------------------------------------------------------------- end to end

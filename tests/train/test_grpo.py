@@ -52,7 +52,8 @@ def test_grpo_writes_metrics_curves_and_a_loadable_model(tiny_model_dir: Path, t
     engine.close()
 
 
-# The settings that follow the authors' released code rather than the paper's text.
+# The settings that follow the authors' released code rather than the paper's text (with
+# `protocol.relay` train_teacher_tokens and rollback, below).
 AUTHORS_CODE = {"scenario_scope": "batch", "call_ratio": "per_call", "tokens_per_call": 250}
 
 
@@ -60,7 +61,7 @@ AUTHORS_CODE = {"scenario_scope": "batch", "call_ratio": "per_call", "tokens_per
 def test_relay_with_the_reference_teacher_runs(
     tiny_model_dir: Path, tmp_path, authors_code: bool
 ) -> None:
-    relay = RelayConfig(train_teacher_tokens=authors_code)
+    relay = RelayConfig(train_teacher_tokens=authors_code, rollback=authors_code)
     config = _config(
         tiny_model_dir,
         tmp_path,

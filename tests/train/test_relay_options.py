@@ -1,6 +1,6 @@
 """RelayLLM's options that follow the authors' released code instead of the paper's text
-(`protocol.relay.train_teacher_tokens`, `scenario_scope`, `call_ratio`,
-`tokens_per_call`): listed with their help, refused where the run would not read them,
+(`protocol.relay.train_teacher_tokens`, `protocol.relay.rollback`, `scenario_scope`,
+`call_ratio`, `tokens_per_call`): listed with their help, refused where the run would not read them,
 and, set as `collab train relay --set` sets them, reaching the rollout and the reward."""
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ AUTHORS_CODE = [
     "call_ratio=per_call",
     "tokens_per_call=250",
 ]
+# The authors' rollout: a served call's segment rolled back (with the above, their
+# effective setting).
+ROLLBACK = "protocol.relay.rollback=true"
 
 
 def _shown(sets: list[str]) -> tuple[dict, str]:
@@ -45,6 +48,7 @@ def _shown(sets: list[str]) -> tuple[dict, str]:
 # Each option, and a word of the help line `config show` writes above it.
 HELP = {
     "train_teacher_tokens": "distillation",
+    "rollback": "rolls back the policy's segment",
     "scenario_scope": "math_help_group.py",
     "call_ratio": "per_call",
     "tokens_per_call": "the tokens each call counts",
@@ -54,29 +58,33 @@ HELP = {
 def test_config_show_lists_each_option_with_its_help_and_the_papers_defaults() -> None:
     shown, text = _shown([])
     assert shown["protocol"]["relay"]["train_teacher_tokens"] is False
+    assert shown["protocol"]["relay"]["rollback"] is False
     defaults = (shown["scenario_scope"], shown["call_ratio"], shown["tokens_per_call"])
     assert defaults == ("group", "realised", 500)
     lines = text.splitlines()
     for key, word in HELP.items():
         at = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{key}:"))
         assert lines[at - 1].lstrip().startswith("# ") and word in lines[at - 1], key
-    changed, _ = _shown(AUTHORS_CODE)
+    changed, _ = _shown([*AUTHORS_CODE, ROLLBACK])
     assert changed["protocol"]["relay"]["train_teacher_tokens"] is True
+    assert changed["protocol"]["relay"]["rollback"] is True
     chosen = (changed["scenario_scope"], changed["call_ratio"], changed["tokens_per_call"])
     assert chosen == ("batch", "per_call", 250)
 
 
+@pytest.mark.parametrize("rollback", [False, True])
 def test_the_options_set_on_the_command_line_reach_the_rollout_and_the_reward(
-    tiny_model_dir: Path, smol_tokenizer
+    tiny_model_dir: Path, smol_tokenizer, rollback: bool
 ) -> None:
     layer = {"model": str(tiny_model_dir), "limit": 1, "protocol": {"teacher": "reference"}}
-    config = load_config("train-relay", None, layer, AUTHORS_CODE)
+    config = load_config("train-relay", None, layer, AUTHORS_CODE + [ROLLBACK] * rollback)
     config.check()
     bench = load_benchmark(config.data, limit=config.limit)
     model, tokenizer = load_model(config.model), load_tokenizer(config.model)
     rollout = training_rollout(config, bench, model, tokenizer)
     try:
         assert rollout.protocol.config.train_teacher_tokens is True
+        assert rollout.protocol.config.rollback is rollback
         # The run's own protocol, its policy scripted to call once and then answer.
         rollout.protocol.policy.engine = SampledPolicy(smol_tokenizer, list(CALL_THEN_ANSWER))
         [item] = bench.items
@@ -87,11 +95,19 @@ def test_the_options_set_on_the_command_line_reach_the_rollout_and_the_reward(
     [episode] = episodes
     assert any(s.author is Author.TEACHER and s.token_ids for s in episode.segments)
     assert out["env_mask"] == [[1] * len(episode.response_ids)]  # the teacher's trained too
+    # Under rollback the policy's calling segment left the completion TRL trains on.
+    assert [s.rolled_back for s in episode.segments] == [rollback, False, False]
 
     [reward] = reward_functions(config)
     assert reward.__name__ == "relay_difficulty_aware"
     logged: dict[str, float] = {}
     [value] = reward(["p"], ["c"], **out, log_metric=logged.__setitem__)
+    if rollback:
+        # The served call's command was rolled back: no call left to charge, so the
+        # sample counts as not calling (one sample: right alone is 1.5, wrong is 0).
+        assert logged["episodes/call_ratio_per_call"] == 0.0
+        assert value == (1.5 if out["correct"][0] else 0.0)
+        return
     rho = per_call_ratio(1, len(episode.response_ids), 250)  # one call at 250 tokens
     assert logged["episodes/call_ratio_per_call"] == pytest.approx(rho)
     assert rho != pytest.approx(out["call_ratio"][0])  # not the realised ratio

@@ -11,7 +11,13 @@ from collabrl.episode import EndReason
 from collabrl.errors import UserError
 from collabrl.train.grpo_args import check_run
 from collabrl.train.grpo_config import GRPOTrainConfig
-from collabrl.train.rewards import accuracy, load_reward_func, reward_functions
+from collabrl.train.rewards import (
+    accuracy,
+    charged_ratios,
+    load_reward_func,
+    per_call_count,
+    reward_functions,
+)
 
 USER_REWARDS = """
 def brevity(prompts, completions, **kwargs):
@@ -83,6 +89,18 @@ def test_end_reasons_are_logged_as_shares_of_the_batch() -> None:
         "length": 0.5,
         "turn_budget": 0.25,
     }
+
+
+def test_under_rollback_the_per_call_ratio_counts_the_commands_left() -> None:
+    """Two calls sent, one of them served and rolled back: the per-call ρ charges both
+    calls without rollback, and only the command left in the response with it."""
+    extras = {"calls": [2, 1], "call_commands": [1, 0], "response_tokens": [2000, 1000]}
+    sent = charged_ratios(extras, "per_call", 500, per_call_count(rollback=False))
+    left = charged_ratios(extras, "per_call", 500, per_call_count(rollback=True))
+    assert sent == [0.5, 0.5] and left == [0.25, 0.0]
+    # The realised ratio is the realised ratio either way.
+    realised = {"call_ratio": [0.1, 0.2]}
+    assert charged_ratios(realised, "realised", 500, per_call_count(rollback=True)) == [0.1, 0.2]
 
 
 # A user's functions as TRL calls them: each bad one is one line that names it.

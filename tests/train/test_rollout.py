@@ -19,6 +19,7 @@ from collabrl.engines.reference import REFERENCE
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.base import Policy
 from collabrl.protocols.collaborators import collaborator_pool
+from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rewards import no_credit_on_error, relay_reward
@@ -90,7 +91,7 @@ def test_teacher_tokens_are_masked_and_scored_on_the_episode(smol_tokenizer) -> 
 
 def _authored(episode: Episode, author: Author) -> list[bool]:
     """Per response token: whether `author` wrote it."""
-    return [s.author is author for s in episode.segments for _ in s.token_ids]
+    return [s.author is author for s in episode.kept for _ in s.token_ids]
 
 
 @pytest.mark.parametrize("train_teacher", [False, True])
@@ -119,8 +120,8 @@ def test_teacher_tokens_enter_the_loss_only_when_configured(
 
 def test_the_trained_sequence_is_what_the_policy_was_conditioned_on(smol_tokenizer) -> None:
     """The authors' rollout, on `<call>n</call>`, rolls back the student's last segment
-    (its command with it) and appends the teacher's continuation; collabrl keeps every
-    token the policy wrote, so the completion TRL trains on is the segments' ids in order
+    (its command with it) and appends the teacher's continuation; collabrl by default keeps
+    every token the policy wrote, so the completion TRL trains on is the segments' ids in order
     — the policy's text with its command, then the teacher's — the very context the
     policy resumed from."""
     rollout = _rollout(smol_tokenizer, list(CALL_THEN_ANSWER), 1)
@@ -133,6 +134,74 @@ def test_the_trained_sequence_is_what_the_policy_was_conditioned_on(smol_tokeniz
     assert out["prompt_ids"] == [episode.prompt_ids]
     # The policy's second turn was conditioned on exactly the trained prefix.
     assert rollout.engine.prompts[1] == episode.prompt_ids + policy.token_ids + teacher.token_ids
+
+
+@pytest.mark.parametrize("train_teacher", [False, True])
+def test_under_rollback_trl_gets_the_sequence_the_policy_resumed_from(
+    smol_tokenizer, train_teacher: bool
+) -> None:
+    """`relay.rollback`, the authors' rollout: the segment that made the served call is
+    not in the completion, whose ids, mask and log-probs start with the teacher's text,
+    exactly the context the policy's next turn was conditioned on."""
+    rollout = _rollout(
+        smol_tokenizer,
+        list(CALL_THEN_ANSWER),
+        1,
+        SampledPolicy,
+        rollback=True,
+        train_teacher_tokens=train_teacher,
+    )
+    [episode] = rollout.protocol.run(rollout.tasks(["p"], 0), rollout.params)
+    out = rollout.to_trl([episode])
+    called, teacher, resumed = episode.segments
+    assert called.rolled_back and teacher.author is Author.TEACHER
+    assert out["completion_ids"] == [teacher.token_ids + resumed.token_ids]
+    assert rollout.engine.prompts[1] == episode.prompt_ids + teacher.token_ids
+    taught, own = len(teacher.token_ids), len(resumed.token_ids)
+    [mask], [logprobs] = out["env_mask"], out["logprobs"]
+    assert mask == [int(train_teacher)] * taught + [1] * own
+    assert [math.isnan(v) for v in logprobs[:taught]] == [train_teacher] * taught
+    assert logprobs[taught:] == [-0.5] * own
+    # Ratios and the per-call count over the kept tokens; the served call left no command.
+    assert out["response_tokens"] == [taught + own]
+    assert out["call_ratio"] == [pytest.approx(taught / (taught + own))]
+    assert out["calls"] == [1] and out["call_commands"] == [0]
+
+
+def _relay_reward(reward: str, rollback: bool):
+    """The relay reward of a run that charges the per-call ρ (the authors' count)."""
+    relay = ProtocolConfig(teacher="reference", relay=RelayConfig(rollback=rollback))
+    scope = {"scenario_scope": "batch"} if reward == "difficulty_aware" else {}
+    config = GRPOTrainConfig(
+        method="relay", reward=reward, call_ratio="per_call", protocol=relay, **scope
+    )
+    config.check_relay_reward()
+    return relay_reward(config)
+
+
+@pytest.mark.parametrize("rollback", [False, True])
+def test_under_rollback_a_served_call_is_not_charged_and_is_no_call(
+    smol_tokenizer, rollback: bool
+) -> None:
+    """The first sample calls and the teacher writes the right answer; the second answers
+    alone, wrongly. Under rollback the per-call ρ counts the commands left in the response,
+    as the authors' reward does: none, so the first sample counts as not calling — 1 − 0
+    with the simple reward, and an independent success (1.5) with the difficulty-aware
+    one. Without rollback its call costs 500 tokens, all of its response (ρ 1)."""
+    rollout = _rollout(smol_tokenizer, list(REPLIES), rollback=rollback)
+    out = rollout.to_trl(rollout.protocol.run(rollout.tasks(["p", "p"], 0), rollout.params))
+    assert out["correct"] == [True, False] and out["calls"] == [1, 0]
+    logged: dict[str, float] = {}
+    simple = _relay_reward("simple", rollback)(
+        ["p"] * 2, ["c"] * 2, **out, log_metric=logged.__setitem__
+    )
+    aware = _relay_reward("difficulty_aware", rollback)(["p"] * 2, ["c"] * 2, **out)
+    if rollback:
+        assert simple == [1.0, 0.0] and aware == [1.5, 0.0]
+        assert logged["episodes/call_ratio_per_call"] == 0.0
+    else:
+        assert simple == [0.0, 0.0] and aware == [0.0, -1.0]
+        assert logged["episodes/call_ratio_per_call"] == 0.5
 
 
 def test_the_reward_grades_as_the_problems_answer_type(smol_tokenizer) -> None:
@@ -191,21 +260,33 @@ def test_an_empty_episode_becomes_one_masked_token(smol_tokenizer) -> None:
     assert out["completion_ids"] == [[smol_tokenizer.eos_token_id]] and out["env_mask"] == [[0]]
 
 
-@pytest.mark.parametrize("train_teacher", [False, True])
+@pytest.mark.parametrize(
+    ("train_teacher", "rollback"), [(False, False), (True, False), (True, True)]
+)
 def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
-    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path, train_teacher: bool
+    smol_tokenizer, tiny_model_dir: Path, tmp_path: Path, train_teacher: bool, rollback: bool
 ) -> None:
     """Unless `relay.train_teacher_tokens` puts them in the loss: then every token of the
     sample that called has a gradient, its teacher tokens' NaN sampling log-probs
-    included (TRL's off-policy mask reads them, as its vLLM importance ratio does)."""
+    included (TRL's off-policy mask reads them, as its vLLM importance ratio does).
+
+    With `relay.rollback` too, and the per-call ρ (the authors' effective setting), the
+    sample that called is the teacher's text alone, every token of it trained."""
     import datasets
     import torch
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     rollout = _rollout(
-        smol_tokenizer, list(REPLIES), policy=SampledPolicy, train_teacher_tokens=train_teacher
+        smol_tokenizer,
+        list(REPLIES),
+        policy=SampledPolicy,
+        train_teacher_tokens=train_teacher,
+        rollback=rollback,
     )
+    # Under rollback the realised ρ of the sample that called is 1 (its response is all
+    # the teacher's), and both samples would be paid 0; the authors' count charges nothing.
+    reward = _relay_reward("simple", True) if rollback else RELAY_SIMPLE
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=2,
@@ -220,7 +301,7 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[RELAY_SIMPLE],
+        reward_funcs=[reward],
         args=args,
         train_dataset=datasets.Dataset.from_list([{"prompt": "p"}] * 2),
         processing_class=smol_tokenizer,
@@ -247,7 +328,9 @@ def test_the_grpo_loss_has_zero_gradient_on_teacher_tokens(
     grad = hidden[-1].grad  # (batch, prompt + completion, hidden size)
     prompt_len = inputs["prompt_ids"].shape[1]
     mask = inputs["tool_mask"][0]  # the env_mask of the sample that called the teacher
-    taught = torch.tensor(_authored(rollout.last.episodes[0], Author.TEACHER))
+    called = rollout.last.episodes[0]
+    assert [s.rolled_back for s in called.segments] == [rollback, False]
+    taught = torch.tensor(_authored(called, Author.TEACHER))
     length = len(taught)
     assert taught.any() and bool((mask[:length][taught] == int(train_teacher)).all())
     nan = inputs["sampling_per_token_logps"][0, :length].isnan()
