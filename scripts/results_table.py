@@ -8,7 +8,9 @@
 A block is the text between `<!-- results-table:METHOD -->` and `<!-- /results-table:METHOD
 -->`; it holds METHOD's tables: per arm and seed, the held-out accuracy at the start and at
 the end, every other recorded evaluation's (e.g. teacher_free) and the final evaluation's
-call share per family; then each arm against the baseline arm (--baseline, default grpo) on
+call share per family; where the records hold issue 36's relay families, whether calls
+concentrate where the student fails alone (its pre-registered Fisher criterion); then each
+arm against the baseline arm (BASELINES for a method, else --baseline, default grpo) on
 every evaluation both recorded but the start: each problem's correctness averaged over the
 seeds, and a two-sided sign test over the problems (the problems are the independent draws).
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collabrl.errors import UserError
-from collabrl.eval.metrics import sign_test
+from collabrl.eval.metrics import concentration, sign_test
 from collabrl.eval.report import format_p, format_value, to_markdown
 from collabrl.train.evidence import HELD_OUT, Record, read_records
 from collabrl.userfiles import read_user_text
@@ -37,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "evidence"
 FILES = (ROOT / "docs" / "results.md", ROOT / "README.md")
 BASELINE = "grpo"  # GRPO without a collaborator, the same steps and data: every method's control
+# Methods whose control is another arm: issue 48's relay diagnostics are read against D1
+# (teacher tokens masked, group scenario), the arm that differs from issue 36 least.
+BASELINES = {"relay-diag": "masked-group"}
+# Issue 36's relay families: those the warm-up student solves alone, and those it fails.
+SOLVED, FAILED = ("add1",), ("add2", "mul22", "add3")
 # A marker is a line of its own: one quoted in a sentence (as in results.md) is text.
 OPEN = re.compile(r"^<!-- results-table:([\w-]+) -->$", re.M)
 BLOCK = re.compile(
@@ -127,6 +134,36 @@ def baseline_table(
     return header, rows
 
 
+def pooled_calls(record: Record, families: tuple[str, ...]) -> tuple[int, int] | None:
+    """(calling, episodes) of the final evaluation over `families`, or None when the
+    record has none of them."""
+    final = record["evals"].get("final", {})
+    sizes, shares = final.get("family_episodes", {}), final.get("call_share", {})
+    known = [f for f in families if f in sizes and f in shares]
+    if not known:
+        return None
+    return sum(round(shares[f] * sizes[f]) for f in known), sum(sizes[f] for f in known)
+
+
+def concentration_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
+    """Issue 36's criterion per arm and seed, on the final (with-teacher) evaluation: the
+    share of episodes that call on the families the student solves alone against those it
+    fails, the one-sided Fisher p, and whether the calls concentrate. Empty when no record
+    has both kinds of family."""
+    header = ["arm", "seed", "calls on " + "+".join(SOLVED), "calls on " + "+".join(FAILED)]
+    header += ["Fisher p", "concentrates"]
+    rows = []
+    for arm, seeds in arms.items():
+        for record in seeds:
+            solved, failed = pooled_calls(record, SOLVED), pooled_calls(record, FAILED)
+            if solved is None or failed is None:
+                continue
+            p, shown = concentration(solved, failed)
+            shares = [format_value(c / n) for c, n in (solved, failed)]
+            rows.append([arm, str(record["seed"]), *shares, format_p(p), "yes" if shown else "no"])
+    return header, rows
+
+
 def render(method: str, records: list[Record], baseline: str) -> str:
     """METHOD's block: a note that it is generated, then its tables."""
     arms = by_arm(records, baseline)
@@ -135,17 +172,24 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         f"records in docs/evidence/{method}/: change the records, not this table._",
         to_markdown(*seed_table(arms)),
     ]
+    header, rows = concentration_table(arms)
+    if rows:
+        parts.append(to_markdown(header, rows))
     if baseline in arms and len(arms) > 1:
         parts.append(to_markdown(*baseline_table(arms, baseline)))
     return "\n\n".join(parts) + "\n"
 
 
 def tables(evidence: Path, baseline: str) -> dict[str, str]:
-    """Every method's block text, from the records under `evidence`."""
+    """Every method's block text, from the records under `evidence`, each against its own
+    control arm (BASELINES) or `baseline`."""
     methods: dict[str, list[Record]] = defaultdict(list)
     for record in read_records(evidence):
         methods[record["method"]].append(record)
-    return {method: render(method, records, baseline) for method, records in methods.items()}
+    return {
+        method: render(method, records, BASELINES.get(method, baseline))
+        for method, records in methods.items()
+    }
 
 
 # -- the blocks ------------------------------------------------------------------------

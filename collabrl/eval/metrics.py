@@ -89,6 +89,21 @@ def sign_test(gained: int, lost: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def concentration(
+    solved: tuple[int, int], failed: tuple[int, int], alpha: float = 0.05
+) -> tuple[float, bool]:
+    """Issue 36's pre-registered criterion for "calls where the student fails alone":
+    (calling, episodes) on the families it solves alone and on those it fails. Returns the
+    one-sided Fisher exact p (the failed families call more often) and whether the calls
+    concentrate: the solved families' share at most half the failed ones' and p < alpha."""
+    from scipy.stats import fisher_exact
+
+    (solved_calls, solved_n), (failed_calls, failed_n) = solved, failed
+    table = [[failed_calls, failed_n - failed_calls], [solved_calls, solved_n - solved_calls]]
+    p = float(fisher_exact(table, alternative="greater").pvalue)
+    return p, solved_calls / solved_n <= failed_calls / failed_n / 2 and p < alpha
+
+
 def ks_for(n: int) -> list[int]:
     """Every ``k`` for which pass@k is reported when ``n`` samples exist: ``[1, 2, ..., n]``.
 

@@ -15,7 +15,8 @@ A record is `docs/evidence/<method>/<arm>/seed-<n>.json`, one run (unit) each, w
     evals        by name ("start", "final", and extra ones such as "teacher_free"): n (samples
                  a problem), problems, accuracy (mean over problems), correct (each problem's
                  share of right samples: 0 or 1 at greedy n = 1), call_share (per family, the
-                 share of episodes that called at least once)
+                 share of episodes that called at least once), family_episodes (per family,
+                 the episodes that share is of)
     curve        per window of CURVE_WINDOW steps: the steps ("1-4") and the mean of each of
                  CURVE_KEYS the run logged there
 """
@@ -113,6 +114,7 @@ def eval_summary(eval_dir: Path, family: re.Pattern[str]) -> Record:
             name: round(calling(families[name]) / len(families[name]), DIGITS)
             for name in sorted(families)
         },
+        "family_episodes": {name: len(families[name]) for name in sorted(families)},
     }
 
 
@@ -273,6 +275,9 @@ def _check_eval(where: Path, key: str, summary: Any) -> None:
         shares = summary.get(part)
         ok = isinstance(shares, dict) and all(_is_share(v) for v in shares.values())
         _require(where, f"{key}.{part}", shares, ok, "a mapping of shares")
+    counts = summary.get("family_episodes", {})
+    ok = isinstance(counts, dict) and all(_is_whole(v) and v >= 1 for v in counts.values())
+    _require(where, f"{key}.family_episodes", counts, ok, "a mapping of counts")
 
 
 def _require(where: Path, key: str, value: Any, ok: bool, must: str) -> None:

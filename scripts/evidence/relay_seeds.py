@@ -41,13 +41,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import combine_pvalues, fisher_exact
+from scipy.stats import combine_pvalues
 
 from collabrl import runs
 from collabrl.config import read_yaml
 from collabrl.episode import Author, Episode
 from collabrl.errors import UserError
-from collabrl.eval.metrics import sign_test
+from collabrl.eval.metrics import concentration, sign_test
 from collabrl.eval.report import format_p, format_value, load_run, samples_by_item, to_markdown
 from collabrl.train.evidence import accuracy, calling
 from collabrl.train.run import ROLLOUTS
@@ -114,15 +114,6 @@ def opened_share(families: dict[str, Samples], group: tuple[str, ...]) -> str:
     return share(opened(samples), len(samples))
 
 
-def concentration(split: list[int]) -> tuple[float, bool]:
-    """The pre-registered criterion on (calls, episodes) solved and failed: the one-sided
-    Fisher p (failed families call more often) and whether the calls concentrate."""
-    solved, solved_n, failed, failed_n = split
-    table = [[failed, failed_n - failed], [solved, solved_n - solved]]
-    p = float(fisher_exact(table, alternative="greater").pvalue)
-    return p, solved / solved_n <= failed / failed_n / 2 and p < ALPHA
-
-
 def call_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]:
     """Per relay arm and seed: each family's accuracy with the teacher (and its call
     share), the call shares the criterion compares, its p and verdict; per arm the calls
@@ -145,7 +136,7 @@ def call_table(out: Path, seeds: list[str]) -> tuple[list[str], list[list[str]]]
             split = [
                 n for group in (SOLVED, FAILED) for n in pooled_calls(families, group, run_dir)
             ]
-            p, concentrates = concentration(split)
+            p, concentrates = concentration((split[0], split[1]), (split[2], split[3]), ALPHA)
             total, shown = [a + b for a, b in zip(total, split, strict=True)], shown + concentrates
             ps.append(p)
             cells = [_family_cell(families.get(f, [])) for f in names]

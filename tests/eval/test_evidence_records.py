@@ -15,7 +15,7 @@ import yaml
 
 from collabrl import runs
 from collabrl.config import to_dict
-from collabrl.eval.metrics import sign_test
+from collabrl.eval.metrics import concentration, sign_test
 from collabrl.eval.report import format_p
 from collabrl.train import evidence
 from collabrl.train.grpo_config import GRPOTrainConfig, unread_keys
@@ -325,6 +325,45 @@ def test_the_tables_from_records(records: Path) -> None:
     # teacher_free is not in every GRPO seed: no test on it.
     assert "| simple | teacher_free |" not in text
     assert "| simple | start |" not in text  # both start from the same policy
+
+
+def test_the_concentration_criterion_from_family_counts(tmp_path: Path) -> None:
+    # Issue 36's criterion from a record's final call shares and family sizes: 2 of 20
+    # add1 episodes call against 30 of 60 on the failed families (half or less, Fisher p
+    # small), and for a method whose control is another arm (relay-diag: masked-group).
+    root = tmp_path / "evidence"
+    shares = {"add1": 0.1, "add2": 0.5, "add3": 0.5, "mul22": 0.5}
+    for arm, calls in (("masked-group", shares), ("masked-batch", dict.fromkeys(shares, 1.0))):
+        summary = {
+            "n": 1,
+            "problems": 80,
+            "accuracy": 0.5,
+            "correct": {"p1": 1},
+            "call_share": calls,
+            "family_episodes": dict.fromkeys(shares, 20),
+        }
+        record = {
+            "schema": evidence.RECORD_SCHEMA,
+            "method": "relay-diag",
+            "arm": arm,
+            "seed": 0,
+            "commit": None,
+            "config_hash": "h",
+            "wall_time_s": None,
+            "evals": {"start": summary, "final": summary},
+            "curve": [],
+        }
+        path = evidence.record_path(root, "relay-diag", arm, 0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        runs.write_json(path, record)
+    done = _script(TABLE, "--evidence", root)
+    assert done.returncode == 0, done.stderr
+    p, shown = concentration((2, 20), (30, 60))
+    assert shown and p < 0.05
+    table = done.stdout[done.stdout.index("Fisher p") :]  # the criterion's own table
+    assert _table_row(table, "masked-group", "0")[2:] == ["0.1000", "0.5000", format_p(p), "yes"]
+    assert _table_row(table, "masked-batch", "0")[-1] == "no"  # calls on everything
+    assert "masked-group accuracy" in done.stdout  # the method's own control arm
 
 
 def _document(path: Path, *methods: str) -> Path:
