@@ -5,6 +5,7 @@
 #   bash scripts/reproduce.sh relay-diag   # RelayLLM: issue 48's diagnostics, one record a unit
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
 #   bash scripts/reproduce.sh eapo-probe   # EAPO: issue 48's refusal probe, one record a warm-up
+#   bash scripts/reproduce.sh eapo-arms    # EAPO: issue 48's full arms, one record a unit
 #   bash scripts/reproduce.sh rsim         # rSIM: a plan, not a collapse
 #   bash scripts/reproduce.sh apollo       # AlphaApollo: tools raise accuracy
 #   bash scripts/reproduce.sh apollo-docs  # AlphaApollo: retrieval (not working yet)
@@ -229,6 +230,53 @@ eapo_probe() {
     done
     "$PYTHON" scripts/evidence/record.py "$dir" --method eapo-probe --arm "$warmup" --seed 0 \
       --config-hash "$hash" "${evals[@]}" --seconds $((SECONDS - began)) --out "$record"
+  done
+}
+
+eapo_arms() {
+  # Issue 48's full EAPO arms, pre-registered in docs/results.md to run once the refusal
+  # probe passes: from the three-outcome warm-up (eapo-probe), with experts whose reply is
+  # a worked solution (reference-solution@0.7), per seed: EAPO as issue 36 ran it (rho_s =
+  # 1/s, turn budget held at 2, no penalty), EAPO as the paper anneals it (turn budget 2 ->
+  # 1 over the run, 0.1 a consultation) and GRPO with EAPO's reward. Each (arm, seed) is
+  # a unit with a record under docs/evidence/eapo48/ARM/seed-N.json (Pass@32 locked).
+  local out=runs/evidence/eapo-probe arms=runs/evidence/eapo48 records=docs/evidence/eapo48
+  local warmup="$out/three-outcome/sft/final"
+  [ -f "$warmup/config.json" ] || eapo_probe
+  mkdir -p "$arms"
+  # 400 tokens: one full consult turn (3 calls, 3 worked solutions of at most 64 tokens,
+  # the answer), the least `train eapo` accepts with these experts.
+  local common=(--model "$warmup" --data "$out/train.jsonl" --steps "${EAPO_STEPS:-16}"
+    --prompts-per-step 4 --num-generations 4 --max-tokens 400 --temperature 1.0 --lr 2e-5
+    --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4
+    --eval-data "$out/test.jsonl")
+  local experts=(--expert reference-solution@0.7 --set protocol.consult.expert_max_tokens=64)
+  local pass32=(--protocol consult --set protocol.consult.mode=locked --n 32
+    --temperature 1.0 --max-tokens 128)
+  local seed arm
+  for seed in $SEEDS; do
+    for arm in ${EAPO_ARMS:-eapo-fixed eapo-anneal grpo}; do
+      local run="$arms/$arm-seed$seed" record="$records/$arm/seed-$seed.json" args=()
+      case "$arm" in
+        eapo-fixed) args=(eapo "${experts[@]}" --set schedule.accept=inverse
+          --set schedule.turn_budget_start=2 --set schedule.turn_budget_end=2) ;;
+        eapo-anneal) args=(eapo "${experts[@]}" --set schedule.accept=inverse
+          --set schedule.turn_budget_start=2 --set schedule.turn_budget_end=1
+          --set consult_penalty=0.1) ;;
+        grpo) args=(grpo --set prompt=eapo-eval --reward-func collabrl.train.rewards:eapo
+          --set reward_mode=replace) ;;
+        *) echo "unknown eapo arm $arm" >&2; exit 2 ;;
+      esac
+      local hash began=$SECONDS
+      hash=$(unit_hash "$arm" "${common[@]}" "${args[@]}")
+      if recorded "$record" "$hash"; then echo "eapo48 $arm seed $seed: recorded"; continue; fi
+      train "$run" "${args[@]}" "${common[@]}" --set seed="$seed"
+      [ -f "$run/eval-pass32/results.json" ] || "$COLLAB" eval "$out/test.jsonl" \
+        --model "$run/final" "${pass32[@]}" --out "$run/eval-pass32"
+      "$PYTHON" scripts/evidence/record.py "$run" --method eapo48 --arm "$arm" \
+        --seed "$seed" --config-hash "$hash" --eval "pass32=$run/eval-pass32" \
+        --seconds $((SECONDS - began)) --out "$record"
+    done
   done
 }
 
@@ -599,8 +647,9 @@ case "${1:-}" in
   relay-diag) relay_diag ;;
   eapo) eapo ;;
   eapo-probe) eapo_probe ;;
+  eapo-arms) eapo_arms ;;
   rsim) rsim ;;
   apollo) apollo ;;
   apollo-docs) apollo_docs ;;
-  *) echo "usage: bash scripts/reproduce.sh relay|relay-diag|eapo|eapo-probe|rsim|apollo|apollo-docs" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/reproduce.sh relay|relay-diag|eapo|eapo-probe|eapo-arms|rsim|apollo|apollo-docs" >&2; exit 2 ;;
 esac
