@@ -14,7 +14,8 @@ A record is `docs/evidence/<method>/<arm>/seed-<n>.json`, one run (unit) each, w
                  resumed run), or null
     evals        by name ("start", "final", and extra ones such as "teacher_free"): n (samples
                  a problem), problems, accuracy (mean over problems), correct (each problem's
-                 share of right samples: 0 or 1 at greedy n = 1), call_share (per family, the
+                 share of right samples: 0 or 1 at greedy n = 1), called (each problem's share
+                 of episodes that called at least once), call_share (per family, the
                  share of episodes that called at least once), family_episodes (per family,
                  the episodes that share is of)
     curve        per window of CURVE_WINDOW steps: the steps ("1-4") and the mean of each of
@@ -102,6 +103,9 @@ def eval_summary(eval_dir: Path, family: re.Pattern[str]) -> Record:
     if not by_item:
         raise UserError(f"{eval_dir} has no samples", "has the evaluation finished?")
     correct = {item: round(accuracy(by_item[item]), DIGITS) for item in sorted(by_item)}
+    called = {
+        item: round(calling(by_item[item]) / len(by_item[item]), DIGITS) for item in sorted(by_item)
+    }
     families: dict[str, Samples] = defaultdict(list)
     for item, samples in by_item.items():
         families[family_of(item, family)] += samples
@@ -110,6 +114,7 @@ def eval_summary(eval_dir: Path, family: re.Pattern[str]) -> Record:
         "problems": len(correct),
         "accuracy": round(sum(correct.values()) / len(correct), DIGITS),
         "correct": correct,
+        "called": called,
         "call_share": {
             name: round(calling(families[name]) / len(families[name]), DIGITS)
             for name in sorted(families)
@@ -271,8 +276,9 @@ def _check_eval(where: Path, key: str, summary: Any) -> None:
         _is_share(summary.get("accuracy")),
         "a share",
     )
-    for part in ("correct", "call_share"):
-        shares = summary.get(part)
+    # `called` and `family_episodes` may be missing from a record made by hand.
+    for part, default in (("correct", None), ("call_share", None), ("called", {})):
+        shares = summary.get(part, default)
         ok = isinstance(shares, dict) and all(_is_share(v) for v in shares.values())
         _require(where, f"{key}.{part}", shares, ok, "a mapping of shares")
     counts = summary.get("family_episodes", {})

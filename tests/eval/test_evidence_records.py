@@ -104,6 +104,13 @@ def test_a_record_holds_the_runs_evaluations_curve_and_provenance(tmp_path: Path
     }
     assert (final["n"], final["problems"], final["accuracy"]) == (1, 3, round(2 / 3, 6))
     assert final["call_share"] == {"add1": 0.5, "add3": 1.0}
+    assert final["family_episodes"] == {"add1": 2, "add3": 1}
+    # Each problem's share of calling episodes: what a refusal probe reads per problem.
+    assert final["called"] == {
+        "arith-test-add1-0000": 0.0,
+        "arith-test-add1-0001": 1.0,
+        "arith-test-add3-0000": 1.0,
+    }
     assert record["evals"]["start"]["call_share"] == {"add1": 0.0, "add3": 0.0}
     assert record["evals"]["teacher_free"]["accuracy"] == round(2 / 3, 6)
     # Steps 1-4 and 5-6 (the held-out line at step 4 is not a training line).
