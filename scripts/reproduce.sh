@@ -176,7 +176,7 @@ relay_diag() {
     if [[ $arm == k* ]]; then  # D0: the warm-up policy with calls of a fixed length
       [ -f "$run/eval/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
         --model "$out/sft/final" "${args[@]}" --out "$run/eval"
-      "$PYTHON" scripts/evidence/record.py "$run" --method relay-diag --arm "$arm" --seed 0 \
+      "$PYTHON" scripts/evidence/record.py --method relay-diag --arm "$arm" --seed 0 \
         --config-hash "$hash" --eval "teacher=$run/eval" --seconds $((SECONDS - began)) \
         --out "$record"
       continue
@@ -228,7 +228,7 @@ eapo_probe() {
         --out "$dir/eval-$condition"
       evals+=(--eval "$condition=$dir/eval-$condition")
     done
-    "$PYTHON" scripts/evidence/record.py "$dir" --method eapo-probe --arm "$warmup" --seed 0 \
+    "$PYTHON" scripts/evidence/record.py --method eapo-probe --arm "$warmup" --seed 0 \
       --config-hash "$hash" "${evals[@]}" --seconds $((SECONDS - began)) --out "$record"
   done
 }
