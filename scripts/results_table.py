@@ -8,7 +8,8 @@
 A block is the text between `<!-- results-table:METHOD -->` and `<!-- /results-table:METHOD
 -->`; it holds METHOD's tables: per arm and seed, the held-out accuracy at the start and at
 the end, every other recorded evaluation's (e.g. teacher_free) and the final evaluation's
-call share per family; where the records hold issue 36's relay families, whether calls
+call share per family; the accuracy per family of every evaluation; where the records
+hold issue 36's relay families, whether calls
 concentrate where the student fails alone (its pre-registered Fisher criterion); then each
 arm against the baseline arm (BASELINES for a method, else --baseline, default grpo) on
 every evaluation both recorded but the start: each problem's correctness averaged over the
@@ -134,6 +135,24 @@ def baseline_table(
     return header, rows
 
 
+def family_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
+    """Per arm, seed and evaluation: the accuracy on each family (where recorded), so
+    that "where does it gain" reads off the records as "where does it call" does."""
+    records = [r for seeds in arms.values() for r in seeds]
+    families = sorted(
+        {f for r in records for e in r["evals"].values() for f in e.get("family_accuracy", {})}
+    )
+    rows = []
+    for arm, seeds in arms.items():
+        for record in seeds:
+            for name, summary in record["evals"].items():
+                shares = summary.get("family_accuracy", {})
+                if shares:
+                    cells = [format_value(shares.get(f)) for f in families]
+                    rows.append([arm, str(record["seed"]), name, *cells])
+    return ["arm", "seed", "eval", *families], rows
+
+
 def pooled_calls(record: Record, families: tuple[str, ...]) -> tuple[int, int] | None:
     """(calling, episodes) of the final evaluation over `families`, or None when the
     record has none of them."""
@@ -172,9 +191,9 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         f"records in docs/evidence/{method}/: change the records, not this table._",
         to_markdown(*seed_table(arms)),
     ]
-    header, rows = concentration_table(arms)
-    if rows:
-        parts.append(to_markdown(header, rows))
+    for header, rows in (family_table(arms), concentration_table(arms)):
+        if rows:
+            parts.append(to_markdown(header, rows))
     if baseline in arms and len(arms) > 1:
         parts.append(to_markdown(*baseline_table(arms, baseline)))
     return "\n\n".join(parts) + "\n"

@@ -17,7 +17,8 @@ A record is `docs/evidence/<method>/<arm>/seed-<n>.json`, one run (unit) each, w
                  share of right samples: 0 or 1 at greedy n = 1), called (each problem's share
                  of episodes that called at least once), call_share (per family, the
                  share of episodes that called at least once), family_episodes (per family,
-                 the episodes that share is of)
+                 the episodes that share is of), family_accuracy (per family, the share of
+                 right episodes)
     curve        per window of CURVE_WINDOW steps: the steps ("1-4") and the mean of each of
                  CURVE_KEYS the run logged there
 """
@@ -120,6 +121,9 @@ def eval_summary(eval_dir: Path, family: re.Pattern[str]) -> Record:
             for name in sorted(families)
         },
         "family_episodes": {name: len(families[name]) for name in sorted(families)},
+        "family_accuracy": {
+            name: round(accuracy(families[name]), DIGITS) for name in sorted(families)
+        },
     }
 
 
@@ -276,8 +280,9 @@ def _check_eval(where: Path, key: str, summary: Any) -> None:
         _is_share(summary.get("accuracy")),
         "a share",
     )
-    # `called` and `family_episodes` may be missing from a record made by hand.
-    for part, default in (("correct", None), ("call_share", None), ("called", {})):
+    # `called`, `family_accuracy` and `family_episodes` may be missing from a hand-made record.
+    shared = (("correct", None), ("call_share", None), ("called", {}), ("family_accuracy", {}))
+    for part, default in shared:
         shares = summary.get(part, default)
         ok = isinstance(shares, dict) and all(_is_share(v) for v in shares.values())
         _require(where, f"{key}.{part}", shares, ok, "a mapping of shares")

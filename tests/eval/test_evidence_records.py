@@ -105,6 +105,7 @@ def test_a_record_holds_the_runs_evaluations_curve_and_provenance(tmp_path: Path
     assert (final["n"], final["problems"], final["accuracy"]) == (1, 3, round(2 / 3, 6))
     assert final["call_share"] == {"add1": 0.5, "add3": 1.0}
     assert final["family_episodes"] == {"add1": 2, "add3": 1}
+    assert final["family_accuracy"] == {"add1": 1.0, "add3": 0.0}
     # Each problem's share of calling episodes: what a refusal probe reads per problem.
     assert final["called"] == {
         "arith-test-add1-0000": 0.0,
@@ -348,6 +349,7 @@ def test_the_concentration_criterion_from_family_counts(tmp_path: Path) -> None:
             "correct": {"p1": 1},
             "call_share": calls,
             "family_episodes": dict.fromkeys(shares, 20),
+            "family_accuracy": {"add1": 0.75, "add3": 0.25},
         }
         record = {
             "schema": evidence.RECORD_SCHEMA,
@@ -367,6 +369,9 @@ def test_the_concentration_criterion_from_family_counts(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     p, shown = concentration((2, 20), (30, 60))
     assert shown and p < 0.05
+    # Accuracy per family, each evaluation of each record.
+    assert _table_row(done.stdout, "arm", "seed", "eval")[3:] == ["add1", "add3"]
+    assert _table_row(done.stdout, "masked-group", "0", "final")[3:] == ["0.7500", "0.2500"]
     table = done.stdout[done.stdout.index("Fisher p") :]  # the criterion's own table
     assert _table_row(table, "masked-group", "0")[2:] == ["0.1000", "0.5000", format_p(p), "yes"]
     assert _table_row(table, "masked-batch", "0")[-1] == "no"  # calls on everything
