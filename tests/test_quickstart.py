@@ -83,6 +83,7 @@ def test_readme_has_the_seed0_row() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ten steps and two evaluations of 170 problems: ~7 min alone
 def test_quickstart_prints_the_readmes_seed0_row(tmp_path: Path) -> None:
     venv = Path(sys.executable).parent.parent  # the environment running the tests
     env = {**os.environ, "COLLABRL_VENV": str(venv), "OMP_NUM_THREADS": "2", "COLUMNS": "200"}
