@@ -191,11 +191,10 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         f"records in docs/evidence/{method}/: change the records, not this table._",
         to_markdown(*seed_table(arms)),
     ]
-    for header, rows in (family_table(arms), concentration_table(arms)):
-        if rows:
-            parts.append(to_markdown(header, rows))
-    if baseline in arms and len(arms) > 1:
-        parts.append(to_markdown(*baseline_table(arms, baseline)))
+    tables = [family_table(arms), concentration_table(arms)]
+    if baseline in arms:
+        tables.append(baseline_table(arms, baseline))
+    parts += [to_markdown(header, rows) for header, rows in tables if rows]
     return "\n\n".join(parts) + "\n"
 
 
