@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import secrets
 import time
 import uuid
@@ -43,10 +42,10 @@ from collabrl.engines.base import (
     Prompt,
     SamplingParams,
     continues_assistant,
-    cut_at_stop,
     encode_prompt,
 )
 from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
+from collabrl.serve.stops import StopLimits, StopScan, settled
 
 DEFAULT_MAX_TOKENS = 1024  # when a chat request names none (OpenAI's default is "until the end")
 # vLLM's bounds on `seed`: a 64-bit signed integer (torch's seeds), checked before queueing;
@@ -266,9 +265,10 @@ def create_app(
     api_key: str | None,
     aliases: tuple[str, ...] = (),
     access_log: TextIO | None = None,
+    stop_limits: StopLimits = StopLimits(),
 ) -> FastAPI:
     """The FastAPI app around a started-on-startup `DynamicBatcher`; one line per request
-    goes to `access_log` when given."""
+    goes to `access_log` when given; a request's stop strings must keep to `stop_limits`."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -330,7 +330,8 @@ def create_app(
             )
         prompts = [limits.encode(p, None, "prompt") for p in _prompts_of(req.prompt)]
         longest = max(len(p) for p in prompts)
-        params = _params(req, limits.max_tokens(_asked(req), 16, longest), req.logprobs is not None)
+        max_tokens = limits.max_tokens(_asked(req), 16, longest)
+        params = _params(req, max_tokens, req.logprobs is not None, stop_limits)
         if req.stream:
             _check_stream(req, params)
             events = _streamed(batcher, request, prompts, params, tokenizer)
@@ -351,7 +352,7 @@ def create_app(
         _check_continuation(req, messages)
         prompt = _chat_prompt(req, messages, limits)
         max_tokens = limits.max_tokens(_asked(req), DEFAULT_MAX_TOKENS, len(prompt))
-        params = _params(req, max_tokens, req.logprobs)
+        params = _params(req, max_tokens, req.logprobs, stop_limits)
         if req.stream:
             _check_stream(req, params)
             events = _streamed(batcher, request, [prompt], params, tokenizer)
@@ -399,9 +400,9 @@ def _log_line(scope: dict, status: int, state: dict, seconds: float) -> str:
     host, port = scope.get("client") or ("-", 0)
     query = f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
     request = f"{scope['method']} {scope['path']}{query} HTTP/{scope.get('http_version', '1.1')}"
-    fields = [f'INFO:     {host}:{port} - "{request}" {status}']
+    fields = [f'INFO:     {host}:{port} - "{_loggable(request)}" {status}']
     if "model" in state:
-        fields.append(f"model={state['model']}")
+        fields.append(f"model={_loggable(state['model'])}")
     if "usage" in state:
         usage = state["usage"]
         fields.append(f"prompt_tokens={usage['prompt_tokens']}")
@@ -410,6 +411,21 @@ def _log_line(scope: dict, status: int, state: dict, seconds: float) -> str:
         fields.append("client closed the stream")
     fields.append(f"latency={seconds:.3f}s")
     return " ".join(fields)
+
+
+# Characters a client may put in a logged field (a path's %0A arrives decoded) that would
+# end the line or fake one, move a terminal's cursor, or blur where the quoted request
+# ends: C0 and C1 controls, DEL, Unicode's line and paragraph separators, `"` and `\`.
+_LOG_ESCAPES = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), 0x22, 0x5C, *range(0x7F, 0xA0), 0x2028, 0x2029)
+}
+
+
+def _loggable(text: str) -> str:
+    """`text` with what could forge or break a log line escaped (`\\xNN`): each request
+    is one line, whatever its path."""
+    return _printable(text.translate(_LOG_ESCAPES))
 
 
 async def _generate(
@@ -446,8 +462,11 @@ async def _streamed(
     """(row, new text, None) as the rows grow, then (row, the rest, its completion) for
     each row in order once all are done; rows are prompt-major, `n` per prompt.
 
-    Closing the stream (the client went away: Starlette cancels it) cancels the job, and
-    the batcher stops a generation nobody waits for."""
+    Decoding a row's tokens and looking for its stop strings run on a thread, not on the
+    event loop, which serves every other client meanwhile; tokens that came while they
+    ran are taken together, each row at its newest. Closing the stream (the client went
+    away: Starlette cancels it) cancels the job, and the batcher stops a generation
+    nobody waits for."""
     texts = [_StreamedText(tokenizer, params) for _ in range(len(prompts) * params.n)]
     grown: asyncio.Queue[tuple[int, list[int]]] = asyncio.Queue()
     job = asyncio.ensure_future(
@@ -460,8 +479,11 @@ async def _streamed(
             await asyncio.wait((job, update), return_when=asyncio.FIRST_COMPLETED)
             if not update.done():  # the job is done; what it grew since is in its answer
                 break
-            row, tokens = update.result()
-            if new := texts[row].grow(tokens):
+            newest = dict([update.result()])
+            while not grown.empty():  # each update holds all of its row's tokens
+                row, tokens = grown.get_nowait()
+                newest[row] = tokens
+            for row, new in await asyncio.to_thread(_grow, texts, newest):
                 yield row, new, None
         outputs = job.result()
     finally:
@@ -476,20 +498,27 @@ async def _streamed(
         yield row, texts[row].finish(completion.text), completion
 
 
+def _grow(texts: list[_StreamedText], newest: dict[int, list[int]]) -> list[tuple[int, str]]:
+    """Each row's new text to send, from its newest tokens (rows with none left out)."""
+    grown = ((row, texts[row].grow(tokens)) for row, tokens in newest.items())
+    return [(row, new) for row, new in grown if new]
+
+
 class _StreamedText:
     """A row's text as its tokens come, sent only where later tokens cannot change it: it
     holds back trailing whitespace and half a UTF-8 character (a decoder may join them
     with the next token), and the start of a stop string (cut if it completes)."""
 
     def __init__(self, tokenizer: Any, params: SamplingParams) -> None:
-        self.tokenizer, self.params = tokenizer, params
+        self.tokenizer, self.stops = tokenizer, params.stop
+        self.scan = StopScan(params.stop, params.include_stop)
         self.sent = ""
 
     def grow(self, tokens: list[int]) -> str:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        text, hit = cut_at_stop(text, self.params.stop, self.params.include_stop)
+        text, hit = self.scan.cut(text)
         if hit is None:
-            text = _settled(text, self.params.stop)
+            text = settled(text, self.stops)
         return self._send(text)
 
     def finish(self, text: str) -> str:
@@ -500,16 +529,6 @@ class _StreamedText:
             return ""  # cannot happen given what `grow` holds back; sent text is not taken back
         new, self.sent = text[len(self.sent) :], text
         return new
-
-
-def _settled(text: str, stops: tuple[str, ...]) -> str:
-    """`text` less what the next tokens may still change (see `_StreamedText`)."""
-    text = re.sub(r"[\s\ufffd]+$", "", text)
-    held = max(
-        (k for stop in stops for k in range(1, len(stop)) if text.endswith(stop[:k])),
-        default=0,
-    )
-    return text[: len(text) - held]
 
 
 def _sse(
@@ -680,8 +699,14 @@ def _asked(req: _SamplingFields) -> int | None:
     return req.max_completion_tokens or req.max_tokens
 
 
-def _params(req: _SamplingFields, max_tokens: int, logprobs: bool) -> SamplingParams:
+def _params(
+    req: _SamplingFields, max_tokens: int, logprobs: bool, stop_limits: StopLimits
+) -> SamplingParams:
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    try:
+        stop_limits.check(stop)
+    except ValueError as err:
+        raise _bad_request(str(err), "stop") from err
     try:
         return SamplingParams(
             max_tokens=max_tokens,

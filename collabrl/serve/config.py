@@ -56,6 +56,15 @@ class ServeConfig:
         "A batch closes once no request has come for this long, or when it is full "
         "(embedded server).",
     )
+    max_stop_strings: int = option(
+        4,
+        "Most stop strings one request may name; more is a 400 (OpenAI's limit; each is "
+        "checked at every streamed token; embedded server).",
+    )
+    max_stop_length: int = option(
+        512,
+        "Most characters of one stop string; a longer one is a 400 (embedded server).",
+    )
     access_log: bool = option(
         True,
         "Log one line per request on stderr: method, path, status, model, token counts, "
@@ -87,8 +96,8 @@ class ServeConfig:
     }
 
     def check(self) -> None:
-        """Refuse an engine, device, dtype, port, batch wait or API key no server runs
-        with, before the model is loaded."""
+        """Refuse an engine, device, dtype, port, batch wait, stop-string limit or API key
+        no server runs with, before the model is loaded."""
         if self.engine.kind not in SERVE_ENGINES:
             raise UserError(
                 f"collab serve cannot serve with engine '{self.engine.kind}'",
@@ -99,6 +108,8 @@ class ServeConfig:
         wait = self.batch_wait_ms
         ok = 0 <= wait <= MAX_BATCH_WAIT_MS  # NaN fails both
         require("batch_wait_ms", wait, ok, f"between 0 and {MAX_BATCH_WAIT_MS} ms")
+        for key in ("max_stop_strings", "max_stop_length"):
+            require(key, getattr(self, key), getattr(self, key) >= 0, "0 or more")
         self.resolved_api_key()  # a key no client can send, refused before the model loads
 
     @property

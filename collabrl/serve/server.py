@@ -60,6 +60,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     from collabrl.engines.hf import TransformersEngine
     from collabrl.serve.app import ModelLimits, create_app
     from collabrl.serve.batcher import DynamicBatcher
+    from collabrl.serve.stops import StopLimits
 
     check_address(config.host, config.port)
     settings = config.engine
@@ -78,6 +79,7 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
         config.resolved_api_key(),
         (config.model,),
         sys.stderr if config.access_log else None,
+        StopLimits(config.max_stop_strings, config.max_stop_length),
     )
     server = _graceful_server_class()(
         uvicorn.Config(

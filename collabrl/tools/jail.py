@@ -4,11 +4,12 @@
 the standard library alone: nothing of collabrl needs to be importable inside the
 sandbox. Its one argument is a JSON config; the untrusted code arrives on stdin.
 
-In order, it: reads the code, (namespaces mode only) enters fresh namespaces and a
-minimal root, caps the inodes of its tmpfs mounts, sets the resource limits, joins a
-fresh session keyring, gives up root for a throwaway uid, installs a seccomp filter,
-and runs the code. Everything that must hold against the code happens before the
-code runs, and nothing after it is trusted.
+In order, it: refuses a machine its seccomp filter has no table for, reads the code,
+(namespaces mode only) enters fresh namespaces and a minimal root, keeps a read-only
+copy of the code for multiprocessing, caps the inodes of its tmpfs mounts, sets the
+resource limits, joins a fresh session keyring, gives up root for a throwaway uid,
+installs a seccomp filter, and runs the code. Everything that must hold against the
+code happens before the code runs, and nothing after it is trusted.
 """
 
 import ctypes
@@ -46,7 +47,7 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     check(libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
-def enter_namespaces(cfg: dict) -> None:
+def enter_namespaces(cfg: dict, code_bytes: int) -> None:
     """Move into new mount/pid/net/ipc/uts namespaces under a minimal chroot.
 
     Two forks: the first child is PID 1 of the new pid namespace (its end kills
@@ -61,7 +62,7 @@ def enter_namespaces(cfg: dict) -> None:
     # setsid; from then on this makes the waiting parent's death kill PID 1, and with
     # it the whole namespace.
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
-    build_root(cfg)
+    build_root(cfg, code_bytes)
     wait_unless_child(os.fork())
 
 
@@ -79,11 +80,15 @@ def wait_unless_child(child: int) -> None:
             os._exit(code if code >= 0 else 128 - code)
 
 
-def build_root(cfg: dict) -> None:
-    """Mount a tmpfs root holding read-only binds of what Python needs, and chroot."""
+def build_root(cfg: dict, code_bytes: int) -> None:
+    """Mount a tmpfs root holding read-only binds of what Python needs, and chroot.
+
+    The root has room for its directories and for the copy of the code (`keep_code`).
+    """
     root = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    room = (1 << 20) + code_bytes
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={room},mode=0755")
     size = f"size={cfg['disk_bytes']}"
     # /tmp first: binds under it (a venv in /tmp) must land on the tmpfs, not under it.
     os.makedirs(root + "/tmp")
@@ -141,6 +146,8 @@ def set_limits(cfg: dict) -> None:
         ("RLIMIT_NPROC", cfg["max_processes"]),
         ("RLIMIT_FSIZE", cfg["disk_bytes"]),
         ("RLIMIT_CORE", 0),
+        # No POSIX message queue: the filter denies mq_open, and this is the second wall.
+        ("RLIMIT_MSGQUEUE", 0),
     ):
         resource.setrlimit(getattr(resource, name), (value, value))
 
@@ -157,12 +164,73 @@ def drop_privileges(uid: int) -> None:
     os.setuid(uid)
 
 
+# seccomp: <linux/filter.h>, <linux/seccomp.h>, <linux/audit.h>. The machines (`uname -m`)
+# the filter has a syscall table for, and the AUDIT_ARCH the kernel reports for their
+# native calls. Every mode promises the filter, so on any other machine no code runs.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+MACHINES = tuple(AUDIT_ARCH)  # the column of each machine in the tables below
+X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI shares its AUDIT_ARCH
+SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 2, 0x7FFF0000, 0x00050000
+LD_ABS_W, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+# struct seccomp_data; both machines are little-endian, so an argument's low 32 bits,
+# all that the kernel reads of an int such as a socket family or clone's flags, come first.
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16
+AF_UNIX = 1
+# Syscall numbers as (x86_64, aarch64): <asm/unistd_64.h>, and <asm-generic/unistd.h>,
+# which aarch64 uses. First those the filter does not simply deny:
+CHECKED = {
+    # Their flags (arg0) must not hold CLONE_NEWUSER.
+    "clone": (56, 220), "unshare": (272, 97),
+    # Their family (arg0) must be AF_UNIX.
+    "socket": (41, 198), "socketpair": (53, 199),
+    # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall
+    # back to clone, whose flags it can.
+    "clone3": (435, 435),
+}  # fmt: skip
+# Denied outright with EPERM (the code reads an OSError), by reason:
+DENIED = {
+    # Keyrings are shared with the caller's session and live on after the run.
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
+    # io_uring: a large kernel surface, and its requests bypass seccomp.
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    # RAM outside RLIMIT_AS and outside the tmpfs sizes; no maths library needs them
+    # (multiprocessing uses POSIX shm on /dev/shm, a sized tmpfs, and futexes). In the
+    # rlimits mode System V IPC and message queues would also outlive the run in the
+    # host's IPC namespace, readable by the next run.
+    "memfd_create": (319, 279), "memfd_secret": (447, 447),
+    "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
+    "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+    "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182),
+    "mq_timedreceive": (243, 183), "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
+    # userfaultfd holds a kernel page fault for as long as the code likes, the usual
+    # way to win a race in the kernel; perf_event_open is a large surface and a side
+    # channel on whatever shares the CPU. No maths code needs either.
+    "userfaultfd": (323, 282), "perf_event_open": (298, 241),
+}  # fmt: skip
+
+
+def syscall_numbers(machine: str) -> dict[str, int]:
+    """Each syscall of the tables above by name, numbered for `machine`."""
+    column = MACHINES.index(machine)
+    return {name: numbers[column] for name, numbers in (CHECKED | DENIED).items()}
+
+
+def refuse_unknown_machine(machine: str) -> None:
+    """Stop before any code runs where the filter has no table: every mode promises it."""
+    if machine not in AUDIT_ARCH:
+        raise SystemExit(
+            f"the sandbox's seccomp filter has no syscall table for {machine} "
+            f"(it has {', '.join(MACHINES)}); it runs no code without the filter"
+        )
+
+
 # <linux/keyctl.h>: join a new anonymous session keyring.
 KEYCTL_JOIN_SESSION_KEYRING = 1
-SYS_KEYCTL = 250  # x86_64; only called where the seccomp table below is known
 
 
-def new_session_keyring() -> None:
+def new_session_keyring(machine: str) -> None:
     """Leave the caller's session keyring for a fresh, empty one of this run's own.
 
     Joined as root, before the uid change, so the keyring is charged to root and not
@@ -170,7 +238,9 @@ def new_session_keyring() -> None:
     seccomp filter then denies every keyring call, so this is the second wall.
     """
     joined = libc.syscall(
-        ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None
+        ctypes.c_long(syscall_numbers(machine)["keyctl"]),
+        ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
+        None,
     )
     # A kernel without keys (ENOSYS) or an outer filter (EPERM, as Docker's) leaves
     # nothing reachable to leave behind.
@@ -178,60 +248,48 @@ def new_session_keyring() -> None:
         check(joined, "keyctl(JOIN_SESSION_KEYRING)")
 
 
-# seccomp: <linux/filter.h>, <linux/seccomp.h>, <linux/audit.h>; x86_64 syscall numbers.
-AUDIT_ARCH_X86_64 = 0xC000003E
-X32_SYSCALL_BIT = 0x40000000
-SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 2, 0x7FFF0000, 0x00050000
-LD_ABS_W, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data, little-endian
-SYS_CLONE, SYS_UNSHARE = 56, 272
-# Denied outright with EPERM (the code reads an OSError), by reason:
-DENIED = {
-    # Keyrings are shared with the caller's session and live on after the run.
-    "add_key": 248, "request_key": 249, "keyctl": 250,
-    # io_uring: a large kernel surface, and its requests bypass seccomp.
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    # RAM outside RLIMIT_AS and outside the tmpfs sizes; no maths library needs them
-    # (multiprocessing uses POSIX shm on /dev/shm, a sized tmpfs, and futexes).
-    "memfd_create": 319, "memfd_secret": 447,
-    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67,
-    "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
-    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
-}  # fmt: skip
-# clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
-# to clone, whose flags it can.
-SYS_CLONE3 = 435
+def seccomp_filter(machine: str) -> bytes:
+    """A classic-BPF program for `machine`: deny `DENIED`, user namespaces, clone3 and
+    every socket family but AF_UNIX; allow the rest.
 
-
-def seccomp_filter() -> bytes:
-    """A classic-BPF program: deny `DENIED`, user namespaces and clone3; allow the rest.
-
-    Other ABIs (i386 `int 0x80`, x32) get ENOSYS: their numbers differ, so a filter
-    that checked only x86_64 numbers would let them through.
+    Calls of another ABI (i386 `int 0x80` and x32 on x86_64, arm32 on aarch64) get
+    ENOSYS: their numbers differ, so checking only the native numbers would let them by.
     """
 
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-        return struct.pack("HBBI", code, jt, jf, k)
+        return struct.pack("<HBBI", code, jt, jf, k)
 
+    nr = syscall_numbers(machine)
     enosys, eperm = SECCOMP_RET_ERRNO | errno.ENOSYS, SECCOMP_RET_ERRNO | errno.EPERM
     program = [
         op(LD_ABS_W, OFFSET_ARCH),
-        op(JEQ, AUDIT_ARCH_X86_64, jt=1),
+        op(JEQ, AUDIT_ARCH[machine], jt=1),
         op(RET, enosys),
         op(LD_ABS_W, OFFSET_NR),
-        op(JGE, X32_SYSCALL_BIT, jf=1),
+    ]
+    if machine == "x86_64":
+        program += [op(JGE, X32_SYSCALL_BIT, jf=1), op(RET, enosys)]
+    program += [
+        op(JEQ, nr["clone3"], jf=1),
         op(RET, enosys),
-        op(JEQ, SYS_CLONE3, jf=1),
-        op(RET, enosys),
-        op(JEQ, SYS_CLONE, jt=1),
-        op(JEQ, SYS_UNSHARE, jf=4),
-        op(LD_ABS_W, OFFSET_ARG0),  # the flags' low 32 bits hold CLONE_NEWUSER
+        op(JEQ, nr["clone"], jt=1),
+        op(JEQ, nr["unshare"], jf=4),
+        op(LD_ABS_W, OFFSET_ARG0),
         op(JSET, CLONE_NEWUSER, jf=1),
         op(RET, eperm),
         op(RET, SECCOMP_RET_ALLOW),
+        # An allow-list, so that a family this table never heard of (AF_VSOCK reaches
+        # the hypervisor, AF_NETLINK the kernel) stays closed. multiprocessing needs
+        # AF_UNIX; in the jails its abstract names are the jail's own.
+        op(JEQ, nr["socket"], jt=1),
+        op(JEQ, nr["socketpair"], jf=4),
+        op(LD_ABS_W, OFFSET_ARG0),
+        op(JEQ, AF_UNIX, jf=1),
+        op(RET, SECCOMP_RET_ALLOW),
+        op(RET, eperm),
     ]
-    for number in DENIED.values():
-        program += [op(JEQ, number, jf=1), op(RET, eperm)]
+    for name in DENIED:
+        program += [op(JEQ, nr[name], jf=1), op(RET, eperm)]
     program.append(op(RET, SECCOMP_RET_ALLOW))
     return b"".join(program)
 
@@ -240,46 +298,55 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def install_seccomp() -> None:
+def install_seccomp(machine: str) -> None:
     """Load `seccomp_filter` for this process and all it starts (needs no_new_privs)."""
-    program = seccomp_filter()
+    program = seccomp_filter(machine)
     fprog = SockFprog(len(program) // 8, program)
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
-def refuse_sockets(event: str, args: tuple) -> None:
-    """Audit hook for the rlimits mode. A courtesy, not a boundary: ctypes gets past it."""
-    if event == "socket.__new__":
-        raise PermissionError("network access is disabled in this sandbox")
+def keep_code(path: str, code: str, uid: int | None) -> None:
+    """Write the code to `path`, read-only, for multiprocessing's spawned children.
+
+    A child of the spawn or forkserver start method is a fresh interpreter that
+    rebuilds __main__ by running the file __main__.__file__ names; without one it
+    cannot unpickle the code's functions. `path` is in a directory only the jail
+    writes, and, as root, readable by the run's uid alone (its group).
+    """
+    with open(path, "xb") as file:  # "x": a fresh file, no link to follow
+        file.write(code.encode(errors="surrogateescape"))  # as stdin decoded it
+    if uid is not None:
+        os.chown(path, 0, uid)
+    os.chmod(path, 0o440)
 
 
 def main() -> None:
+    machine = os.uname().machine
+    refuse_unknown_machine(machine)
     cfg = json.loads(sys.argv[1])
     code = sys.stdin.read()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     if cfg["mode"] == "namespaces":
-        enter_namespaces(cfg)
+        enter_namespaces(cfg, len(code.encode(errors="surrogateescape")))
     os.chdir(cfg["workdir"])
+    keep_code(cfg["code_path"], code, cfg["uid"])
     cap_inodes(cfg)
     volunteer_for_oom_killer()
     set_limits(cfg)
-    if cfg["seccomp"]:
-        new_session_keyring()
+    new_session_keyring(machine)
     if cfg["uid"] is not None:
         drop_privileges(cfg["uid"])
     # Setuid binaries cannot hand privileges back (bwrap sets this flag itself).
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
-    if cfg["seccomp"]:
-        install_seccomp()
-    if cfg["block_sockets"]:
-        sys.addaudithook(refuse_sockets)
+    install_seccomp(machine)
     sys.argv = ["<code>"]
     # Tracebacks then quote the offending lines, which is what the model needs to read.
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     # A real __main__ module, so that pickle (multiprocessing) finds the code's functions.
     sys.modules["__main__"] = main_module = types.ModuleType("__main__")
+    main_module.__file__ = cfg["code_path"]  # what spawned children run to rebuild it
     try:
         exec(compile(code, "<code>", "exec"), main_module.__dict__)
     except SystemExit:

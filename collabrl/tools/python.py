@@ -17,7 +17,7 @@ from collabrl.config import EngineConfig, option
 from collabrl.errors import UserError
 from collabrl.tools.base import Tool, ToolResult, ToolSpec, bad_arguments, call_safely, not_text
 from collabrl.tools.correction import ModelCorrector, correct, feedback, retrieval_request
-from collabrl.tools.sandbox import Execution, Sandbox, SandboxLimits
+from collabrl.tools.sandbox import CODE_FILE, Execution, Sandbox, SandboxLimits
 
 # Appendix A.2. The paper's text extraction lost the tool's name and its opening
 # line; the first sentence is ours, the rest is verbatim.
@@ -190,7 +190,7 @@ def trim_traceback(stderr: str, max_lines: int = TRACEBACK_LINES) -> str:
     for line in stderr.strip("\n").splitlines():  # keep the indent of a first frame
         frame = _FRAME.match(line)
         if frame:
-            in_library = frame.group(1) != "<code>"
+            in_library = not _is_code(frame.group(1))
         elif not line.startswith("    "):  # a frame's quoted source is indented 4+
             in_library = False
         if in_library:
@@ -201,6 +201,12 @@ def trim_traceback(stderr: str, max_lines: int = TRACEBACK_LINES) -> str:
             hidden = 0
         kept.append(line)
     return "\n".join(kept[-max_lines:])
+
+
+def _is_code(filename: str) -> bool:
+    """Whether a frame is the code's own: "<code>", or the jail's copy of it that the
+    children of multiprocessing's spawn method run (sandbox.CODE_FILE)."""
+    return filename == CODE_FILE or filename.endswith("/" + CODE_FILE)
 
 
 def build_python_tool(config: PythonToolConfig, retrieval: Tool | None = None) -> PythonTool:

@@ -8,13 +8,13 @@ side) in one of three isolation modes, strongest first:
   as working directory.
 - "namespaces": the same jail built by `jail.py` itself with unshare/mount/chroot
   (needs root or CAP_SYS_ADMIN, no bwrap binary).
-- "rlimits": a plain child process with resource limits, a fresh temporary
-  directory and a socket-refusing audit hook. Weaker; docs/tools.md lists what
-  does not hold.
+- "rlimits": a plain child process with resource limits and a fresh temporary
+  directory. Weaker; docs/tools.md lists what does not hold.
 
 In every mode the environment is built from scratch, the limits are setrlimit
-hard limits, and a root parent runs the code as a throwaway uid (RLIMIT_NPROC
-never binds root). Where a cgroup is writable here, each run also gets one of its
+hard limits, a seccomp filter closes kernel interfaces and every socket family but
+AF_UNIX, and a root parent runs the code as a throwaway uid (RLIMIT_NPROC never
+binds root). Where a cgroup is writable here, each run also gets one of its
 own (`cgroup.py`) that caps the memory and processes of the run as a whole.
 `Sandbox.run` never raises for anything the code does.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import secrets
 import selectors
@@ -45,6 +44,10 @@ ISOLATIONS = ("auto", "bwrap", "namespaces", "rlimits")
 MODES = ISOLATIONS[1:]  # strongest first: the order "auto" tries them in
 JAIL = (Path(__file__).with_name("jail.py")).read_text()
 WORKDIR = "/sandbox"  # the working directory's path inside bwrap/namespaces jails
+# The jail's copy of the code, for multiprocessing's spawned children (jail.keep_code):
+# in the jails at their root, in rlimits mode next to the working dir. The name is the
+# code's own filename, so tracebacks from those children read as the code's own frames.
+CODE_FILE = "<code>"
 TRUNCATED = "\n[output truncated at {} bytes]\n"
 
 
@@ -337,6 +340,10 @@ def _command(
     workdir = WORKDIR if jailed else str(tmp / "work")
     if not jailed:
         os.mkdir(workdir, 0o700)
+        if uid is not None:
+            # The throwaway uid must pass through to the working dir and the code's copy
+            # by their paths, as spawned children do; it still cannot list or write here.
+            os.chmod(tmp, 0o711)
     binds, symlinks = _binds(python)
     # Remounting a tmpfs needs CAP_SYS_ADMIN, which only a root parent's jail holds.
     tmpfs = ["/tmp", WORKDIR, "/dev/shm"] if jailed and uid is not None else []
@@ -344,7 +351,7 @@ def _command(
         "mode": mode,
         "workdir": workdir,
         "uid": uid,
-        "block_sockets": not jailed,
+        "code_path": f"/{CODE_FILE}" if jailed else str(tmp / CODE_FILE),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_mb << 20,
         "max_open_files": limits.max_open_files,
@@ -352,7 +359,6 @@ def _command(
         "disk_bytes": limits.disk_mb << 20,
         "disk_inodes": limits.disk_inodes,
         "tmpfs": tmpfs,
-        "seccomp": seccomp_supported(),
         "root": str(tmp),
         "binds": binds,
         "symlinks": symlinks,
@@ -395,15 +401,6 @@ def _bwrap_args(limits: SandboxLimits, binds: list[str], symlinks: dict[str, str
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     args += ["--perms", "0700", "--size", size, "--tmpfs", WORKDIR, "--chdir", WORKDIR]
     return args
-
-
-def seccomp_supported() -> bool:
-    """Whether jail.py's seccomp filter (x86_64 syscall numbers) applies on this machine.
-
-    Elsewhere runs go without it: no keyring isolation, and user namespaces, io_uring,
-    memfds and System V IPC stay open (docs/tools.md).
-    """
-    return platform.machine() == "x86_64"
 
 
 _PATHS: dict[str, tuple[list[str], dict[str, str]]] = {}
@@ -486,10 +483,13 @@ def resolve_isolation(requested: str, python: str = sys.executable) -> str:
                 "use isolation 'auto', or see docs/tools.md for what each mode needs",
             )
         return requested
+    reasons: dict[str, str | None] = {}
     for mode in MODES:
-        if probe(mode, python) is None:
+        reasons[mode] = probe(mode, python)
+        if reasons[mode] is None:
             return mode
+    why = "; ".join(f"{mode}: {reason}" for mode, reason in reasons.items())
     raise UserError(
-        f"no sandbox isolation works here with {python}",
+        f"no sandbox isolation works here with {python} ({why})",
         "as root, make the interpreter readable by other users or install bubblewrap",
     )

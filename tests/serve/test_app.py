@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import socket
+import statistics
+import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -124,8 +129,6 @@ def test_unknown_model_is_404_and_bad_request_is_400(client):
 
 
 def test_concurrent_requests_are_answered(client):
-    from concurrent.futures import ThreadPoolExecutor
-
     def ask(i: int) -> str:
         return (
             client.completions.create(
@@ -371,7 +374,6 @@ def test_an_unset_max_tokens_is_what_the_context_leaves(smol_tokenizer) -> None:
 
 def test_abandoned_requests_are_dropped_from_the_queue(server) -> None:
     """Ten clients give up while queued; the next request does not wait for their work."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def ask(max_tokens: int, top_p: float, timeout: float) -> httpx.Response:
         body = {"model": "expert", "prompt": "Hello", "max_tokens": max_tokens, "top_p": top_p}
@@ -392,6 +394,126 @@ def test_abandoned_requests_are_dropped_from_the_queue(server) -> None:
         assert busy.result().status_code == 200
     assert normal.status_code == 200
     assert waited < 20, f"waited {waited:.1f} s: the abandoned requests were generated"
+
+
+# --- what one client may ask of everyone's server -----------------------------------------------
+
+
+def test_stop_strings_over_the_limits_are_a_400(server, client) -> None:
+    """OpenAI takes at most 4 stop strings; so does this server by default, of at most 512
+    characters each, and its 400 names the key that raises the limit."""
+    ask = {"model": "expert", "prompt": "Hi", "max_tokens": 3}
+    for stop, said in (
+        ([f"s{i}" for i in range(5)], "at most 4 stop strings are accepted, got 5"),
+        (["a" * 513], "at most 512 characters, got one of 513"),
+        (["a", ""], "cannot be empty"),
+    ):
+        error = _openai_error(_post(server, "/completions", {**ask, "stop": stop}), 400)
+        assert error["param"] == "stop" and said in error["message"], error
+    with pytest.raises(openai.BadRequestError, match="max_stop_strings"):
+        client.chat.completions.create(
+            model="expert",
+            messages=[{"role": "user", "content": "Hi"}],
+            stop=[f"s{i}" for i in range(5)],
+            stream=True,
+        )
+    at_limit = [chr(0x41 + i) * 512 for i in range(4)]
+    chunks = list(client.completions.create(**ask, stop=at_limit, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+
+
+@pytest.fixture(scope="module")
+def roomy_server(tiny_model_dir):
+    """Stop-string limits raised 4 and 8 times over the defaults, as an operator may set
+    them; warmed up by one stream."""
+    limits = ("--set", "max_stop_strings=16", "--set", "max_stop_length=4096")
+    with ServerProcess(tiny_model_dir, extra=limits) as proc:
+        _latencies_beside_a_stream(proc, ["\x00"], max_tokens=20)
+        yield proc
+
+
+def _latencies_beside_a_stream(server, stop: list[str], max_tokens: int = 300) -> list[float]:
+    """The seconds each `GET /v1/models` of a second client takes while one streamed
+    completion with stop strings `stop` runs."""
+    body = {
+        "model": "expert",
+        "prompt": "Once upon a time",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stop": stop,
+    }
+    first = threading.Event()
+
+    def stream() -> int:
+        try:
+            with httpx.stream("POST", server.url + "/completions", json=body, timeout=300) as reply:
+                assert reply.status_code == 200, reply.read()
+                events = 0
+                for line in reply.iter_lines():
+                    events += line.startswith("data: {")
+                    first.set()
+                return events
+        finally:
+            first.set()
+
+    latencies = []
+    with ThreadPoolExecutor(1) as pool, httpx.Client(timeout=60) as other:
+        streaming = pool.submit(stream)
+        first.wait(120)
+        while not streaming.done():
+            began = time.perf_counter()
+            assert other.get(server.url + "/models").status_code == 200
+            latencies.append(time.perf_counter() - began)
+        events = streaming.result()
+    assert events > max_tokens // 6, "the stream did not stream"
+    return latencies
+
+
+def test_long_stop_strings_do_not_hold_up_other_clients(roomy_server) -> None:
+    """A stream's stop strings are checked at every token: checked over the whole text, on
+    the event loop, 16 stop strings of 4096 characters held every other client for tens of
+    milliseconds per token. A second client's requests now take, during such a stream, at
+    most a few times what they take during a stream with as many short stop strings."""
+    short = _latencies_beside_a_stream(roomy_server, [f"\x00{i:x}" for i in range(16)])
+    long = _latencies_beside_a_stream(roomy_server, [" " + chr(1 + i) * 4095 for i in range(16)])
+    assert len(short) > 20 and len(long) > 20
+    ratio = statistics.median(long) / statistics.median(short)
+    assert ratio < 3, f"{ratio:.1f} times slower beside long stop strings"
+
+
+def test_a_path_or_header_cannot_forge_a_log_line(server) -> None:
+    """A path's %0A reaches the app decoded, a newline; written as it came, it ended the
+    request's log line and began one of the client's making. Control characters (and the
+    quote that ends the logged request) are escaped: one request, one line. The user agent,
+    hostile here too, is not logged at all."""
+    marker = uuid.uuid4().hex
+    forged = "INFO:%20%20%20%20%20127.0.0.1:1%20-%20%22GET%20/admin%20HTTP/1.1%22%20200"
+    target = f"/v1/{marker}%0A{forged}%0D%1B[2J%22%5C%C2%85%E2%80%A8end"
+    request = (
+        f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "User-Agent: \xc2\x85INFO: forged by the user agent\r\n\r\n"
+    )
+    before = len(server.lines)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request.encode("latin-1"))
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 404"), reply
+    deadline = time.monotonic() + 10
+    while not any(marker in line for line in server.lines):
+        assert time.monotonic() < deadline, "".join(server.lines[-5:])
+        time.sleep(0.1)
+    time.sleep(0.2)  # a forged line would come with it
+    logged = server.lines[before:]
+    assert len(logged) == 1, logged
+    [line] = logged
+    assert "forged" not in "".join(server.lines)  # the user agent is not logged
+    assert line.startswith("INFO:     127.0.0.1:")
+    assert f"/v1/{marker}\\x0aINFO:     127.0.0.1:1 - \\x22GET /admin" in line
+    assert '\\x0d\\x1b[2J\\x22\\x5c\\x85\\u2028end HTTP/1.1" 404 latency=' in line
+    assert len(line.rstrip("\n").splitlines()) == 1
 
 
 # --- token ids and chat-template options, on a model that ends at a token it writes -----------

@@ -3,7 +3,8 @@ the caller's keyring, kernel interfaces no maths code needs, and what a run can 
 up outside its memory limit (System V segments, memfds, empty files).
 
 Every mode that works here is tried, as in test_hostile.py. The syscall numbers are
-x86_64's, the only table the jail's seccomp filter has.
+x86_64's; test_jail.py reads the filter's aarch64 table, and test_hostile_libc.py
+needs no numbers.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def caller_key() -> int:
             _syscall(SYS_KEYCTL, KEYCTL_INVALIDATE, key)
 
 
-PRELUDE = """import ctypes, os
+PRELUDE = """import ctypes, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 def syscall(*args):
     result = libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
@@ -108,6 +109,17 @@ DENIED = {
     "sysv_shmget": ("syscall(29, 0, 1 << 20, 0o1600)", errno.EPERM),  # IPC_PRIVATE
     "sysv_msgget": ("syscall(68, 0, 0o1600)", errno.EPERM),
     "sysv_semget": ("syscall(64, 0, 1, 0o1600)", errno.EPERM),
+    # UFFD_USER_MODE_ONLY: what an unprivileged process may ask for where
+    # vm.unprivileged_userfaultfd is 0.
+    "userfaultfd": ("syscall(323, 1)", errno.EPERM),
+    # A software clock counting this process in user space only: open to anyone up to
+    # perf_event_paranoid 2 (struct perf_event_attr: type 1, size, flags at 40).
+    "perf_event_open": (
+        "attr = ctypes.create_string_buffer(struct.pack('<IIQ', 1, 128, 0), 128)\n"
+        "ctypes.memmove(ctypes.addressof(attr) + 40, struct.pack('<Q', 1 << 5 | 1 << 6), 8)\n"
+        "syscall(298, attr, 0, -1, -1, 0)",
+        errno.EPERM,
+    ),
 }
 
 
