@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from collabrl.config import build_config, read_yaml, save_config, to_dict
+from collabrl.episode import Episode
 from collabrl.errors import UserError
+from collabrl.redact import redact_command, redact_text
 from collabrl.userfiles import parse_json, read_user_bytes
 
 SAMPLES = "samples.jsonl"
@@ -123,6 +125,45 @@ def group_by_item(records: list[dict[str, Any]], n: int) -> dict[str, list[dict[
     return {item: sorted(found, key=lambda r: r["sample"])[:n] for item, found in grouped.items()}
 
 
+def episode_in(record: dict[str, Any], where: str) -> Episode:
+    """The Episode a rollouts.jsonl or samples.jsonl record keeps, each field the readers
+    show (`collab view`, the HTML page) of the type they show it as; else a one-line
+    refusal naming the record (`where`): a hand-edited or foreign file must not reach
+    them and end in a traceback."""
+    try:
+        data = record["episode"]
+        if not isinstance(data, dict):
+            raise TypeError(f"the episode is a {type(data).__name__}, not a mapping")
+        episode = Episode.from_dict(data)
+        _check_shown_types(episode)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UserError(
+            f"{where} holds no readable episode ({err!r:.80})",
+            "pass a run folder written by collabrl, or delete that record",
+        ) from err
+    return episode
+
+
+def _check_shown_types(episode: Episode) -> None:
+    """TypeError unless what is shown of `episode` has its type: `Episode.from_dict`
+    builds whatever the file holds."""
+    strategies = episode.meta.get("strategies")
+    if strategies is not None and not (
+        isinstance(strategies, list) and all(isinstance(s, str) for s in strategies)
+    ):
+        raise TypeError("meta.strategies is not a list of names")
+    for segment in episode.segments:
+        if not (
+            isinstance(segment.text, str)
+            and isinstance(segment.token_ids, list)
+            and isinstance(segment.meta, dict)
+        ):
+            raise TypeError(f"a {segment.author} segment's text, token_ids or meta is malformed")
+        requested = segment.meta.get("requested_tokens")
+        if requested is not None and type(requested) is not int:
+            raise TypeError(f"a {segment.author} segment's requested_tokens is not a count")
+
+
 class RecordWriter:
     """Appends JSON records to a file, each flushed to the OS before returning; a file
     left with a torn or unended last line (a killed run) is repaired first."""
@@ -204,19 +245,20 @@ WRITTEN_BY = "written by collabrl"
 
 def provenance() -> str:
     """config.yaml's header, YAML comments: the command line as this process was started
-    (under `accelerate launch`, its own), the date in UTC, the installed versions (read
-    from the package metadata: nothing is imported) and the git commit of the working
-    directory's repository, if any."""
+    (under `accelerate launch`, its own), its secrets redacted, the date in UTC, the
+    installed versions (read from the package metadata: nothing is imported) and the git
+    commit of the working directory's repository, if any."""
     lines = [
         f"{WRITTEN_BY}: keys left out are defaults this run never reads",
-        f"command: {shlex.join(sys.argv)}",
+        # Redacted: the header is for people, and a run folder gets shared (`--api-key X`).
+        f"command: {shlex.join(redact_command(sys.argv))}",
         f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         "versions: " + ", ".join(f"{name} {v}" for name, v in installed_versions().items()),
     ]
     commit = git_commit()
     if commit is not None:
         lines.append(f"git commit: {commit}")
-    return "".join(f"# {_printable(line)}\n" for line in lines)
+    return "".join(f"# {one_line(line)}\n" for line in lines)
 
 
 def installed_versions(packages: tuple[str, ...] | None = None) -> dict[str, str]:
@@ -232,7 +274,7 @@ def _installed(package: str) -> str:
         return "not installed"
 
 
-def _printable(text: str) -> str:
+def one_line(text: str) -> str:
     """`text` on one line YAML accepts: a newline or other control character in an
     argument (a `--set` value) would end the comment, or be refused by the YAML reader,
     so each is written as its escape (`\\n`)."""
@@ -242,26 +284,67 @@ def _printable(text: str) -> str:
 def git_commit() -> str | None:
     """The commit checked out in the git repository of the working directory, with
     "+dirty" when tracked files have uncommitted changes; None without one (no git, not
-    a repository, no commit yet, or git slower than GIT_TIMEOUT_S)."""
+    a repository, no commit yet, git slower than GIT_TIMEOUT_S, or a filter driver
+    whose name `-c` cannot carry, so that it could not be switched off)."""
     try:
-        head = _git("rev-parse", "HEAD")
+        head = _git("rev-parse", "--verify", "HEAD")
+        filters = _filters_off()
+        if filters is None:
+            return None
         # --no-optional-locks: a status refresh must not take the index lock from the user.
-        changes = _git("--no-optional-locks", "status", "--porcelain", "-uno")
+        # --ignore-submodules: a submodule's status is another git, reading its own config.
+        changes = _git(
+            *filters,
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "-uno",
+            "--ignore-submodules=all",
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     # Bytes: a path in the status need not be UTF-8; the commit is hex.
     return head.decode("ascii", "replace").strip() + ("+dirty" if changes.strip() else "")
 
 
-def _git(*args: str) -> bytes:
+# On every git call. A repository's own config (.git/config of a cloned or unpacked
+# folder, which its author wrote) can name programs git runs as it reads the working
+# tree: an fsmonitor hook on each status, hooks (post-index-change); recording a commit
+# must run none of them.
+GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+
+
+def _filters_off() -> list[str] | None:
+    """`-c` options that switch off every filter driver git's config defines: status
+    runs a file's clean filter (or long-running `process`) to compare a tracked file
+    whose stat data changed, and `.gitattributes` picks the driver. Emptied, a driver runs
+    nothing (a file it would have cleaned may then read as changed: "+dirty" errs on the
+    side of saying so). None when a driver's name holds `=`, which `-c` cannot carry."""
+    listed = _git("config", "-z", "--name-only", "--get-regexp", r"^filter\.", ok=(0, 1))
+    # Keys are `filter.<name>.<variable>`; the name may hold dots.
+    keys = listed.split(b"\0")
+    names = {os.fsdecode(key[len(b"filter.") :].rpartition(b".")[0]) for key in keys}
+    names.discard("")
+    if any("=" in name for name in names):
+        return None
+    options = []
+    for name in sorted(names):
+        for setting in ("clean=", "process=", "required=false"):
+            options += ["-c", f"filter.{name}.{setting}"]
+    return options
+
+
+def _git(*args: str, ok: tuple[int, ...] = (0,)) -> bytes:
     # In the working directory as git finds it (a deleted one fails git, not the run).
-    return subprocess.run(
-        ["git", *args],
+    done = subprocess.run(
+        ["git", *GIT_SAFE, *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=GIT_TIMEOUT_S,
-        check=True,
-    ).stdout
+    )
+    if done.returncode not in ok:
+        raise subprocess.CalledProcessError(done.returncode, done.args)
+    return done.stdout
 
 
 def _saved_config(cls: type, out_dir: Path) -> Any:
@@ -358,6 +441,7 @@ def out_folder(out: str | None, kind: str, data: str, model: str) -> Path:
     if out:
         return Path(out)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    model_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(model.rstrip("/")).name)[:40]
+    # Redacted: a URL without a path (`http://user:pw@host`) would name the folder.
+    model_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(redact_text(model).rstrip("/")).name)[:40]
     data_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(data).stem)
     return Path("runs") / f"{kind}-{data_name}-{model_name}-{stamp}"

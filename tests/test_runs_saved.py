@@ -152,6 +152,103 @@ def test_the_git_commit_of_the_working_directory_and_whether_it_is_dirty(
     assert header(repo / "runs" / "b")["git commit"] == f"{head}+dirty"
 
 
+def hostile_repository(where: Path, marker: Path) -> str:
+    """A git repository whose own config names programs for git to run as it reads the
+    working tree, each appending its name to `marker`: an fsmonitor hook, a filter
+    driver's clean, smudge and long-running process commands (picked by .gitattributes)
+    and a hooks folder. Its tracked file is then changed at the same size, so a status
+    must read its content, through the filter. Gives the commit."""
+    where.mkdir()
+    git(where, "init", "-q")
+    (where / "data.txt").write_text("one\n")
+    (where / ".gitattributes").write_text("*.txt filter=evil\n")
+    git(where, "add", "data.txt", ".gitattributes")
+    git(where, "commit", "-q", "-m", "first")
+    head = git(where, "rev-parse", "HEAD").strip()
+    programs = where / "programs"
+    programs.mkdir()
+    for name in ("fsmonitor", "clean", "smudge", "process", "post-index-change"):
+        script = programs / name
+        script.write_text(f"#!/bin/sh\necho {name} >> '{marker}'\ncat\n")
+        script.chmod(0o755)
+    for key, value in {
+        "core.fsmonitor": "fsmonitor",
+        "filter.evil.clean": "clean",
+        "filter.evil.smudge": "smudge",
+        "filter.evil.process": "process",
+        "filter.evil.required": None,
+        "core.hooksPath": "",
+    }.items():
+        git(where, "config", key, "true" if value is None else str(programs / value))
+    (where / "data.txt").write_text("two\n")  # same size: only the content tells
+    return head
+
+
+def test_a_repositorys_config_runs_no_program_when_the_commit_is_recorded(
+    tmp_path, monkeypatch
+) -> None:
+    marker = tmp_path / "ran"
+    head = hostile_repository(tmp_path / "repo", marker)
+    monkeypatch.chdir(tmp_path / "repo")
+
+    commit = runs.git_commit()
+    prepare_run_folder(EvalConfig(out=str(tmp_path / "run")))
+
+    assert not marker.exists(), marker.read_text()
+    assert commit == f"{head}+dirty"
+    assert header(tmp_path / "run")["git commit"] == f"{head}+dirty"
+
+
+def test_a_filter_driver_that_cannot_be_switched_off_costs_the_commit_line(
+    tmp_path, monkeypatch
+) -> None:
+    marker = tmp_path / "ran"
+    hostile_repository(tmp_path / "repo", marker)
+    programs = tmp_path / "repo" / "programs"
+    git(tmp_path / "repo", "config", "filter.a=b.clean", str(programs / "clean"))
+    (tmp_path / "repo" / ".gitattributes").write_text("*.txt filter=a=b\n")
+    monkeypatch.chdir(tmp_path / "repo")
+
+    commit = runs.git_commit()
+
+    assert not marker.exists(), marker.read_text()
+    assert commit is None
+
+
+def test_a_real_command_in_a_hostile_repository_runs_none_of_its_programs(tmp_path) -> None:
+    """`collab filter` as a user runs it, in the hostile repository, with a secret on its
+    command line: git runs nothing the repository names, and the header hides the key."""
+    from tests.cli.test_cli import collab
+
+    marker = tmp_path / "ran"
+    head = hostile_repository(tmp_path / "repo", marker)
+    args = ["filter", "--teacher", "reference", "--data", "arith", "--limit", "1", "--k", "1"]
+    args += ["--max-tokens", "8", "--api-key", "sk-LEAK", "--out", "run"]
+
+    result = collab(*args, cwd=tmp_path / "repo")
+
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), marker.read_text()
+    fields = header(tmp_path / "repo" / "run")
+    assert fields["git commit"] == f"{head}+dirty"
+    assert "sk-LEAK" not in fields["command"] and "--api-key '<redacted>'" in fields["command"]
+    # The body keeps the key: config.yaml is the --config file a resumed run reads.
+    assert saved(tmp_path / "repo" / "run")["engine"]["api_key"] == "sk-LEAK"
+
+
+def test_the_command_header_hides_secrets(tmp_path, monkeypatch) -> None:
+    argv = ["collab", "eval", "arith", "--model", "http://me:hunter2@host/v1?token=t0k"]
+    argv += ["--api-key=sk-1", "--set", "engine.api_key=sk-2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.chdir(tmp_path)
+    prepare_run_folder(EvalConfig(out=str(tmp_path / "run")))
+
+    command = header(tmp_path / "run")["command"]
+    for secret in ("hunter2", "t0k", "sk-1", "sk-2"):
+        assert secret not in command
+    assert "http://me:<redacted>@host/v1?token=<redacted>" in command
+
+
 def test_a_missing_or_slow_git_costs_the_commit_line_never_the_run(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(Path(__file__).parent)  # inside this repository, were git found
     with monkeypatch.context() as slow:

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from collabrl.redact import redact_text
+
 # A log line at least this often, and at every tenth of the work, and at its end.
 LOG_EVERY_S = 60.0
 LOG_STEPS = 10
@@ -22,7 +24,9 @@ def progress_bar(
 ) -> Iterator[Callable[[int, int], None]]:
     """A transient bar, or log lines when `console` is not a terminal; the block gets a
     `(done, total)` callback to move it. `shown` False: nothing (the other processes of an
-    `accelerate launch`)."""
+    `accelerate launch`). The description is redacted (`collabrl.redact`): it names the
+    model, which may be a URL with a password, and a log line is read and shared."""
+    description = redact_text(description)
     if shown and not console.is_terminal:
         yield ProgressLog(console, description)
         return

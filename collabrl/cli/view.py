@@ -64,7 +64,12 @@ def view(
         None,
         "--html",
         help="Write a training run as one self-contained HTML page (provenance, held-out "
-        "scores, curves, per-step table, transcripts) to this file instead of printing.",
+        "scores, curves, per-step table, transcripts) to this file instead of printing. "
+        "Never one of the run's own files; a file that is not an earlier page only with "
+        "--force.",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="With --html: replace a file that is not an earlier page."
     ),
 ) -> None:
     """Print the episodes a run kept as transcripts, each segment coloured by its author
@@ -75,8 +80,10 @@ def view(
         from collabrl.train.run_html import write_run_html
 
         run = path.parent if path.is_file() else path  # its rollouts.jsonl names the run too
-        console.print(f"wrote {write_run_html(run, html)}", highlight=False)
+        console.print(f"wrote {write_run_html(run, html, force)}", highlight=False)
         return
+    if force:
+        raise UserError("--force replaces a file --html names", "drop --force, or add --html FILE")
     show(path, step, every, problem, correct, limit)
 
 
@@ -102,9 +109,12 @@ def show(
     if correct is not None:
         records = [r for r in records if bool(r.get("correct")) is correct]
     shown = records[:limit]
-    for number, record in enumerate(shown, 1):
+    # Numbered as in the file (blank lines aside), whatever the filters left.
+    numbers = {id(record): number for number, record in enumerate(kept.records, 1)}
+    for record in shown:
+        episode = runs.episode_in(record, f"{kept.path}: record {numbers[id(record)]}")
         console.print(rollout_header(record) if kept.training else sample_header(record))
-        print_episode(console, episode_of(record, kept.path, number))
+        print_episode(console, episode)
     console.print(f"{len(shown)} of {len(kept.records)} episodes in {kept.path}", highlight=False)
 
 
@@ -137,6 +147,11 @@ def read_kept(path: Path) -> Kept:
     return Kept(path, training, records)
 
 
+def _is_step(value: Any) -> bool:
+    """A step number as trainers write it (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _problem(record: dict[str, Any]) -> Any:
     episode = record.get("episode")
     return record.get("item_id", episode.get("problem_id") if isinstance(episode, dict) else None)
@@ -144,25 +159,15 @@ def _problem(record: dict[str, Any]) -> Any:
 
 def _at_steps(records: list[dict[str, Any]], step: int | None, every: bool) -> list[dict[str, Any]]:
     """The records of `step` (default: the last kept), or of every step."""
-    steps = sorted({r["step"] for r in records if isinstance(r.get("step"), int)})
+    steps = sorted({r["step"] for r in records if _is_step(r.get("step"))})
     if every:
         return records
+    if not steps:
+        raise UserError("no record holds a step number", FOLDER_HINT)
     wanted = steps[-1] if step is None else step
     if wanted not in steps:
-        if not steps:
-            raise UserError("no record holds a step number", FOLDER_HINT)
         raise UserError(f"step {wanted} was not kept", f"kept steps: {steps[0]}–{steps[-1]}")
     return [r for r in records if r.get("step") == wanted]
-
-
-def episode_of(record: dict[str, Any], path: Path, number: int) -> Any:
-    """The record's Episode, or a one-line refusal naming the record."""
-    from collabrl.episode import Episode
-
-    try:
-        return Episode.from_dict(record["episode"])
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UserError(f"{path}: record {number} holds no readable episode ({err!r:.60})") from err
 
 
 def rollout_header(record: dict[str, Any]) -> Text:
@@ -170,7 +175,11 @@ def rollout_header(record: dict[str, Any]) -> Text:
     (older runs kept no reward: only what the record has)."""
     parts = [f"step {record.get('step')}", *_score(record)]
     if record.get("reward", "absent") != "absent":
-        terms = " · ".join(f"{name} {_num(v)}" for name, v in (record.get("rewards") or {}).items())
+        parts_by_name = record.get("rewards")
+        terms = " · ".join(
+            f"{name} {_num(v)}"
+            for name, v in (parts_by_name if isinstance(parts_by_name, dict) else {}).items()
+        )
         parts.append(f"reward {_num(record['reward'])}" + (f" ({terms})" if terms else ""))
     if "advantage" in record:
         parts.append(f"advantage {_num(record['advantage'], '+.3f')}")

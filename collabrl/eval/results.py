@@ -23,6 +23,7 @@ from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import ks_for
 from collabrl.protocols.saved import unread_protocol_keys
+from collabrl.redact import redact_config, redact_text
 from collabrl.userfiles import read_json
 
 RESULTS = "results.json"
@@ -61,31 +62,18 @@ def results_document(
             }
         },
         "samples": {name: runs.SAMPLES},
-        "model": config.model,
+        "model": redact_text(config.model),  # `http://user:pw@host/v1`
         "protocol": config.protocol.name,
         "config": shareable_config(config),
         **_environment(),
     }
 
 
-# What results.json writes for a secret: the file is made to be shared (an API key
-# given on the command line is in config.yaml, which stays in the run folder).
-REDACTED = "<redacted>"
-
-
 def shareable_config(config: EvalConfig) -> dict[str, Any]:
-    """`config` as config.yaml holds it (the other protocols' sections left out), every
-    `api_key` that is set written as REDACTED."""
-    return _redact(to_dict(config, unread_protocol_keys(config.protocol)))
-
-
-def _redact(node: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    return {
-        key: REDACTED if key == "api_key" and value is not None else _redact(value)
-        for key, value in node.items()
-    }
+    """`config` as config.yaml holds it (the other protocols' sections left out), with its
+    secrets redacted (`collabrl.redact`): results.json is made to be shared, while an API
+    key given on the command line stays in config.yaml, which a resumed run reads."""
+    return redact_config(to_dict(config, unread_protocol_keys(config.protocol)))
 
 
 def with_stderrs(metrics: dict[str, Any], stderrs: dict[str, float]) -> dict[str, Any]:
@@ -125,7 +113,7 @@ def merge_results(config: EvalConfig, folders: dict[str, Path], out: Path) -> di
         for key in BY_BENCHMARK:
             merged[key].update(doc[key])
         merged["samples"][name] = str((folder / runs.SAMPLES).relative_to(out))
-    merged["model"] = config.model
+    merged["model"] = redact_text(config.model)
     merged["protocol"] = config.protocol.name
     merged["config"] = shareable_config(config)
     return merged | _environment()

@@ -10,15 +10,24 @@ when a card is pushed, so it holds only what is valid there: `base_model` only w
 run started from a Hub repo id (a local folder or an embedded name is named in the body
 instead), `license` only when the base model's own card states one, and no `datasets`
 (the registry knows no Hub ids of its data sets; the body names the data).
+
+Every value the user gave (model, data, collaborators, paths) reaches the body on one
+line and redacted (`collabrl.redact`: a teacher's URL may carry a password), as a code
+span fenced past its own backticks, or escaped as Markdown text: a data path holding a
+newline or markup must not add lines, links or tags to the card.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
+from collabrl.redact import redact_text
 from collabrl.train.held_out import LOGGED
 
 if TYPE_CHECKING:
@@ -103,28 +112,30 @@ def base_license(base_model: str) -> str | None:
 
 def card_body(facts: TrainingFacts, final: Path) -> str:
     """The card's text: what the run was, its settings, its scores, how to load it."""
-    name = Path(facts.base_model.rstrip("/")).name or facts.base_model
+    name = Path(redact_text(facts.base_model).rstrip("/")).name or facts.base_model
     lines = [
-        f"# {name} · collabrl {facts.method}",
+        f"# {markdown_text(name)} · collabrl {facts.method}",
         "",
-        f"`{facts.base_model}` trained with collabrl {runs.installed_versions()['collabrl']} "
+        f"{code(facts.base_model)} trained with collabrl "
+        f"{runs.installed_versions()['collabrl']} "
         f"by {METHOD_TITLES.get(facts.method, facts.method)}.",
         "",
         "## Training",
         "",
-        f"- Base model: `{facts.base_model}`",
+        f"- Base model: {code(facts.base_model)}",
         f"- Method: {facts.method}" + (f", protocol {facts.protocol}" if facts.protocol else ""),
         *(
-            f"- {role.capitalize()}: " + ", ".join(f"`{ref}`" for ref in refs)
+            f"- {role.capitalize()}: " + ", ".join(code(ref) for ref in refs)
             for role, refs in facts.collaborators.items()
         ),
-        f"- Data: `{facts.data}` ({facts.rows} {'rows' if facts.method == 'sft' else 'problems'})",
+        f"- Data: {code(facts.data)} "
+        f"({facts.rows} {'rows' if facts.method == 'sft' else 'problems'})",
         f"- Steps: {facts.steps} optimizer steps",
         "- Versions: " + ", ".join(f"{p} {v}" for p, v in runs.installed_versions().items()),
         "",
         "| setting | value |",
         "| --- | --- |",
-        *(f"| {key} | {value} |" for key, value in facts.settings.items()),
+        *(f"| {cell(key)} | {cell(value)} |" for key, value in facts.settings.items()),
         "",
         *score_lines(facts),
         "## Use",
@@ -143,7 +154,7 @@ def score_lines(facts: TrainingFacts) -> list[str]:
     lines = [
         "## Evaluation",
         "",
-        f"Held-out `{facts.eval_data}`, greedy, the starting and the trained policy:",
+        f"Held-out {code(facts.eval_data)}, greedy, the starting and the trained policy:",
         "",
         "| metric | start | trained |",
         "| --- | --- | --- |",
@@ -172,16 +183,44 @@ def load_lines(facts: TrainingFacts, final: Path) -> list[str]:
         if facts.adapter
         else ["from transformers import AutoModelForCausalLM, AutoTokenizer"]
     )
+    # A JSON string is a Python string literal, on one line: a quote or newline in the
+    # path neither ends the string nor the code block.
+    path = json.dumps(str(final), ensure_ascii=False)
     return [
         "```python",
         *imports,
         "",
-        f'model = {model_class}.from_pretrained("{final}")  # or its Hub repo id',
-        f'tokenizer = AutoTokenizer.from_pretrained("{final}")',
+        f"model = {model_class}.from_pretrained({path})  # or its Hub repo id",
+        f"tokenizer = AutoTokenizer.from_pretrained({path})",
         "```",
         "",
-        f"or as a collabrl model reference: `collab eval BENCHMARK --model {final}`.",
+        "or as a collabrl model reference: "
+        f"{code(f'collab eval BENCHMARK --model {shlex.quote(str(final))}')}.",
     ]
+
+
+def code(value: str) -> str:
+    """`value` as a Markdown code span: redacted, on one line, fenced by one backtick more
+    than the longest run of them it holds (CommonMark), so it cannot close the span."""
+    text = runs.one_line(redact_text(value))
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+# What Markdown reads as markup in running text: emphasis, code, links, tags, tables.
+MARKUP = re.compile(r"([\\`*_\[\]<>|])")
+
+
+def markdown_text(value: str) -> str:
+    """`value` as Markdown text: redacted, on one line, each markup character escaped."""
+    return MARKUP.sub(r"\\\1", runs.one_line(redact_text(value)))
+
+
+def cell(value: object) -> str:
+    """A table cell: redacted, on one line, its `|` escaped so that the row keeps its columns
+    (the rest stays readable: `num_generations`, not `num\\_generations`)."""
+    return runs.one_line(redact_text(str(value))).replace("|", "\\|")
 
 
 def grpo_facts(config: GRPOTrainConfig, rows: int, steps: int, out: Path) -> TrainingFacts:

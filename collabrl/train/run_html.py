@@ -8,18 +8,28 @@ from metrics.jsonl (so a run still training has curves too, before train_curves.
 written), no script at all. Every string read from the folder is escaped, since the
 policy writes anything (`<script>` in a completion stays text); the page's
 Content-Security-Policy forbids scripts and fetches as a second line of defence.
+
+The page is made to be shared: the config and its command line are shown redacted
+(`collabrl.redact`: an `engine.api_key`, a password in a model URL). It is written over
+no file of the run it shows, and over no other file but an earlier page (its generator
+tag, GENERATOR) unless the caller forces it.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from collabrl import __version__, runs
-from collabrl.episode import Author, Episode
+from collabrl.episode import Author
 from collabrl.errors import UserError
+from collabrl.redact import redact_command_line, redact_config, redact_text
 from collabrl.train.held_out import LOGGED
 from collabrl.train.run import EVALUATION, METRICS, ROLLOUTS, STEP_LINE_KEYS
 from collabrl.train.trainer import CURVE_KEYS
@@ -51,6 +61,14 @@ TABLE_KEYS = {
 
 # Kept episodes shown of the first and of the last step rollouts.jsonl holds.
 EPISODES_PER_STEP = 4
+
+# In every page's head: a file holding it is an earlier page, which a new one may replace.
+GENERATOR = '<meta name="generator" content="collabrl run page">'
+# Bytes of an existing file searched for GENERATOR (it sits in the first few hundred).
+GENERATOR_WITHIN = 4096
+# The run's files the page is made from: never written over, present or not yet (a live
+# run writes eval.json at its end).
+INPUTS = (runs.CONFIG, METRICS, ROLLOUTS, EVALUATION, runs.SAMPLES)
 
 # No script, no network: styles and data: images only.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -91,11 +109,11 @@ def run_html(run: Path) -> str:
     config = parse_yaml(config_text, f"config {run / runs.CONFIG}") or {}
     history = [r for r in runs.read_records(run / METRICS) if "train_runtime" not in r]
     rollouts = runs.read_records(run / ROLLOUTS)
-    evaluation = read_json(run / EVALUATION, "run file") if (run / EVALUATION).is_file() else None
+    evaluation = _read_evaluation(run / EVALUATION) if (run / EVALUATION).is_file() else None
     title = _title(run, config if isinstance(config, dict) else {})
     body = [
         f"<h1>{_e(title)}</h1>",
-        _provenance(config_text),
+        _provenance(config_text, config),
         _evaluation(evaluation) if evaluation else "",
         _curves(history),
         _steps(history),
@@ -103,7 +121,7 @@ def run_html(run: Path) -> str:
         f'<p class="facts">written by collabrl {_e(__version__)} from {_e(str(run))}</p>',
     ]
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{GENERATOR}'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
         + "\n".join(part for part in body if part)
@@ -111,12 +129,73 @@ def run_html(run: Path) -> str:
     )
 
 
-def write_run_html(run: Path, out: Path) -> Path:
-    """Write `run_html(run)` to `out` (its folder made) and give `out`."""
+def write_run_html(run: Path, out: Path, force: bool = False) -> Path:
+    """Write `run_html(run)` to `out` (its folder made) and give `out`; refused in one line
+    when `out` is one of the run's INPUTS (through a link too), a folder, or, unless
+    `force`, an existing file that is not an earlier page."""
     page = run_html(run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    _check_target(run, out, force)
+    # Written beside it, then renamed over it: a link at `out` is replaced, never followed.
+    # The temporary name is new (O_EXCL, random): no link planted there is followed either.
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            f.write(page.encode("utf-8"))
+        os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(
+            f"cannot write {out}: {err.strerror or err}", "pass --html a file path you can write"
+        ) from err
     return out
+
+
+def _check_target(run: Path, out: Path, force: bool) -> None:
+    if out.is_dir():
+        raise UserError(f"--html {out} is a folder", "pass a file path, e.g. run.html")
+    target = os.path.realpath(out)
+    for name in INPUTS:
+        source = run / name
+        if os.path.realpath(source) == target or (
+            out.exists() and source.exists() and os.path.samefile(out, source)
+        ):
+            raise UserError(
+                f"--html {out} is the run's own {name}: the page would write over it",
+                "pass a path that is none of the run's files, e.g. run.html",
+            )
+    if os.path.lexists(out) and not force and not _is_page(out):
+        raise UserError(
+            f"--html {out} exists and is not a page of collab view",
+            "pass another path, or add --force to replace it",
+        )
+
+
+def _is_page(path: Path) -> bool:
+    """Whether `path` is a regular file that opens as an earlier page (GENERATOR)."""
+    if not path.is_file():  # a FIFO would block the read; a device is no page
+        return False
+    try:
+        with path.open("rb") as f:
+            return GENERATOR.encode() in f.read(GENERATOR_WITHIN)
+    except OSError:
+        return False
+
+
+def _read_evaluation(path: Path) -> dict[str, Any]:
+    """eval.json, refused in one line unless each of its sections is a mapping (or absent,
+    or null: a failed end-of-run evaluation keeps the ones it finished)."""
+    evaluation = read_json(path, "run file")
+    sections = ("start", "final", "paired")
+    if not isinstance(evaluation, dict) or any(
+        not isinstance(evaluation.get(key) or {}, dict) for key in sections
+    ):
+        raise UserError(
+            f"{path} is not the held-out evaluation collab train writes (start, final, "
+            "paired: mappings)",
+            "delete it to leave the held-out section out of the page",
+        )
+    return evaluation
 
 
 def _e(value: object) -> str:
@@ -128,16 +207,30 @@ def _e(value: object) -> str:
 def _title(run: Path, config: dict[str, Any]) -> str:
     """`grpo · SmolLM2-135M on arith_train`, from what the config holds (SFT has no method)."""
     method = config.get("method", "sft")
-    model = Path(str(config.get("model", "?")).rstrip("/")).name
-    return f"{method} · {model} on {config.get('data', '?')} · {run.name}"
+    # Redacted before the name is taken: `http://user:pw@host` has no path to name it.
+    model = Path(redact_text(str(config.get("model", "?"))).rstrip("/")).name
+    return f"{method} · {model} on {redact_text(str(config.get('data', '?')))} · {run.name}"
 
 
-def _provenance(config_text: str) -> str:
-    """The config header (command, date, versions, commit) and the config itself, folded."""
-    header = [line[2:] for line in config_text.splitlines() if line.startswith("# ")]
+def _provenance(config_text: str, config: Any) -> str:
+    """The config header (command, date, versions, commit) and the config itself, folded,
+    both redacted: the config as read, written again as YAML (its comments aside), so
+    that no secret survives in a form a line-by-line redaction would miss."""
+    header = [
+        _redact_header(line[2:]) for line in config_text.splitlines() if line.startswith("# ")
+    ]
+    shown = yaml.safe_dump(redact_config(config), sort_keys=False, allow_unicode=True)
     return (
         f"<pre>{_e(chr(10).join(header))}</pre>" if header else ""
-    ) + f"<details><summary>config.yaml</summary><pre>{_e(config_text)}</pre></details>"
+    ) + f"<details><summary>config.yaml</summary><pre>{_e(shown)}</pre></details>"
+
+
+def _redact_header(line: str) -> str:
+    """A header line shown redacted: the command line word by word, any other for URLs."""
+    name, colon, value = line.partition(": ")
+    if name == "command" and colon:
+        return f"command: {redact_command_line(value)}"
+    return redact_text(line)
 
 
 def _number(value: Any) -> float | None:
@@ -187,10 +280,13 @@ def _evaluation(evaluation: dict[str, Any]) -> str:
 
 
 def _by_step(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per step: a held-out evaluation logs its own line at its step."""
-    merged: dict[Any, dict[str, Any]] = {}
+    """One record per step: a held-out evaluation logs its own line at its step. A record
+    without a step number is no row."""
+    merged: dict[float, dict[str, Any]] = {}
     for record in history:
-        merged.setdefault(record.get("step"), {}).update(record)
+        step = _number(record.get("step"))
+        if step is not None:
+            merged.setdefault(step, {}).update(record)
     return list(merged.values())
 
 
@@ -281,7 +377,10 @@ def _transcripts(rollouts: list[dict[str, Any]], path: Path) -> str:
     """The kept episodes of the first and the last step rollouts.jsonl holds."""
     if not rollouts:
         return ""
-    steps = sorted({r.get("step") for r in rollouts}, key=lambda s: _number(s) or 0)
+    # Steps as trainers write them; a record without one is of no step to show.
+    steps = sorted({r["step"] for r in rollouts if _number(r.get("step")) is not None})
+    if not steps:
+        return f"<h2>Transcripts</h2><p>No record of {_e(path)} holds a step number.</p>"
     shown = [r for step in dict.fromkeys((steps[0], steps[-1])) for r in _of_step(rollouts, step)]
     legend = " ".join(_authored(author, author) for author in AUTHOR_COLOURS)
     return f'<h2>Transcripts</h2><p class="legend">authors: {legend}</p>' + "".join(
@@ -295,13 +394,7 @@ def _of_step(rollouts: list[dict[str, Any]], step: Any) -> list[dict[str, Any]]:
 
 def _episode(record: dict[str, Any], path: Path) -> str:
     """One kept episode: what it scored, the question, then its segments by author."""
-    try:
-        episode = Episode.from_dict(record["episode"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(
-            f"{path}: a step {record.get('step')} record holds no readable episode ({err})",
-            "pass a run folder written by collab train",
-        ) from err
+    episode = runs.episode_in(record, f"{path}: a step {record.get('step')} record")
     correct = record.get("correct")
     verdict = (
         '<span class="ok">correct</span>'

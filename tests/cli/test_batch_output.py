@@ -106,6 +106,16 @@ def test_progress_bar_logs_lines_when_not_a_terminal() -> None:
     assert lines[-1].startswith("eval aime24: 120/120 (100%)")
 
 
+def test_a_password_in_the_model_url_is_not_in_the_progress_line() -> None:
+    """`collab eval --model http://user:password@host/v1` names the model in its progress
+    lines, which a SLURM log keeps and people share: the password is not in them."""
+    out = io.StringIO()
+    with progress_bar(make_console(file=out), "gsm8k · http://me:hunter2@host/v1") as progress:
+        progress(1, 2)
+    assert out.getvalue().startswith("gsm8k · http://me:<redacted>@host/v1: 1/2 (50%)")
+    assert "hunter2" not in out.getvalue()
+
+
 def test_progress_log_times_and_pace() -> None:
     """A line every `every_s` between tenths; the time left is this run's pace from the
     first report on (a model load before it, or a resumed run's part, left out)."""

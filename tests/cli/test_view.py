@@ -123,6 +123,8 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         ("", ["metrics.jsonl"], "holds no episode yet"),
         ('{"item_id": "p", "sample": 0}\n', ["metrics.jsonl", "--step", "1"], "has no steps"),
         ('{"step": 1, "episode": {}}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
+        ('{"step": 1, "episode": "s"}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
+        ('{"step": [1], "episode": {}}\n', ["metrics.jsonl"], "no record holds a step number"),
     ],
     ids=[
         "missing",
@@ -132,6 +134,8 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         "empty file",
         "step of an eval",
         "bad episode",
+        "string episode",
+        "list step",
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, make: str | None, args: list[str], error: str):
@@ -166,3 +170,151 @@ def test_html_of_an_eval_folder_is_one_line(tmp_path: Path) -> None:
     result = collab("view", "ev", "--html", "p.html", cwd=tmp_path)
     assert_one_line_error(result, "is an eval's folder: the HTML page is of a training run")
     assert not (tmp_path / "p.html").exists()
+
+
+# --- malformed records: a one-line refusal naming the record, never a traceback ---------
+
+
+def _malformed(record: dict, where: tuple, value: object) -> dict:
+    """`record` with the value at the path `where` (keys and indexes) replaced."""
+    import copy
+
+    changed = copy.deepcopy(record)
+    node = changed
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("step",),
+        ("rewards",),
+        ("episode",),
+        ("episode", "segments"),
+        ("episode", "meta"),
+        ("episode", "segments", 0),
+        ("episode", "segments", 0, "text"),
+        ("episode", "segments", 0, "token_ids"),
+        ("episode", "segments", 0, "meta"),
+    ],
+    ids=lambda where: ".".join(map(str, where)),
+)
+@pytest.mark.parametrize("value", [[1], "s", 7, None, {"a": 1}], ids=repr)
+def test_a_malformed_record_is_refused_or_shown_never_a_traceback(
+    tmp_path: Path, where: tuple, value: object
+) -> None:
+    """A list where a mapping belongs, a string episode, a number for a text: `view` and
+    `view --html` refuse in one line naming the record, or show what they can."""
+    from collabrl.errors import UserError
+    from tests.train.test_run_html import run as make_run
+
+    folder = make_run.__wrapped__(tmp_path)
+    records = runs.read_records(folder / ROLLOUTS)
+    records[-1] = _malformed(records[-1], where, value)  # of the last step: shown by both
+    (folder / ROLLOUTS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    for args in ([str(folder), "--all"], [str(folder), "--html", str(tmp_path / "p.html")]):
+        result = CliRunner().invoke(app, ["view", *args])
+        if result.exit_code != 0:
+            assert isinstance(result.exception, UserError), result.exception
+            assert f"{ROLLOUTS}: " in result.exception.problem
+            assert "record" in result.exception.problem
+
+
+def test_a_string_episode_in_a_page_is_one_line(tmp_path: Path) -> None:
+    from tests.train.test_run_html import run as make_run
+
+    folder = make_run.__wrapped__(tmp_path)
+    with (folder / ROLLOUTS).open("a") as f:
+        f.write(json.dumps({"step": 3, "episode": "not an episode"}) + "\n")
+    result = collab("view", str(folder), "--html", "p.html", cwd=tmp_path)
+    assert_one_line_error(result, "a step 3 record holds no readable episode")
+    assert not (tmp_path / "p.html").exists()
+
+
+# --- --html never writes over what it reads, nor over a file that is no page ------------
+
+
+@pytest.fixture
+def page_run(tmp_path: Path) -> Path:
+    from tests.train.test_run_html import run as make_run
+
+    return make_run.__wrapped__(tmp_path)
+
+
+def _refused(run: Path, target: Path, *extra: str) -> str:
+    from collabrl.errors import UserError
+
+    result = CliRunner().invoke(app, ["view", str(run), "--html", str(target), *extra])
+    assert result.exit_code != 0 and isinstance(result.exception, UserError), result.output
+    return result.exception.problem
+
+
+def _contents(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in run.iterdir()}
+
+
+def test_html_onto_the_runs_config_is_one_line_and_leaves_it(page_run: Path) -> None:
+    before = _contents(page_run)
+    result = collab("view", ".", "--html", "config.yaml", cwd=page_run)
+    assert_one_line_error(result, "is the run's own config.yaml: the page would write over it")
+    assert _contents(page_run) == before
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "rollouts.jsonl", "metrics.jsonl", "eval.json"])
+def test_html_never_writes_over_an_input_by_any_path(page_run: Path, name: str) -> None:
+    before = _contents(page_run)
+    link = page_run.parent / f"link-{name}"
+    link.symlink_to(page_run / name)
+    hard = page_run.parent / f"hard-{name}"
+    os.link(page_run / name, hard)
+    dotted = page_run / ".." / page_run.name / name
+    for target in (page_run / name, link, hard, dotted):
+        for force in ((), ("--force",)):
+            assert f"own {name}" in _refused(page_run, target, *force)
+    # From the rollouts file as the argument too: it names the same run.
+    assert f"own {name}" in _refused(page_run / ROLLOUTS, page_run / name, "--force")
+    assert _contents(page_run) == before
+
+
+def test_html_never_writes_an_input_the_run_has_not_written_yet(page_run: Path) -> None:
+    (page_run / "eval.json").unlink()  # a live run writes it at its end
+    assert "own eval.json" in _refused(page_run, page_run / "eval.json", "--force")
+    assert not (page_run / "eval.json").exists()
+    assert "is a folder" in _refused(page_run, page_run, "--force")
+
+
+def test_html_rewrites_its_own_page_and_another_file_only_with_force(
+    page_run: Path, tmp_path: Path
+) -> None:
+    page = tmp_path / "run.html"
+    view(str(page_run), "--html", str(page))
+    page.write_text(page.read_text().replace("Held-out", "stale"))
+    view(str(page_run), "--html", str(page))  # an earlier page: replaced without asking
+    assert "stale" not in page.read_text()
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert "exists and is not a page of collab view" in _refused(page_run, notes)
+    assert notes.read_text() == "mine"
+    view(str(page_run), "--html", str(notes), "--force")
+    assert "<!DOCTYPE html>" in notes.read_text()
+
+    # A link at the path is replaced, never written through, even with --force.
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep")
+    link = tmp_path / "link.html"
+    link.symlink_to(precious)
+    assert "is not a page" in _refused(page_run, link)
+    view(str(page_run), "--html", str(link), "--force")
+    assert precious.read_text() == "keep" and not link.is_symlink()
+
+
+def test_force_without_html_is_one_line(page_run: Path) -> None:
+    from collabrl.errors import UserError
+
+    result = CliRunner().invoke(app, ["view", str(page_run), "--force"])
+    assert isinstance(result.exception, UserError)
+    assert "--force replaces a file --html names" in result.exception.problem

@@ -21,9 +21,10 @@ from collabrl.data.benchmarks import load_benchmark
 from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
 from collabrl.eval.report import load_run, report_rows, run_folders
-from collabrl.eval.results import REDACTED, RESULTS
+from collabrl.eval.results import RESULTS
 from collabrl.eval.runner import run_eval
 from collabrl.eval.suite import run_suite
+from collabrl.redact import REDACTED
 from tests.eval.test_runner import _record
 
 
@@ -80,6 +81,28 @@ def test_an_api_key_is_not_written_into_results(tiny_model_dir, tiny_engine, tmp
     run_eval(_config(tiny_model_dir, out, **{"engine.api_key": "sk-secret"}), engine=tiny_engine)
     assert "sk-secret" not in (out / RESULTS).read_text()
     assert _results(out)["config"]["engine"]["api_key"] == REDACTED
+
+
+def test_a_password_in_the_model_url_is_not_written_into_results(tmp_path) -> None:
+    """`collab eval --model http://user:password@host/v1` as a user runs it, its samples
+    already on disk (nothing is sampled): results.json, made to be shared, holds neither
+    the password, nor the URL's token, nor the --api-key."""
+    out = tmp_path / "run"
+    out.mkdir()
+    item = load_benchmark("gsm8k", limit=1).items[0]
+    (out / runs.SAMPLES).write_text(json.dumps(_record(item.id, 0, item.answer, True)) + "\n")
+    url = "http://me:hunter2@127.0.0.1:9/v1?api_key=qk"
+    args = ["eval", "gsm8k", "--model", url, "--api-key", "sk-LEAK", "--limit", "1"]
+    result = CliRunner().invoke(app, [*args, "--n", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+
+    text = (out / RESULTS).read_text()
+    for secret in ("hunter2", "qk", "sk-LEAK"):
+        assert secret not in text
+    doc = json.loads(text)
+    assert doc["model"] == f"http://me:{REDACTED}@127.0.0.1:9/v1?api_key={REDACTED}"
+    assert doc["config"]["model"] == doc["model"]
+    assert doc["config"]["engine"]["api_key"] == REDACTED
 
 
 def test_standard_errors_of_hand_written_samples(tiny_model_dir, tmp_path) -> None:

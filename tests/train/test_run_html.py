@@ -158,6 +158,35 @@ def test_model_written_text_stays_text(run: Path) -> None:
     assert "default-src 'none'" in page  # the CSP: no script, no fetch, even if escaping failed
 
 
+SECRET_CONFIG = """\
+# written by collabrl: keys left out are defaults this run never reads
+# command: collab train relay --model http://me:hunter2@h/v1 --api-key sk-ARG --set x_token=hf_SET
+method: relay
+model: http://me:hunter2@host/v1?token=t0k
+data: arith_train
+engine:
+  api_key: sk-KEY
+trl:
+  hub_token: hf_TRL
+protocol:
+  teacher: https://ghp_TOKEN@teacher.example/v1
+"""
+
+
+def test_the_page_shows_no_secret_of_the_config_or_its_command(run: Path) -> None:
+    """The page is made to be shared: the API key, the URL passwords and tokens and the
+    command line's --api-key are redacted, in the header, the config and the title."""
+    (run / "config.yaml").write_text(SECRET_CONFIG)
+    page = run_html(run)
+    for secret in ("hunter2", "t0k", "sk-ARG", "hf_SET", "sk-KEY", "hf_TRL", "ghp_TOKEN"):
+        assert secret not in page
+    redacted = "&lt;redacted&gt;"
+    assert f"--api-key &#x27;{redacted}&#x27;" in page
+    assert f"api_key: {redacted}" in page and f"hub_token: {redacted}" in page
+    assert f"model: http://me:{redacted}@host/v1?token={redacted}" in page
+    assert "data: arith_train" in page and "method: relay" in page  # the rest as it is
+
+
 def test_a_run_that_has_not_logged_a_step_yet(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("method: grpo\nmodel: m\ndata: arith_train\n")
     page = run_html(tmp_path)
