@@ -14,6 +14,7 @@ from collabrl.cli import options as opt
 from collabrl.cli.cautions import print_warnings
 from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
+from collabrl.redact import redact_text
 
 if TYPE_CHECKING:
     from collabrl.eval.config import EvalConfig
@@ -113,7 +114,7 @@ def _run_suite(cfg: EvalConfig, names: list[str]) -> None:
     results = run_suite(cfg, names, lambda c: progress_bar(console, f"{c.benchmark} · {c.model}"))
     rows = {name: _suite_row(result.metrics) for name, result in results.items()}
     labels = list(dict.fromkeys(label for row in rows.values() for label in row))
-    title = f"{cfg.model} · {cfg.protocol.name} · {cfg.sampling.n} samples per problem"
+    title = f"{redact_text(cfg.model)} · {cfg.protocol.name} · {cfg.sampling.n} samples per problem"
     table = Table("benchmark", *labels, title=title)
     for name, row in rows.items():
         table.add_row(name, *(row.get(label, "-") for label in labels))

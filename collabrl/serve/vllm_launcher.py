@@ -39,6 +39,7 @@ from collabrl.devices import resolve_dtype
 from collabrl.engines.vllm import has_processed_logprobs, release, vllm_has_device
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
+from collabrl.redact import redact_command
 from collabrl.serve.config import ServeConfig
 
 # First vLLM release with `--enable-log-requests` (logging off by default).
@@ -161,13 +162,9 @@ def _validate(config: ServeConfig) -> None:
 
 
 def shell_line(command: list[str], *, redact: bool = True) -> str:
-    """`command` as one shell-quoted line, for `--dry-run`; the API key hidden by default."""
-    if redact:
-        command = [
-            "***" if index > 0 and command[index - 1] == "--api-key" else part
-            for index, part in enumerate(command)
-        ]
-    return shlex.join(command)
+    """`command` as one shell-quoted line, for `--dry-run`; secrets (the API key, a URL's
+    password) hidden by default, as everywhere collabrl writes a command for people."""
+    return shlex.join(redact_command(command) if redact else command)
 
 
 # -- the model -----------------------------------------------------------------------

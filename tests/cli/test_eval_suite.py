@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import assert_one_line_error, collab
+from tests.servers import ServerProcess
 
 TINY = ("--limit", "1", "--max-tokens", "2")
 
@@ -100,3 +101,17 @@ def test_report_refusals_are_one_line(tmp_path: Path, args: tuple[str, ...], pro
     (run / "metrics.json").write_text('{"problems": 1, "samples_per_problem": 1, "pass@1": 1.0}')
     (run / "samples.jsonl").write_text('{"item_id": "a", "sample": 0, "correct": true}\n')
     assert_one_line_error(collab("eval", "report", *args, cwd=tmp_path), problem)
+
+
+def test_a_password_in_the_model_url_is_not_in_the_suite_table(
+    tiny_model_dir, tmp_path: Path
+) -> None:
+    """The suite table's title names the model: a URL's password stays out of it."""
+    with ServerProcess(tiny_model_dir) as server:
+        server.wait_ready()
+        url = server.url.replace("http://", "http://me:hunter2@")
+        result = collab("eval", "aime24,math500", "--model", url, *TINY, "--out", "both",
+                        cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "me:<redacted>@127.0.0.1" in result.stdout.replace("\n", "")

@@ -21,6 +21,7 @@ import pytest
 
 from collabrl.engines import vllm as engines_vllm
 from collabrl.errors import UserError
+from collabrl.redact import REDACTED
 from collabrl.serve import vllm_launcher
 from collabrl.serve.config import ServeConfig
 from collabrl.serve.vllm_launcher import (
@@ -176,7 +177,7 @@ def test_shell_line_quotes_and_hides_the_api_key() -> None:
     command = vllm_command(config, "/models/my model", None, api_key="k3y")
     line = shell_line(command)
     assert "k3y" not in line
-    assert shlex.split(line) == [part if part != "k3y" else "***" for part in command]
+    assert shlex.split(line) == [part if part != "k3y" else REDACTED for part in command]
     assert "'/models/my model'" in line
     assert shlex.split(shell_line(command, redact=False)) == command
 
