@@ -166,7 +166,7 @@ def response_segments(policy: Policy, shown: str, meta: dict[str, Any]) -> list[
     closing = f"\n{TOOL_RESPONSE_CLOSE}\n"
     return [
         environment(policy, opening),
-        Segment(Author.TOOL, shown, policy.encode(shown), None, meta),
+        Segment(Author.TOOL, shown, policy.encode_foreign(shown), None, meta),
         environment(policy, closing),
     ]
 

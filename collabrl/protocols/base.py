@@ -9,9 +9,12 @@ same object serves `collab infer`, `collab eval` and the trainers.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -123,10 +126,19 @@ class Policy:
         return encode_prompt(self.tokenizer, messages, options)
 
     def encode(self, text: str) -> list[int]:
-        """Ids of text written by someone else, to append to the policy's context."""
+        """Ids of rendered text, special-token text (`<|im_start|>`) read as the special
+        token: the policy's own text, or a prompt rendered by its chat template. Text
+        someone else wrote goes through `encode_foreign`."""
         if not text or self.tokenizer is None:
             return []
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_foreign(self, text: str) -> list[int]:
+        """Ids of text written by someone else (a tool, a teacher, an expert, the
+        protocol), to append to the policy's context: see `encode_plain`."""
+        if not text or self.tokenizer is None:
+            return []
+        return encode_plain(self.tokenizer, text)
 
     def continue_(self, contexts: list[Prompt], params: SamplingParams) -> list[Segment]:
         """One policy segment continuing every context, each within its own token budget
@@ -173,9 +185,34 @@ class Policy:
             self.engine.close()
 
 
+# Per tokenizer, a copy of it that reads special-token text as plain text (weak keys:
+# a tokenizer's copy goes with it).
+_PLAIN: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_PLAIN_LOCK = threading.Lock()
+
+
+def encode_plain(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Ids of `text` with special-token text split as plain text: `<|im_end|>` printed
+    by a tool is those ten characters, not the end-of-turn token, so no one but the
+    policy can end its turn or forge a new one in its context. Other added tokens (a
+    template's `<tool_response>`) stay whole, as the chat template renders them.
+
+    The per-call `split_special_tokens=True` of a fast tokenizer flips a flag its
+    backend shares with every caller: a thread encoding a chat prompt in between would
+    flip it back before this text is encoded. A private copy that always splits has no
+    such window."""
+    with _PLAIN_LOCK:
+        plain = _PLAIN.get(tokenizer)
+        if plain is None:
+            plain = copy.deepcopy(tokenizer)
+            plain.split_special_tokens = True
+            _PLAIN[tokenizer] = plain
+    return plain(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
 def environment(policy: Policy, text: str, **meta: object) -> Segment:
     """Protocol text (tags, notices) the policy is given, encoded in its tokenizer."""
-    return Segment(Author.ENVIRONMENT, text, policy.encode(text), None, dict(meta))
+    return Segment(Author.ENVIRONMENT, text, policy.encode_foreign(text), None, dict(meta))
 
 
 def remaining(episode: Episode, params: SamplingParams) -> int:

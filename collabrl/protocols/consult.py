@@ -227,7 +227,9 @@ def returns_segments(policy: Policy, replies: list[Reply]) -> list[Segment]:
     pieces = returns_pieces([(r.expert_id, r.result) for r in replies])
     segments = [environment(policy, pieces[0])]
     for reply, answer, scaffold in zip(replies, pieces[1::2], pieces[2::2], strict=True):
-        segments.append(Segment(Author.EXPERT, answer, policy.encode(answer), None, reply.meta))
+        segments.append(
+            Segment(Author.EXPERT, answer, policy.encode_foreign(answer), None, reply.meta)
+        )
         segments.append(environment(policy, scaffold))
     return segments
 

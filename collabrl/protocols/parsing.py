@@ -317,7 +317,11 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
-_CODE_FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+# The atomic group keeps the match linear: `\s*\n` alone would retry the body scan
+# from every newline of a whitespace run when no closing fence follows (quadratic on
+# "```" and 64k newlines), and the whitespace holds no backtick, so no retry could
+# find a closing fence the last newline's scan missed.
+_CODE_FENCE_RE = re.compile(r"```(?:python|py)?(?>\s*\n)(.*?)```", re.DOTALL)
 
 
 def code_blocks(text: str) -> list[str]:

@@ -269,7 +269,7 @@ class RelayProtocol:
 
     def _teacher_segment(self, record: CallRecord, step: RelayStep, budget: int) -> Segment:
         text = record.text or ""
-        ids = self.policy.encode(text)
+        ids = self.policy.encode_foreign(text)
         # A reply that stopped short of its n tokens ended at the teacher's EOS (no stop
         # strings are sent): the teacher considers the answer complete.
         eos = record.finish_reason == "stop"

@@ -279,7 +279,7 @@ class StrategyProtocol:
         newlines = len(written) - len(written.rstrip("\n"))
         separator = "" if not written else "\n" * max(0, 2 - newlines)
         text = separator + strategy.guidance
-        ids = self.policy.encode(text)
+        ids = self.policy.encode_foreign(text)
         if len(ids) >= remaining(episode, params):  # the reasoner must get a token too
             episode.end = EndReason.LENGTH
             return False

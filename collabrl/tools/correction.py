@@ -29,7 +29,10 @@ from collabrl.tools.corpus import REPOS
 # ----------------------------------------------------------------------------- rules
 
 # Any language tag: a block tagged `text` or `Python` is still the code the model meant.
-_FENCE = re.compile(r"```[ \t]*[\w.+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# The header is matched atomically: its two blank runs could split a line of spaces in
+# quadratically many ways before `\n` fails ("```" and 64k spaces took seconds), and
+# no shorter split can be followed by a newline, so none is worth retrying.
+_FENCE = re.compile(r"```(?>[ \t]*[\w.+-]*[ \t]*)\n(.*?)(?:```|\Z)", re.DOTALL)
 
 # Names models use without importing them, and the import that binds each.
 COMMON_IMPORTS = {

@@ -42,3 +42,49 @@ def test_json_output_reads_back_the_same_and_leaves_no_control_raw() -> None:
     line = json_line(data)
     assert json.loads(line) == data
     assert "π" in line and not any(c in line for c in "\x1b\x07\x00\r\x85\u202e\ud800")
+
+
+# Shown as nothing (or as a line break no text has) on a terminal, so text can hide in
+# them: zero-width space, joiners and marks, word joiner and invisible operators, BOM,
+# line and paragraph separators, bidi embeddings and isolates, and "secret" spelt in tag
+# characters, which some models read and no reader sees.
+INVISIBLE = (
+    "\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064\ufeff"
+    "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    + "".join(chr(0xE0000 + ord(c)) for c in "secret")
+    + "\U000e0000\U000e007f"
+)
+
+
+def test_invisible_characters_a_model_wrote_are_escaped_in_the_transcript(
+    tmp_path: Path,
+) -> None:
+    episode = Episode("p1", prompt_ids=[1])
+    episode.add(Segment(Author.POLICY, f"pay{INVISIBLE}me\n", [2]))
+    episode.add(Segment(Author.TOOL, f"out{INVISIBLE}\n", [3]))
+    episode.answer = f"4{INVISIBLE}2"
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"step": 1, "correct": False, "gold": "4", "episode": episode.to_dict()}
+    (run / ROLLOUTS).write_text(json.dumps(record) + "\n")
+
+    shown = collab("train", "rollouts", str(run), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert not set(INVISIBLE) & set(shown.stdout)
+    escaped = INVISIBLE.encode("unicode_escape").decode()
+    assert r"\u200b\u200c" in escaped and r"\U000e0073\U000e0065" in escaped
+    # In the policy's and the tool's text (wrapped at the terminal's width), and the
+    # answer (cut to the summary's width).
+    flat = shown.stdout.replace("\n", "")
+    assert flat.count(escaped) == 2 and r"4\u200b\u200c" in flat, shown.stdout
+
+
+def test_json_output_escapes_invisible_characters_and_reads_back_the_same() -> None:
+    from collabrl.cli.transcript import json_line
+
+    data = {"text": f"a{INVISIBLE}b", "答": INVISIBLE}
+    line = json_line(data)
+    assert json.loads(line) == data
+    assert not set(INVISIBLE) & set(line)
+    assert "\\udb40\\udc73" in line  # the tag "s" as a surrogate pair, as JSON spells it
+    assert "答" in line

@@ -5,15 +5,23 @@ rule selects over the verdicts."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collabrl.data.benchmarks import Item
 from collabrl.engines.base import SamplingParams
 from collabrl.errors import UserError
 from collabrl.evolve import EvolveConfig
-from collabrl.evolve.execute import answer_expression, check_candidate, execute_checks
+from collabrl.evolve.execute import (
+    answer_expression,
+    check_candidate,
+    equations,
+    execute_checks,
+)
 from collabrl.evolve.metrics import round_summary
 from collabrl.evolve.runner import Proposer, _propose
 from collabrl.evolve.select import SELECTORS, select_by_verified, select_by_vote
@@ -32,6 +40,7 @@ from collabrl.tools.mcp_client import ToolRouter
 from collabrl.tools.python import PythonTool
 from collabrl.tools.sandbox import Sandbox, SandboxLimits
 from tests.evolve.test_run import _evolve
+from tests.linear_time import assert_linear
 from tests.protocols.scripted import ScriptedEngine
 from tests.protocols.test_adversarial import by_task
 
@@ -123,6 +132,27 @@ def test_answer_expression_takes_the_step_that_gives_the_answer() -> None:
     assert answer_expression(text, "48") == "49 - 1"
     assert answer_expression("The value 42 = 42.", "42") is None  # no operator: no check
     assert answer_expression("x = 5", "5") is None
+
+
+# `[…]*\d[…]*=` retried every start and split of a run: cubic (2,000 digits took 40 s).
+@pytest.mark.parametrize("run", ["1", "1 ", " ", "1+"], ids=["digits", "spaced", "blank", "sum"])
+def test_answer_expression_is_linear_in_a_long_arithmetic_run(run: str) -> None:
+    benign = ("We have 12 apples and 7 pears, so 19 fruits; " * 1500)[:65_536]
+    hostile = (run * 65_536)[:65_536]
+    assert_linear(lambda text: answer_expression(text, "84"), hostile, benign)
+
+
+# The backtracking pattern `equations` replaced, as an oracle on short inputs.
+_BACKTRACKING_EQUATION = re.compile(
+    r"([-+*/^×÷().\d \t]*\d[-+*/^×÷().\d \t]*)=[ \t]*\$?(\\boxed\{[^{}]*\}|[-\d./]+)"
+)
+_EQUATION_PIECES = ["1", "2", "٣", " ", "\t", "=", "+", "*", "x", "$", "\\boxed{", "}", ".", "\n"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_EQUATION_PIECES), max_size=16).map("".join))
+def test_equations_are_what_the_backtracking_pattern_found(text: str) -> None:
+    assert list(equations(text)) == _BACKTRACKING_EQUATION.findall(text)
 
 
 def test_verified_selects_among_verified_then_not_refuted_then_all() -> None:

@@ -1,21 +1,27 @@
 """Parsing RelayLLM `<call>n</call>` and EAPO `<agent_calls>` actions from raw policy output."""
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collabrl.protocols.parsing import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     AgentCalls,
     ExpertQuery,
     RelayCall,
+    code_blocks,
     format_agent_calls,
     format_agent_returns,
     parse_agent_calls,
     parse_relay_call,
+    parse_tool_call,
     strip_call_commands,
 )
+from tests.linear_time import assert_linear
 
 # ----------------------------------------------------------------------------- parse_relay_call
 
@@ -450,3 +456,59 @@ def test_format_agent_calls_round_trips_through_the_parser(queries):
     calls = parse_agent_calls(format_agent_calls(asked), num_experts=5, max_calls=4)
     assert calls.ok and calls.start == 0
     assert calls.queries == tuple(ExpertQuery(q.expert_id, q.query.strip()) for q in asked)
+
+
+# ----------------------------------------------------------------------------- hostile fences
+
+N = 65_536  # about what one tool call or completion may hold
+
+
+def fenced_block(length: int) -> str:
+    """An ordinary fenced Python block of exactly `length` characters."""
+    body = ("```python\n" + "x = 1\nprint(x + 2)\n" * (length // 10))[: length - 3]
+    return body + "```"
+
+
+# `\s*\n` retried the body scan from every newline when no fence closed (quadratic).
+@pytest.mark.parametrize(
+    "hostile", ["```" + "\n" * (N - 3), "```py" + " \n" * ((N - 5) // 2) + "x"], ids=["nl", "sp"]
+)
+def test_code_blocks_is_linear_on_an_unclosed_fence(hostile):
+    assert_linear(code_blocks, hostile, fenced_block(len(hostile)))
+    # A tool call whose body is not JSON is read as (fenced) code with the same pattern.
+    call, benign = (
+        f"{TOOL_CALL_OPEN}{body}x{TOOL_CALL_CLOSE}"
+        for body in (hostile, fenced_block(len(hostile)))
+    )
+    assert_linear(lambda text: parse_tool_call(text, "python"), call, benign)
+
+
+def test_agent_calls_fence_is_linear():
+    hostile = _calls("```" + "a" * (N - 3))
+    benign = '```json\n[{"expert_id": 1, "input_parameters": {"query": "%s"}}]\n```'
+    benign = _calls(benign % ("q" * (N - len(benign) + 2)))
+    assert_linear(lambda t: parse_agent_calls(t, 3, 3), hostile, benign)
+
+
+# The backtracking pattern code_blocks used before, as an oracle on short inputs.
+_BACKTRACKING_CODE_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+_FENCE_PIECES = ["```", "`", "python", "py", "js", " ", "\t", "\n", "\r", "x", "print(1)"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(_FENCE_PIECES), max_size=16).map("".join))
+def test_code_blocks_reads_what_the_backtracking_pattern_read(text):
+    assert code_blocks(text) == _BACKTRACKING_CODE_FENCE.findall(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "blocks"),
+    [
+        ("```python\nprint(1)\n```", ["print(1)\n"]),
+        ("a\n```py  \n\n x\n```b```\ny\n```", [" x\n", "y\n"]),
+        ("```js\nno\n```\nmid\n```python\nyes\n```", ["mid\n"]),
+        ("```python\nunclosed", []),
+    ],
+)
+def test_code_blocks_examples(text, blocks):
+    assert code_blocks(text) == blocks

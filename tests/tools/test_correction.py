@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -28,6 +29,7 @@ from collabrl.tools.correction import (
     retrieval_request,
     strip_fences,
 )
+from tests.linear_time import assert_linear
 from tests.protocols.scripted import RecordingEngine
 
 
@@ -163,6 +165,30 @@ def test_strip_fences(text, expected):
 
 def test_strip_fences_keeps_code_under_another_language_tag():
     assert strip_fences("```text\nprint(1)\n```\n") == "print(1)\n"
+
+
+# The header's two blank runs could split a line of blanks in quadratically many ways
+# before the missing newline failed: a python tool call of "```" and 64k spaces stalled
+# the tool's caller (an MCP client with it) for seconds.
+@pytest.mark.parametrize("blanks", [" ", "\t", " \t"], ids=["spaces", "tabs", "mixed"])
+def test_strip_fences_is_linear_on_a_fence_line_of_blanks(blanks):
+    hostile = ("```" + blanks * 65_536)[:65_536]
+    benign = ("```python\n" + "x = 1\nprint(x + 2)\n" * 6_554)[: len(hostile) - 3] + "```"
+    assert_linear(strip_fences, hostile, benign)
+    assert strip_fences(hostile) == ""
+
+
+# The backtracking pattern strip_fences used before, as an oracle on short inputs.
+_BACKTRACKING_FENCE = re.compile(r"```[ \t]*[\w.+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(["```", "`", "py", "x+1", " ", "\t", "\n", "."]), max_size=16))
+def test_strip_fences_reads_the_blocks_the_backtracking_pattern_read(pieces):
+    text = "".join(pieces)
+    blocks = _BACKTRACKING_FENCE.findall(text)
+    if blocks and not compiles(text):
+        assert strip_fences(text) == "\n".join(b.strip("\n") for b in blocks) + "\n"
 
 
 def test_strip_fences_leaves_unfenced_code_exactly_as_given():
