@@ -87,11 +87,18 @@ def normalize(answer: str) -> str:
     return "".join(_TEXT_RE.sub(r"\1", clean(answer)).split())
 
 
+# Python refuses to read an int of more than 4,300 digits (CVE-2020-10735's limit); a
+# longer run of digits is no answer anyone grades, so it is not read as a number at all.
+MAX_NUMBER_CHARS = 4000
+
+
 def _number(text: str) -> Fraction | None:
     """`text` (already normalized) as an exact number, or None if it is not a plain one.
 
     Understands `1,234.5`, `-0.25`, `3/4` and `\\frac{3}{4}` (numeric parts only).
     """
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
     if _PLAIN_NUMBER_RE.fullmatch(text):
         return Fraction(text.replace(",", ""))
     frac = _LATEX_FRAC_RE.fullmatch(text)

@@ -123,7 +123,7 @@ class EchoProtocol:
 
     def _segment(self, record: CallRecord, budget: int) -> Segment:
         """The echo in policy ids (what the policy would be conditioned on), cut to `budget`."""
-        text, ids = record.text or "", self.policy.encode(record.text or "")[:budget]
+        text, ids = record.text or "", self.policy.encode_foreign(record.text or "")[:budget]
         if self.policy.tokenizer is not None:
             text = self.policy.tokenizer.decode(ids, skip_special_tokens=True)
         meta = {"outcome": record.outcome, "endpoint": record.endpoint}

@@ -7,7 +7,7 @@ from multiprocessing import get_context
 import pytest
 
 from collabrl.rewards import verify as verify_mod
-from collabrl.rewards.verify import clean, is_equivalent, normalize
+from collabrl.rewards.verify import clean, is_equivalent, is_number, normalize
 
 # (pred, gold, expected). Several need sympy (not the fast path): `needs_sympy` below checks.
 CASES: list[tuple[str | None, str, bool]] = [
@@ -192,3 +192,22 @@ def test_the_math_answer_type_accepts_what_math_verify_evaluates() -> None:
     """The default rule is unchanged: an equivalent expression is right."""
     assert is_equivalent(r"36 \times 15", "540") is True
     assert is_equivalent("8 + 6", "14") is True
+
+
+@pytest.mark.parametrize("answer_type", ["math", "number"])
+@pytest.mark.parametrize(
+    "huge",
+    [
+        "1" * 5000,
+        "1" * 5000 + ".5",
+        "-" + "9" * 4400 + "/7",
+        "\\frac{" + "1" * 5000 + "}{2}",
+        "1/" + "3" * 4500,
+        "1" * 5000 + "\\%",
+    ],  # fmt: skip
+)
+def test_a_number_past_pythons_digit_limit_is_false_not_an_error(huge: str, answer_type) -> None:
+    """A policy can write any number of digits; the grader says False, never raises."""
+    assert is_equivalent(huge, "5", answer_type=answer_type) is False
+    assert is_equivalent("5", huge, answer_type=answer_type) is False
+    assert is_number(huge) is False
