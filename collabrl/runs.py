@@ -216,7 +216,7 @@ def prepare_folder(
     saved = out_dir / CONFIG
     try:
         if saved.exists():
-            previous = to_dict(_saved_config(type(config), out_dir), omit)
+            previous = to_dict(saved_config(type(config), out_dir), omit)
             if any(read_records(path) for path in bound_by):
                 _check_same_experiment(to_dict(config, omit), previous, out_dir, resumable)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +347,7 @@ def _git(*args: str, ok: tuple[int, ...] = (0,)) -> bytes:
     return done.stdout
 
 
-def _saved_config(cls: type, out_dir: Path) -> Any:
+def saved_config(cls: type, out_dir: Path) -> Any:
     """The config saved in `out_dir`, read as a `cls`: every command's config class has
     its own keys, so another command's config.yaml does not read as this one's (old
     folders, which record nothing else, stay readable)."""

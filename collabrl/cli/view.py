@@ -98,6 +98,8 @@ def show(
     """Print the selected episodes of `path` (a run folder or its records file)."""
     from collabrl.cli.transcript import print_episode
 
+    if step is not None and every:
+        raise UserError("--step and --all both pick the steps to show", "pass one of them")
     kept = read_kept(path)
     if not kept.training and (step is not None or every):
         raise UserError(f"{kept.path} is an eval's samples: it has no steps", "drop --step/--all")

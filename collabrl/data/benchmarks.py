@@ -224,6 +224,10 @@ def _load_json(path: Path, text: str, line: int | None = None) -> Any:
 def _read_dataset_folder(path: Path, split: str | None) -> list[dict[str, Any]]:
     import datasets
 
+    # A FIFO or device named like an arrow file would block or never end the read.
+    for file in path.rglob("*"):
+        if not file.is_dir():
+            check_regular_file(file, "dataset file")
     try:
         data = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as err:

@@ -66,7 +66,7 @@ def _task(config: InferConfig) -> tuple[Task, tuple[str, ...], str | None]:
     if config.question is not None and config.benchmark is not None:
         raise UserError("give a question or a benchmark item, not both")
     if config.benchmark is None:
-        if not config.question:
+        if not (config.question or "").strip():
             raise UserError("no problem given", "pass a QUESTION, or --bench NAME [--item ID]")
         if registry.uses_reference(config.protocol):
             raise UserError(

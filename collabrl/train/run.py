@@ -162,12 +162,11 @@ def resumed_config(config: T, out: Path) -> T | None:
     """The config a run resumed into `out` was started with (its config.yaml, as the run
     folder saved it: what it left out reads as the defaults), whose pinned numbers it
     keeps; None for a fresh run."""
-    from collabrl.config import build_config, read_yaml
-
     saved = out / runs.CONFIG
     if not (getattr(config, "resume", False) and saved.is_file()):
         return None
-    return build_config(type(config), [read_yaml(saved)])
+    # Read as this command's config: an eval's or a warm-up's folder is refused by name.
+    return runs.saved_config(type(config), out)
 
 
 def last_checkpoint(checkpoints: Path, resume: bool) -> str | None:

@@ -445,6 +445,7 @@ def test_infer_relay_on_a_benchmark_item_as_json(tmp_path: Path, tiny_model_dir:
         (("relay", "Hi"), "needs a teacher"),
         (("consult", "Hi"), "needs experts"),
         (("solo",), "no problem given"),
+        (("solo", " \t\n "), "no problem given"),
         (("solo", "--bench", "gsm8k", "--item", "nope"), "no item 'nope'"),
     ],
 )

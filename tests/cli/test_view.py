@@ -125,6 +125,7 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         ('{"step": 1, "episode": {}}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
         ('{"step": 1, "episode": "s"}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
         ('{"step": [1], "episode": {}}\n', ["metrics.jsonl"], "no record holds a step number"),
+        ('{"step": 1, "episode": {}}\n', ["metrics.jsonl", "--step", "1", "--all"], "pass one"),
     ],
     ids=[
         "missing",
@@ -136,6 +137,7 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         "bad episode",
         "string episode",
         "list step",
+        "step and all",
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, make: str | None, args: list[str], error: str):

@@ -288,6 +288,19 @@ def test_a_dataset_dict_of_one_split_needs_no_name(tmp_path: Path) -> None:
     assert load_benchmark(str(folder), CUSTOM).items == _expected_items(ROWS)
 
 
+def test_a_fifo_in_a_saved_dataset_folder_is_refused_not_read(tmp_path: Path) -> None:
+    """A FIFO named like the arrow file would block `load_from_disk` forever."""
+    import datasets
+
+    folder = tmp_path / "dd"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(folder))
+    arrow = next(folder.rglob("*.arrow"))
+    arrow.unlink()
+    os.mkfifo(arrow)
+    with pytest.raises(UserError, match="not a regular file"):
+        load_benchmark(str(folder), CUSTOM)
+
+
 def test_folder_that_is_not_a_dataset_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "readme.txt").write_text("hello")
     with pytest.raises(UserError, match="not a saved Hugging Face dataset"):

@@ -78,3 +78,12 @@ def test_an_old_relay_folder_saved_whole_resumes(tmp_path: Path) -> None:
 
     assert "schedule" not in yaml.safe_load((tmp_path / runs.CONFIG).read_text())
     assert resumed_config(dataclasses.replace(config, resume=True), tmp_path) == config
+
+
+def test_resuming_into_another_commands_folder_is_refused_by_name(tmp_path: Path) -> None:
+    """`collab train relay --resume --out EVAL_FOLDER`: the folder's config.yaml is an
+    eval's; the error says so, not that an eval key is unknown."""
+    save_config(load_config("eval", None, {"model": "smollm2-135m"}, []), tmp_path / runs.CONFIG)
+    config = relay_config("smollm2-135m", tmp_path)
+    with pytest.raises(UserError, match="holds another command's run"):
+        resumed_config(dataclasses.replace(config, resume=True), tmp_path)
