@@ -373,6 +373,11 @@ def _from_dict(cls: type[T], data: dict[str, Any], prefix: str) -> T:
         key = f"{prefix}{f.name}"
         kind = hints[f.name]
         if is_dataclass(kind):
+            if isinstance(data[f.name], SetValue):  # `--set engine={kind: vllm}`
+                raise UserError(
+                    f"--set {key}=…: {key} is a section of keys; --set sets one at a time",
+                    f"write e.g. --set {key}.{fields(kind)[0].name}=VALUE, once per key",
+                )
             if not isinstance(data[f.name], dict):
                 raise UserError(f"config key '{key}' must be a mapping", "see `collab --help`")
             # Keys not given keep the field's own default (SamplingConfig(max_tokens=256)

@@ -28,10 +28,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from stat import S_ISDIR, S_ISREG
+from typing import TYPE_CHECKING, Any, Literal
 
 from collabrl.devices import DTYPES, resolve_device, resolve_dtype
 from collabrl.errors import UserError
+from collabrl.userfiles import MAX_CONFIG_BYTES, check_regular_file, parse_json, read_user_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -69,6 +71,10 @@ class ModelRef:
     base: ModelRef | None = None  # the base model of a LoRA adapter
 
 
+class StackedAdapter(UserError):
+    """A LoRA adapter whose base model is itself an adapter."""
+
+
 def cache_home() -> Path:
     """Root of collabrl's cache (`$COLLABRL_HOME`, default `~/.cache/collabrl`)."""
     return Path(os.environ.get("COLLABRL_HOME", Path.home() / ".cache" / "collabrl"))
@@ -100,27 +106,55 @@ def hub_name(ref: str) -> re.Match[str] | None:
 
 
 def resolve_model(ref: str) -> ModelRef:
-    """Turn a user's model reference into a `ModelRef`, or explain what is wrong."""
+    """Turn a user's model reference into a `ModelRef`, or explain what is wrong: before
+    anything loads or a run writes its folder, so a model that cannot load (a damaged
+    file, a cache that points elsewhere) leaves nothing behind."""
+    return _resolve(ref, adapter=None)
+
+
+def _resolve(ref: str, adapter: Path | None) -> ModelRef:
+    """`resolve_model`, or, with `adapter`, the base model that adapter names."""
     if ref in EMBEDDED_MODELS:
         return ModelRef(ref, "embedded", _embedded_gguf(EMBEDDED_MODELS[ref]))
     path = Path(ref).expanduser()
-    if hub := hub_name(ref):
-        path = _cached_snapshot(ref, hub["repo"], hub["revision"])
-    return _resolve_path(ref, path)
+    fix = "restore the file, or save the model again"
+    try:
+        if hub := hub_name(ref):
+            path = _cached_snapshot(ref, hub["repo"], hub["revision"])
+            fix = f"download it again where there is network: `hf download {hub['repo']}`"
+        return _resolve_path(ref, path, adapter, fix)
+    except OSError as err:  # a path the system will not look up (a name too long), or read
+        shown = ref if len(ref) <= 80 else f"{ref[:80]}…"
+        raise UserError(
+            f"cannot read model '{shown}': {err.strerror or err}", "check the path"
+        ) from err
 
 
-def _resolve_path(ref: str, path: Path) -> ModelRef:
-    """The model at `path` (a local path, or a hub name's cached snapshot) of `ref`."""
+def _resolve_path(ref: str, path: Path, adapter: Path | None, fix: str) -> ModelRef:
+    """The model at `path` (a local path, or a hub name's cached snapshot) of `ref`, the
+    base of `adapter` if given; `fix` says how to mend a damaged file."""
     if path.is_file() and path.suffix == ".gguf":
         return ModelRef(ref, "gguf", path.resolve())
     if path.is_dir() and (path / "adapter_config.json").is_file():
+        if adapter is not None:
+            # Only the named adapter is applied over its base's weights: the middle one
+            # of a stack would be dropped silently, and a cycle would never end.
+            raise StackedAdapter(
+                f"LoRA adapter {adapter}: its base model '{ref}' is itself a LoRA adapter",
+                "set base_model_name_or_path in its adapter_config.json to the model it "
+                "was trained from (a model folder, an embedded name or a hub name)",
+            )
+        _check_files(ref, path, fix)
+        _check_weights(ref, path, fix)
         return ModelRef(ref, "lora", path.resolve(), base=_adapter_base(path))
     if path.is_dir() and (path / "config.json").is_file():
+        _check_files(ref, path, fix)
         if not _has_weights(path):
             raise UserError(
                 f"'{ref}' has a config.json but no weights (*.safetensors or *.bin)",
                 "pass the folder a model was saved to (save_pretrained), e.g. a run's final/",
             )
+        _check_weights(ref, path, fix)
         return ModelRef(ref, "hf", path.resolve())
     if path.exists():
         raise UserError(
@@ -135,21 +169,45 @@ def _resolve_path(ref: str, path: Path) -> ModelRef:
     )
 
 
+# A commit hash: what a refs/ file of the hub cache holds, and a snapshot folder's name.
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+# A refs/ file holds one commit hash; a larger one is not the cache's.
+MAX_REF_BYTES = 1024
+
+
 def _cached_snapshot(ref: str, repo: str, revision: str | None) -> Path:
     """The snapshot folder of hub repo `repo` in the local Hugging Face cache, found
-    offline: `local_files_only` reads refs/ and snapshots/ and never opens a connection."""
+    offline: `local_files_only` reads refs/ and snapshots/ and never opens a connection.
+    The revision is read here first, so that it can only name a snapshot of this repo:
+    a revision `..`, or a refs/ file that holds a path, would name any folder on disk,
+    and a refs/ file that is a FIFO or a device would block or never end."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         HFValidationError,
         IncompleteSnapshotError,
         LocalEntryNotFoundError,
     )
+    from huggingface_hub.file_download import repo_folder_name
 
     cache = hf_hub_cache()
-    try:
-        return Path(
-            snapshot_download(repo, revision=revision, cache_dir=cache, local_files_only=True)
+    if revision is not None and {".", "..", ""} & set(revision.split("/")):
+        raise UserError(
+            f"'{ref}': the revision '{revision}' is not a branch, tag or commit",
+            f"name one, e.g. {repo}@main",
         )
+    try:
+        folder = cache / repo_folder_name(repo_id=repo, repo_type="model")
+        commit = _cached_commit(folder, revision or "main")
+        return Path(
+            snapshot_download(
+                repo, revision=commit or revision, cache_dir=cache, local_files_only=True
+            )
+        )
+    except UserError as err:  # a file of the repo's cache folder: `_cached_commit`
+        raise UserError(
+            f"'{ref}': {err.problem} (the Hugging Face cache is damaged)",
+            f"download it again where there is network: `hf download {repo}`",
+        ) from err
     except IncompleteSnapshotError as err:
         raise UserError(
             f"'{ref}' is only partly in the Hugging Face cache {cache} (files missing)",
@@ -163,6 +221,98 @@ def _cached_snapshot(ref: str, repo: str, revision: str | None) -> Path:
             f"download it once where there is network (`hf download {repo}`) into that "
             "cache, point HF_HUB_CACHE or HF_HOME at the cache that has it, or pass a folder",
         ) from err
+
+
+def _cached_commit(folder: Path, revision: str) -> str | None:
+    """The commit `revision` names in a repo's cache folder: itself when it is a commit
+    hash, else what its refs/ file holds; None when the cache has no such ref. The files
+    huggingface_hub reads of it are checked to be regular first."""
+    commit: str | None = revision
+    if not _COMMIT.fullmatch(revision):
+        path = folder / "refs" / revision
+        if not os.path.lexists(path):
+            return None
+        commit = read_user_text(path, "cache ref", MAX_REF_BYTES).strip()
+        if not _COMMIT.fullmatch(commit):
+            raise UserError(f"{path} holds no commit hash")
+    trees = folder / "trees" / f"{commit}.json"  # huggingface_hub's listing of the commit
+    if os.path.lexists(trees):
+        check_regular_file(trees, "cache file")
+    return commit
+
+
+def _check_files(ref: str, folder: Path, fix: str) -> None:
+    """Refuse a model folder with a file transformers could not read: a link to a missing
+    file (a cache's blob), or a FIFO or device, which would block or never end."""
+    for entry in sorted(folder.iterdir()):
+        try:
+            mode = entry.stat().st_mode
+        except OSError as err:
+            raise UserError(
+                f"'{ref}': {entry.name} in {folder} cannot be read ({err.strerror}; a link "
+                "to a missing file?)",
+                fix,
+            ) from err
+        if not (S_ISREG(mode) or S_ISDIR(mode)):
+            raise UserError(
+                f"'{ref}': {entry.name} in {folder} is not a regular file (a FIFO or device)", fix
+            )
+
+
+# safetensors' own limit on a header (the library refuses a larger one).
+MAX_SAFETENSORS_HEADER = 100_000_000
+# A sharded model's index maps tensor names to shards: megabytes for the largest models.
+MAX_INDEX_BYTES = 64 << 20
+
+
+def _check_weights(ref: str, folder: Path, fix: str) -> None:
+    """Refuse weights that cannot load, reading headers only (no tensor): a safetensors
+    file cut short (a download or copy that stopped), a shard its index names that is not
+    in the folder."""
+    for path in sorted(folder.glob("*.safetensors")):
+        problem = _safetensors_problem(path)
+        if problem is not None:
+            raise UserError(f"'{ref}': {path.name} in {folder} {problem}", fix)
+    for index in sorted(folder.glob("*.index.json")):
+        shards = _index_shards(index)
+        if shards is None:
+            raise UserError(f"'{ref}': {index.name} in {folder} is not a weights index", fix)
+        # A shard is a file of this folder: a path would load weights from elsewhere.
+        for shard in shards:
+            if "/" in shard or not (folder / shard).is_file():
+                raise UserError(f"'{ref}': {index.name} names {shard}, not in {folder}", fix)
+
+
+def _index_shards(index: Path) -> list[str] | None:
+    """The shard files a sharded model's index names; None when it is no index."""
+    where = f"weights index {index}"
+    data: Any = parse_json(read_user_text(index, "weights index", MAX_INDEX_BYTES), where)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        return None
+    return sorted(set(weight_map.values()))
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """What makes the safetensors file `path` unloadable, from its header: cut short, or
+    not safetensors; None when whole. The file is 8 bytes of header length, the JSON
+    header, then the tensors, which must end where the file does (the library checks
+    the same, but only as the model loads)."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        prefix = file.read(8)
+        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+        if not 0 < length <= min(size - 8, MAX_SAFETENSORS_HEADER):
+            return "is cut short or is not safetensors"
+        header = file.read(length)
+    try:
+        tensors = json.loads(header)
+        ends = [t["data_offsets"][1] for k, t in tensors.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return "is not safetensors (its header does not parse)"
+    if not all(isinstance(end, int) for end in ends) or 8 + length + max(ends, default=0) != size:
+        return "is cut short or is not safetensors (its tensors do not end where it does)"
+    return None
 
 
 def _has_weights(folder: Path) -> bool:
@@ -188,18 +338,22 @@ def _embedded_gguf(model: EmbeddedModel) -> Path:
 
 
 def _adapter_base(adapter: Path) -> ModelRef:
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    base = config.get("base_model_name_or_path")
-    if not base:
+    path = adapter / "adapter_config.json"
+    config = parse_json(read_user_text(path, "adapter config", MAX_CONFIG_BYTES), str(path))
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not base or not isinstance(base, str):
         raise UserError(
             f"{adapter}/adapter_config.json names no base_model_name_or_path",
             "set it to a local model folder or an embedded name",
         )
     try:
-        return resolve_model(base)
+        return _resolve(base, adapter)
+    except StackedAdapter:
+        raise  # it names this adapter already
     except UserError as err:
         raise UserError(
-            f"LoRA adapter {adapter}: its base model '{base}' is not available locally",
+            f"LoRA adapter {adapter}: its base model '{base}' is not available locally "
+            f"({err.problem})",
             "set base_model_name_or_path in adapter_config.json to a local folder, "
             "an embedded name or a hub name in the Hugging Face cache",
         ) from err

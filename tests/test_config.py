@@ -124,7 +124,7 @@ def test_wrong_type_names_the_key_and_the_value(layer: dict, key: str, shown: st
 
 def test_a_sub_config_given_a_scalar_is_an_error() -> None:
     with pytest.raises(UserError, match="'sampling' must be a mapping"):
-        build_config(EvalConfig, [], ["sampling=3"])
+        build_config(EvalConfig, [{"sampling": 3}])  # `--set sampling=3`: below
 
 
 # --- unknown keys --------------------------------------------------------------------------------
@@ -270,6 +270,32 @@ def test_a_hostile_set_is_one_line(assignment: str, problem: str) -> None:
 
 
 # --- --set parsing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "key", "first"),
+    [
+        ("engine={kind: vllm}", "engine", "kind"),  # a YAML flow mapping
+        ("protocol.relay={max_calls: 3}", "protocol.relay", "max_calls"),
+        ("sampling=4", "sampling", "n"),
+    ],
+)
+def test_set_of_a_whole_section_says_to_set_its_keys(assignment: str, key: str, first: str) -> None:
+    """Before: "config key 'engine' must be a mapping", of a value that was one."""
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [], [assignment])
+    assert (
+        info.value.problem == f"--set {key}=…: {key} is a section of keys; --set sets one at a time"
+    )
+    assert info.value.fix == f"write e.g. --set {key}.{first}=VALUE, once per key"
+
+
+def test_a_megabyte_set_value_is_accepted_as_text_or_refused_in_one_line() -> None:
+    big = "a" * (1 << 20)
+    assert build_config(EvalConfig, [], [f"model={big}"]).model == big  # text: verbatim
+    with pytest.raises(UserError) as info:
+        build_config(EvalConfig, [], [f"sampling.n={'9' * (1 << 20)}"])
+    assert info.value.problem.startswith("--set sampling.n=999") and len(str(info.value)) < 200
 
 
 @pytest.mark.parametrize("assignment", ["sampling.n", "=4", " =4", ""])

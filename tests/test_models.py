@@ -247,6 +247,58 @@ def test_adapter_without_base_is_a_user_error(lora_dir: Path, tmp_path: Path) ->
         resolve_model(str(adapter))
 
 
+def _adapter_on(lora_dir: Path, folder: Path, base: str) -> Path:
+    """A copy of the tiny adapter in `folder` whose adapter_config.json names `base`."""
+    import shutil
+
+    shutil.copytree(lora_dir, folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = base
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_an_adapter_whose_base_is_itself_is_one_line(lora_dir: Path, tmp_path: Path) -> None:
+    """Before: a RecursionError traceback."""
+    adapter = _adapter_on(lora_dir, tmp_path / "self", str(tmp_path / "self"))
+    with pytest.raises(UserError) as info:
+        resolve_model(str(adapter))
+    assert info.value.problem == (
+        f"LoRA adapter {adapter}: its base model '{adapter}' is itself a LoRA adapter"
+    )
+
+
+def test_adapters_that_are_each_others_base_are_one_line(lora_dir: Path, tmp_path: Path) -> None:
+    """Before: a RecursionError traceback. A stack of two (an adapter on an adapter) is
+    refused too: only the named adapter is applied over its base's weights, so the
+    middle one would be dropped silently."""
+    first = _adapter_on(lora_dir, tmp_path / "a", str(tmp_path / "b"))
+    _adapter_on(lora_dir, tmp_path / "b", str(first))
+    with pytest.raises(UserError, match=f"its base model '{tmp_path / 'b'}' is itself a LoRA"):
+        resolve_model(str(first))
+
+
+def test_an_adapter_whose_base_is_a_folder_without_a_model_says_why(
+    lora_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapter = _adapter_on(lora_dir, tmp_path / "work" / "adapter", "..")
+    monkeypatch.chdir(adapter)  # PEFT reads a relative base from the working directory
+    with pytest.raises(UserError) as info:
+        resolve_model(str(adapter))
+    assert info.value.problem == (
+        f"LoRA adapter {adapter}: its base model '..' is not available locally ('..' is not "
+        "a model: no config.json, adapter_config.json or .gguf file)"
+    )
+
+
+def test_a_model_name_too_long_for_a_path_is_one_line(tmp_path: Path) -> None:
+    """Before: an OSError (File name too long) traceback."""
+    for ref in ("a" * 5000, f"org/{'a' * 300}", str(tmp_path / ("b" * 300))):
+        with pytest.raises(UserError) as info:
+            resolve_model(ref)
+        assert "\n" not in str(info.value) and len(info.value.problem) < 600
+
+
 # --- the embedded model and GGUF conversion ------------------------------------------------------
 
 

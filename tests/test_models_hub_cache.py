@@ -8,7 +8,9 @@ to is one transformers really loads.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -137,3 +139,89 @@ def test_a_url_is_never_looked_up_in_the_cache(hub_cache: Path) -> None:
     with pytest.raises(UserError) as info:
         resolve_model("http://127.0.0.1:8000/v1")
     assert "Hugging Face cache" not in info.value.problem
+
+
+# --- a damaged cache, or one that points elsewhere: one line, before anything loads ---------------
+
+
+def _weights(snapshot: Path) -> Path:
+    return snapshot / "model.safetensors"
+
+
+def _dangling(snapshot: Path) -> None:
+    _weights(snapshot).resolve().unlink()  # its blob is gone: a download cut off, a cleanup
+
+
+def _cut_short(snapshot: Path) -> None:
+    blob = _weights(snapshot).resolve()
+    blob.write_bytes(blob.read_bytes()[:1000])
+
+
+def _fifo(snapshot: Path) -> None:
+    _weights(snapshot).unlink()
+    os.mkfifo(_weights(snapshot))  # reading it would wait for a writer forever
+
+
+def _endless(snapshot: Path) -> None:
+    _weights(snapshot).unlink()
+    _weights(snapshot).symlink_to("/dev/zero")  # reading it would never end
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (_dangling, "model.safetensors in {snapshot} cannot be read (No such file"),
+        (_cut_short, "model.safetensors in {snapshot} is cut short or is not safetensors"),
+        (_fifo, "model.safetensors in {snapshot} is not a regular file (a FIFO or device)"),
+        (_endless, "model.safetensors in {snapshot} is not a regular file (a FIFO or device)"),
+    ],
+    ids=["dangling blob link", "cut short", "FIFO", "/dev/zero"],
+)
+def test_damaged_weights_in_the_cache_are_one_line(
+    damage, problem: str, hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    """Before, each resolved (a glob found the name) and failed as the model loaded, with
+    a traceback, after the run had written its folder."""
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    damage(snapshot)
+    with pytest.raises(UserError) as info:
+        resolve_model(REPO)
+    assert info.value.problem.startswith(f"'{REPO}': " + problem.format(snapshot=snapshot))
+    assert info.value.fix == f"download it again where there is network: `hf download {REPO}`"
+
+
+@pytest.mark.parametrize("revision", ["..", ".", "main/../..", "refs/"])
+def test_a_revision_that_is_a_path_is_refused(
+    revision: str, hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    """Before, `@..` and `@.` read refs/.. (a folder): an IsADirectoryError traceback."""
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    with pytest.raises(UserError, match=f"the revision '{re.escape(revision)}' is not a branch"):
+        resolve_model(f"{REPO}@{revision}")
+
+
+def test_a_ref_that_points_outside_the_cache_is_refused(
+    hub_cache: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Before, refs/main holding `../../../elsewhere` loaded whatever model was there."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(tiny_model_dir, elsewhere)
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    ref = hub_cache / "models--tiny-org--tiny-llama" / "refs" / "main"
+    ref.write_text(os.path.relpath(elsewhere, ref.parent.parent / "snapshots"))
+    with pytest.raises(UserError) as info:
+        resolve_model(REPO)
+    assert info.value.problem == (
+        f"'{REPO}': {ref} holds no commit hash (the Hugging Face cache is damaged)"
+    )
+
+
+@pytest.mark.parametrize("shard", ["model-00002-of-00002.safetensors", "../../elsewhere.bin"])
+def test_an_index_naming_a_shard_not_in_the_snapshot_is_refused(
+    shard: str, hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    index = {"weight_map": {"a": "model.safetensors", "b": shard}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(UserError, match=f"model.safetensors.index.json names {re.escape(shard)}"):
+        resolve_model(REPO)

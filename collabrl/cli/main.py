@@ -39,6 +39,9 @@ RESUME_HINTS = {
     ),
 }
 
+# Words after which a command does no work (a help page, a dry run), so a Ctrl-C kept none.
+NO_WORK = frozenset(("--help", "--dry-run"))
+
 
 # What Typer returns (not standalone) for a Ctrl-C outside a command's invocation; no
 # command of ours returns it.
@@ -140,7 +143,7 @@ def main() -> None:
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except Interrupted as err:
-        hint = RESUME_HINTS.get(err.command or "")
+        hint = None if NO_WORK.intersection(sys.argv[1:]) else RESUME_HINTS.get(err.command or "")
         _fail(f"interrupted; {hint}" if hint else "interrupted", 130)
     except (typer.Abort, KeyboardInterrupt):
         _fail("interrupted", 130)  # before or after any command ran

@@ -271,6 +271,8 @@ def protocol_params(command: str, taken: set[str]) -> list[Any]:
     """The click options of `command`'s protocol flags, typed by their config fields (bool:
     a flag, list: repeatable). A flag that a command option already has is left out: a
     plugin cannot take `--model` over."""
+    from collabrl.protocols import registry
+
     keyword = inspect.Parameter.KEYWORD_ONLY
     signature = []
     for key, (decls, spec) in protocol_flags(command).items():
@@ -287,7 +289,7 @@ def protocol_params(command: str, taken: set[str]) -> list[Any]:
             expose_value=False,
             callback=_keep,
         )
-        kind = _option_type(load_config_class(command), spec, key)
+        kind = registry.option_type(spec, key)
         signature.append(
             inspect.Parameter(_param_name(key), keyword, default=declared, annotation=kind)
         )
@@ -304,19 +306,6 @@ def protocol_params(command: str, taken: set[str]) -> list[Any]:
 def _param_name(key: str) -> str:
     """The parameter name of protocol key `key`, apart from every command option's."""
     return "protocol_" + key.replace(".", "_")
-
-
-def _option_type(config_class: type, spec: ProtocolSpec, key: str) -> Any:
-    """The type of protocol key `key`: its ProtocolConfig field's, or, for `options.KEY`,
-    its spec's options class field's; None dropped (an option not given sets nothing)."""
-    if key.startswith("options."):
-        node, path = spec.options, key.split(".")[1:]
-    else:
-        node, path = config_class, ["protocol", *key.split(".")]
-    for part in path:
-        node = typing.get_type_hints(node)[part]
-    args = [a for a in typing.get_args(node) if a is not type(None)]
-    return args[0] if typing.get_origin(node) is not list and len(args) == 1 else node
 
 
 def _keep(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
@@ -430,8 +419,7 @@ def command_fix(fix: str | None, options: set[str], command: str) -> str | None:
     their flags (a spec's check does not know which command runs it)."""
     if not fix or command not in CONFIG_CLASSES:
         return fix
-    config_class = load_config_class(command)
-    if "protocol" not in {f.name for f in fields(config_class)}:
+    if "protocol" not in {f.name for f in fields(load_config_class(command))}:
         return fix  # `collab filter`'s --teacher is its own, at its config's top level
     from collabrl.protocols import registry
 
@@ -446,7 +434,7 @@ def command_fix(fix: str | None, options: set[str], command: str) -> str | None:
         if flag not in by_flag or flag in options:
             return match.group(0)
         key, spec = by_flag[flag]
-        kind = _option_type(config_class, spec, key)
+        kind = registry.option_type(spec, key)
         if kind is bool:  # a flag: the word after it is the fix's own
             return f"--set protocol.{key}=true{value}"
         if typing.get_origin(kind) is list:

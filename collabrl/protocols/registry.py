@@ -15,17 +15,20 @@ once, on the first query (see docs/protocols/README.md, "Adding a protocol"). A 
 
 from __future__ import annotations
 
+import re
 import sys
-from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+import typing
+from dataclasses import is_dataclass
+from importlib.metadata import EntryPoint, distributions, entry_points
+from pathlib import Path
+from typing import Any
 
 from collabrl.engines.reference import stand_in_accuracy
+from collabrl.episode import Author
 from collabrl.errors import UserError
 from collabrl.protocols import apollo, consult, relay, solo, strategy
-from collabrl.protocols.spec import Collaborator, Flag, ProtocolSpec
-
-if TYPE_CHECKING:
-    from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.spec import Collaborator, Flag, PolicyPrompt, ProtocolSpec
 
 # Where an installed package registers a protocol: each entry point loads to a ProtocolSpec.
 ENTRY_POINT_GROUP = "collabrl.protocols"
@@ -40,15 +43,22 @@ BUILTIN: tuple[ProtocolSpec, ...] = (
 
 # The registered protocols by name, in registration order (the built-in ones first).
 _SPECS: dict[str, ProtocolSpec] = {}
+# A plugin's own config keys are fields of its options class, under `protocol.options`.
+OPTIONS_PREFIX = "options."
+
 # Plugins that could not be loaded, by entry-point name: why (the unknown-name error says).
 _BROKEN: dict[str, str] = {}
 _plugins_loaded = False
 
 
-def register(spec: ProtocolSpec) -> ProtocolSpec:
-    """Add a protocol; its name must be new (`unregister` frees one), and a collaborator
-    or flag it shares with a registered protocol must be declared the same (the CLI has
-    one option per config key)."""
+def register(spec: ProtocolSpec, plugin: bool = False) -> ProtocolSpec:
+    """Add a protocol; its name must be new (`unregister` frees one), every field of the
+    spec what the rest of collabrl reads it as (`_check_spec`; a `plugin`'s keys its own
+    options', `_check_plugin`), and a collaborator or flag it shares with a registered
+    protocol must be declared the same (the CLI has one option per config key)."""
+    _check_spec(spec)
+    if plugin:
+        _check_plugin(spec)
     if spec.name in _SPECS:
         raise ValueError(f"a protocol named {spec.name!r} is already registered")
     for collaborator in spec.collaborators:
@@ -80,6 +90,146 @@ def _check_declarations(spec: ProtocolSpec) -> None:
                 )
 
 
+# A protocol name: a word of the command line (`collab infer NAME`) and of a YAML value.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# An option a protocol declares: `--word-word` or `-x` (click reads anything else as a
+# parameter name, or refuses it only when the command is built).
+_DECL = re.compile(r"--[a-z0-9][a-z0-9-]*|-[A-Za-z0-9]")
+# What a protocol option may set, so that click can parse it: a scalar, or a list of them.
+_OPTION_SCALARS = (str, int, float, bool, Path)
+_SPEC_FUNCTIONS = ("build", "check", "uses_reference", "calls", "episode_extras")
+
+
+def _check_spec(spec: ProtocolSpec) -> None:
+    """Refuse a spec whose fields the rest of collabrl could not read: a plugin's mistake
+    must fail its own registration (one line, the plugin skipped), never later in the
+    code every command shares (the CLI's options, help, the unknown-name error)."""
+    if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
+        raise ValueError(f"the name {spec.name!r} is not letters, digits, '_', '-' or '.'")
+    if not isinstance(spec.help, str):
+        raise TypeError(f"protocol {spec.name}: help is a {type(spec.help).__name__}, not text")
+    for name in _SPEC_FUNCTIONS:
+        if not callable(getattr(spec, name)):
+            raise TypeError(f"protocol {spec.name}: {name} is not callable")
+    if spec.template is not None and not callable(spec.template):
+        raise TypeError(f"protocol {spec.name}: template is not callable")
+    if not isinstance(spec.prompt, PolicyPrompt):
+        raise TypeError(f"protocol {spec.name}: prompt is not a PolicyPrompt")
+    if not isinstance(spec.grpo, bool):
+        raise TypeError(f"protocol {spec.name}: grpo is not a bool")
+    if not (spec.call_syntax is None or isinstance(spec.call_syntax, str)):
+        raise TypeError(f"protocol {spec.name}: call_syntax is neither None nor text")
+    if not _tuple_of(spec.metric_keys, str):
+        raise TypeError(f"protocol {spec.name}: metric_keys is not a tuple of text")
+    if spec.section is not None and spec.section not in _sections():
+        raise ValueError(
+            f"protocol {spec.name}: section {spec.section!r} is not one of protocol."
+            f"{', protocol.'.join(_sections())}"
+        )
+    _check_options(spec)
+    if not _tuple_of(spec.collaborators, Collaborator):
+        raise TypeError(f"protocol {spec.name}: collaborators is not a tuple of Collaborator")
+    if not _tuple_of(spec.flags, Flag):
+        raise TypeError(f"protocol {spec.name}: flags is not a tuple of Flag")
+    for collaborator in spec.collaborators:
+        _check_collaborator(spec, collaborator)
+    for flag in spec.flags:
+        if not (isinstance(flag.decls, tuple) and flag.decls):
+            raise TypeError(f"protocol {spec.name}: flag {flag.key!r} declares no option")
+        _check_key(spec, flag.key, flag.decls)
+
+
+def _check_collaborator(spec: ProtocolSpec, collaborator: Collaborator) -> None:
+    c, where = collaborator, f"protocol {spec.name}: collaborator {collaborator.name!r}"
+    if not isinstance(c.name, str) or not all(isinstance(v, bool) for v in (c.served, c.many)):
+        raise TypeError(f"{where}: its name is not text, or served or many not a bool")
+    if not (c.author is None or isinstance(c.author, Author)):
+        raise TypeError(f"{where}: its author is not an Author")
+    if not callable(c.served_when):
+        raise TypeError(f"{where}: served_when is not callable")
+    _check_key(spec, c.key, () if c.flag is None else (c.flag,))
+
+
+def _check_key(spec: ProtocolSpec, key: object, decls: tuple[object, ...]) -> None:
+    """Refuse a key that is no config field (`option_type` resolves it) or, when the CLI
+    gets an option for it, one click cannot parse, declared as no option can be."""
+    if not isinstance(key, str):
+        raise TypeError(f"protocol {spec.name}: the config key {key!r} is not text")
+    kind = option_type(spec, key)
+    if not decls:
+        return
+    for decl in decls:
+        if not (isinstance(decl, str) and _DECL.fullmatch(decl)):
+            raise ValueError(f"protocol {spec.name}: {decl!r} is not an option (--name or -x)")
+    item = typing.get_args(kind)[0] if typing.get_origin(kind) is list else kind
+    if item not in _OPTION_SCALARS or (item is bool and kind is not item):
+        raise TypeError(f"protocol {spec.name}: {decls[0]} would set protocol.{key}, a {kind}")
+
+
+def _check_options(spec: ProtocolSpec) -> None:
+    """An options class is a dataclass whose every field has a default (a run that sets
+    none of them builds it) and a type the config reader knows."""
+    from collabrl.config import build_config, field_help
+
+    options = spec.options
+    if options is None:
+        return
+    if not (isinstance(options, type) and is_dataclass(options)):
+        raise TypeError(f"protocol {spec.name}: options is not a dataclass class")
+    try:
+        field_help(options)
+        build_config(options, [])
+    except Exception as err:  # whatever reading the plugin's class raises is its mistake
+        raise TypeError(f"protocol {spec.name}: its options class: {err}") from err
+
+
+def _tuple_of(value: object, kind: type) -> bool:
+    return isinstance(value, tuple) and all(isinstance(item, kind) for item in value)
+
+
+def _sections() -> tuple[str, ...]:
+    """The sections of ProtocolConfig (relay, consult, …): a spec's `section` is one."""
+    hints = typing.get_type_hints(ProtocolConfig)
+    return tuple(name for name, kind in hints.items() if is_dataclass(kind))
+
+
+def option_type(spec: ProtocolSpec, key: str) -> Any:
+    """The type of protocol key `key` (dotted under `protocol.`): its ProtocolConfig
+    field's, or, for `options.KEY`, its spec's options class field's; None dropped (an
+    option not given sets nothing). A ValueError names a key that is no field."""
+    if key.startswith(OPTIONS_PREFIX):
+        node: Any = spec.options
+        path = key.removeprefix(OPTIONS_PREFIX).split(".")
+    else:
+        node, path = ProtocolConfig, key.split(".")
+    for part in path:
+        hints = typing.get_type_hints(node) if is_dataclass(node) else {}
+        if part not in hints:
+            raise ValueError(f"protocol {spec.name}: protocol.{key} is no config field")
+        node = hints[part]
+    args = [a for a in typing.get_args(node) if a is not type(None)]
+    return args[0] if typing.get_origin(node) is not list and len(args) == 1 else node
+
+
+def _check_plugin(spec: ProtocolSpec) -> None:
+    """What a plugin may not do that a built-in protocol does: declare a key of its own
+    outside its options class (`options.KEY`), or claim a section of ProtocolConfig that
+    no registered protocol has: the run folder of every other protocol would leave that
+    key out of its saved config (`protocols/saved.py`), and a resume would lose it. It
+    may share a registered protocol's declaration (relay's teacher)."""
+    declared = {item.key for item in (*_collaborators(), *_flags())}
+    for item in (*spec.collaborators, *spec.flags):
+        if not item.key.startswith(OPTIONS_PREFIX) and item.key not in declared:
+            raise ValueError(
+                f"protocol {spec.name}: protocol.{item.key} is no registered protocol's; "
+                "a plugin's own keys are options.KEY (a field of its options class)"
+            )
+    if spec.section is not None and spec.section not in {s.section for s in _SPECS.values()}:
+        raise ValueError(
+            f"protocol {spec.name}: no registered protocol has protocol.{spec.section}"
+        )
+
+
 def _declarer(key: str) -> str:
     """The first registered protocol that declares `key`."""
     for spec in _SPECS.values():
@@ -100,28 +250,75 @@ def unregister(name: str) -> None:
 
 
 def _load_plugins() -> None:
-    """Register every installed plugin protocol, once. One that fails to load, or whose
-    name is taken, is skipped with one line on stderr: a broken third-party package must
-    not stop the built-in protocols (the unknown-name error names it)."""
+    """Register every installed plugin protocol, once. One that fails to load, whose
+    spec is malformed or whose name is taken is skipped with one line on stderr: a broken
+    third-party package must not stop the built-in protocols (the unknown-name error
+    names it). A Ctrl-C while one imports stays an interrupt."""
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    for name, value, point in _plugin_points():
         try:
-            spec = point.load()
-            if not isinstance(spec, ProtocolSpec):
-                raise TypeError(f"{point.value} is a {type(spec).__name__}, not a ProtocolSpec")
-            if spec.name in _SPECS:
-                raise ValueError(f"the name {spec.name!r} is taken")
-            register(spec)
-        except Exception as error:  # whatever a plugin raises is the plugin's failure
-            _BROKEN[point.name] = f"{type(error).__name__}: {error}"
+            if isinstance(point, Exception):
+                raise point
+            _load_point(point)
+        # A plugin that calls sys.exit at import is broken like one that raises: left to
+        # itself, it would end `collab` with its code (0) before the command ran.
+        except (Exception, SystemExit) as error:
+            _BROKEN[name] = _failure(error)
             print(
-                f"collabrl: skipped the protocol plugin '{point.name}' ({point.value}): "
-                f"{_BROKEN[point.name]}",
+                f"collabrl: skipped the protocol plugin '{name}' ({value}): {_BROKEN[name]}",
                 file=sys.stderr,
             )
+
+
+def _load_point(point: EntryPoint) -> None:
+    if not point.pattern.fullmatch(point.value):
+        raise ValueError(f"{point.value!r} is not module:attribute")
+    spec = point.load()
+    if not isinstance(spec, ProtocolSpec):
+        raise TypeError(f"{point.value} is a {type(spec).__name__}, not a ProtocolSpec")
+    if isinstance(spec.name, str) and spec.name in _SPECS:
+        raise ValueError(f"the name {spec.name!r} is taken")
+    register(spec, plugin=True)
+
+
+def _plugin_points() -> list[tuple[str, str, EntryPoint | Exception]]:
+    """(name, value, entry point) of every installed protocol plugin. Where a distribution's
+    entry points cannot be read (a malformed entry_points.txt, of any package), each
+    distribution is read alone, so that the broken one alone is skipped: it is an entry
+    of its own, with the error."""
+    try:
+        return [(p.name, p.value, p) for p in entry_points(group=ENTRY_POINT_GROUP)]
+    except Exception:  # the packager's metadata: whatever parsing it raises
+        return _points_by_distribution()
+
+
+def _points_by_distribution() -> list[tuple[str, str, EntryPoint | Exception]]:
+    """`_plugin_points`, one distribution at a time, each once (the first on sys.path, as
+    `importlib.metadata.entry_points` picks)."""
+    found: list[tuple[str, str, EntryPoint | Exception]] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        try:
+            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+            if name in seen:
+                continue
+            seen.add(name)
+            points = dist.entry_points.select(group=ENTRY_POINT_GROUP)
+            found += [(point.name, point.value, point) for point in points]
+        except Exception as error:  # this distribution's metadata
+            found.append((str(getattr(dist, "_path", "a distribution")), "its metadata", error))
+    return found
+
+
+def _failure(error: BaseException) -> str:
+    """One line saying why a plugin failed to load."""
+    if isinstance(error, SystemExit):
+        return f"it exited while loading (SystemExit {error.code!r})"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _registered() -> dict[str, ProtocolSpec]:
@@ -214,8 +411,6 @@ def read_options(config: ProtocolConfig) -> Any:
 
 
 # -- what a config's collaborators are, whichever protocol declares them -----------------
-
-OPTIONS_PREFIX = "options."
 
 
 def collaborator_value(

@@ -79,9 +79,10 @@ def load_reward_func(spec: str) -> RewardFunc:
         )
     try:
         module = _import_file(source) if source.endswith(".py") else _import_module(source)
-    except Exception as err:  # whatever the user's module raises on import
-        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot import {source} (reward function {spec}): {problem}") from err
+    # Whatever the user's module raises on import; one that calls sys.exit would end the
+    # run with its code (0: a success that trained nothing) before anything was said.
+    except (Exception, SystemExit) as err:
+        raise UserError(f"cannot import {source} (reward function {spec}): {_why(err)}") from err
     function = getattr(module, name, None)
     if not callable(function):
         raise UserError(
@@ -133,14 +134,19 @@ def checked(function: Callable[..., Any], spec: str) -> RewardFunc:
             values = function(prompts=prompts, completions=completions, **kwargs)
             if inspect.isawaitable(values):
                 values = asyncio.run(values)  # type: ignore[arg-type]
-        except Exception as err:
-            problem = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            raise UserError(
-                f"reward function {spec} raised {type(err).__name__}: {problem}".rstrip(": ")
-            ) from err
+        except (Exception, SystemExit) as err:  # sys.exit in it would end training with 0
+            raise UserError(f"reward function {spec} raised {_why(err)}") from err
         return checked_rewards(values, len(completions), spec)
 
     return reward
+
+
+def _why(error: BaseException) -> str:
+    """One line of what a user's module or function raised."""
+    if isinstance(error, SystemExit):
+        return f"SystemExit: sys.exit({error.code!r}) was called"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def checked_rewards(values: Any, expected: int, spec: str) -> list[float | None]:

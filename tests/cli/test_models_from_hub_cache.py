@@ -3,6 +3,7 @@ local Hugging Face cache, and `serve --engine vllm --dry-run` with no weights he
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,36 @@ def test_serve_vllm_dry_run_needs_no_weights(tmp_path: Path) -> None:
 def test_serve_without_dry_run_still_refuses_a_missing_model(tmp_path: Path) -> None:
     result = collab("serve", "expert", "--engine", "vllm", "--model", "./QwQ-32B", cwd=tmp_path)
     assert_one_line_error(result, "unknown model './QwQ-32B'")
+
+
+def test_a_damaged_cached_model_is_one_line_and_leaves_no_run_folder(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Before: eval wrote its folder, then failed with a safetensors traceback."""
+    snapshot = fake_hub_cache(tmp_path / "hub", REPO, tiny_model_dir)
+    blob = (snapshot / "model.safetensors").resolve()
+    blob.write_bytes(blob.read_bytes()[:4096])  # a download cut off
+    args = ["eval", "run", "arith", "--model", REPO, "--limit", "1", "--out", "run"]
+    result = collab(*args, cwd=tmp_path, env={"HF_HUB_CACHE": str(tmp_path / "hub")})
+    assert_one_line_error(result, f"'{REPO}': model.safetensors in", "is cut short")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_ref_that_is_no_regular_file_is_refused_unread(
+    kind: str, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Before, huggingface_hub opened refs/main: a FIFO blocked forever, /dev/zero was read
+    until memory ran out (here: the process timeout)."""
+    fake_hub_cache(tmp_path / "hub", REPO, tiny_model_dir)
+    ref = tmp_path / "hub" / "models--tiny-org--tiny-llama" / "refs" / "main"
+    ref.unlink()
+    if kind == "fifo":
+        os.mkfifo(ref)
+    else:
+        ref.symlink_to("/dev/zero")
+    args = ["eval", "run", "arith", "--model", REPO, "--limit", "1", "--out", "run"]
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    result = collab(*args, cwd=tmp_path, env=env, timeout=60)
+    assert_one_line_error(result, f"'{REPO}': cannot read cache ref {ref}: not a regular file")
+    assert not (tmp_path / "run").exists()

@@ -88,6 +88,109 @@ def test_a_broken_plugin_is_named_in_the_unknown_protocol_error(plugins) -> None
     assert "plugins that failed to load: broken: ImportError" in message
 
 
+# A plugin package's module, malformed in one way each: what its one warning line says.
+SOLO = """
+from dataclasses import dataclass
+from collabrl.config import option
+from collabrl.protocols.solo import build_solo
+from collabrl.protocols.spec import Collaborator, Flag, ProtocolSpec
+@dataclass
+class Options:
+    rounds: int = option(1, "Rounds.")
+class NotADataclass:
+    rounds: int = 1
+"""
+MALFORMED = {
+    "a flag of a key its options lack": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, options=Options, '
+        'flags=(Flag("options.nope", ("--nope",)),))',
+        "protocol.options.nope is no config field",
+    ),
+    "a flag without an options class": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, flags=(Flag("options.rounds", ("--r",)),))',
+        "protocol.options.rounds is no config field",
+    ),
+    "a name that is no text": ('SPEC = ProtocolSpec(123, "h", build_solo)', "the name 123"),
+    "an options class that is no dataclass": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, options=NotADataclass)',
+        "options is not a dataclass class",
+    ),
+    "an option declared as no option": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, options=Options, '
+        'flags=(Flag("options.rounds", ("rounds",)),))',
+        "'rounds' is not an option",
+    ),
+    "a key of its own outside its options": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, flags=(Flag("tokenizer", ("--tok",)),))',
+        "protocol.tokenizer is no registered protocol's",
+    ),
+    "a section that is no section": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, section="tokenizer")',
+        "section 'tokenizer' is not one of",
+    ),
+    "collaborators that are no tuple": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, collaborators=["teacher"])',
+        "collaborators is not a tuple of Collaborator",
+    ),
+    "a sys.exit at import": ("raise SystemExit(0)", "it exited while loading (SystemExit 0)"),
+}
+
+
+def _install(root: Path, module: str, source: str, entry_points: str) -> None:
+    """A plugin package as pip leaves it: its module and a dist-info on sys.path."""
+    (root / f"{module}.py").write_text(source)
+    dist = root / f"{module}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(entry_points)
+
+
+@pytest.fixture
+def fresh_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A registry that has not looked for plugins yet, and a folder on sys.path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
+    monkeypatch.setattr(registry, "_BROKEN", {})
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("source", "why"), MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_plugin_is_one_warning_and_skipped(
+    fresh_registry: Path, capsys, source: str, why: str
+) -> None:
+    """Before, each of these was registered and broke every command later (a KeyError or
+    TypeError traceback in the CLI's options or help), or ended `collab` with exit 0."""
+    module = f"collab_{fresh_registry.name}"  # one per test: Python keeps what it imported
+    _install(fresh_registry, module, SOLO + source, f"[collabrl.protocols]\nm = {module}:SPEC\n")
+    assert registry.names() == tuple(spec.name for spec in registry.BUILTIN)
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"collabrl: skipped the protocol plugin 'm' ({module}:SPEC)")
+    assert why in line
+    with pytest.raises(UserError, match="plugins that failed to load: m: "):
+        registry.get("m")
+
+
+def test_an_unreadable_entry_points_file_skips_that_package_alone(
+    fresh_registry: Path, capsys
+) -> None:
+    """A malformed entry_points.txt (a line without `=`) made importlib.metadata raise for
+    every package: before, every command failed with a TypeError traceback."""
+    _install(fresh_registry, "collab_garbled", "", "[collabrl.protocols]\nno equals sign\n")
+    fine = SOLO + 'SPEC = ProtocolSpec("fine", "a plugin beside a broken one", build_solo)\n'
+    _install(fresh_registry, "collab_fine", fine, "[collabrl.protocols]\nfine = collab_fine:SPEC\n")
+    assert registry.names()[-1] == "fine"
+    [line] = capsys.readouterr().err.splitlines()
+    assert "collab_garbled-0.1.dist-info" in line
+
+
+def test_a_ctrl_c_while_a_plugin_imports_stays_an_interrupt(fresh_registry: Path) -> None:
+    points = "[collabrl.protocols]\nc = collab_ctrl_c:SPEC\n"
+    _install(fresh_registry, "collab_ctrl_c", "raise KeyboardInterrupt\n", points)
+    with pytest.raises(KeyboardInterrupt):
+        registry.names()
+
+
 def test_a_plugin_sharing_a_collaborator_takes_it_and_is_listed_as_its_user(plugins) -> None:
     check_protocol_config(ProtocolConfig(name="tutor", teacher="reference"))
     with pytest.raises(UserError, match="use a protocol that has: relay, tutor"):

@@ -188,11 +188,17 @@ def test_a_collaborator_or_flag_is_declared_once_across_protocols() -> None:
     # The CLI has one option per config key: a second declaration must be the same one.
     other_teacher = dataclasses.replace(relay.TEACHER, flag="--mentor")
     taken_flag = Flag("options.mark", ("--teacher",))
-    silent = Collaborator("critic", key="options.critic", flag="--critic", served=True)
+    silent = Collaborator("critic", key="options.mark", flag="--critic", served=True)
     for spec, match in [
         (ProtocolSpec("x", "x", build_echo, collaborators=(other_teacher,)), "declared otherwise"),
-        (ProtocolSpec("x", "x", build_echo, flags=(taken_flag,)), "--teacher already sets"),
-        (ProtocolSpec("x", "x", build_echo, collaborators=(silent,)), "declare their author"),
+        (
+            ProtocolSpec("x", "x", build_echo, flags=(taken_flag,), options=EchoOptions),
+            "--teacher already sets",
+        ),
+        (
+            ProtocolSpec("x", "x", build_echo, collaborators=(silent,), options=EchoOptions),
+            "declare their author",
+        ),
     ]:
         with pytest.raises(ValueError, match=match):
             registry.register(spec)

@@ -110,6 +110,9 @@ import math
 def raises(prompts, completions, **kwargs):
     raise ValueError("no score for this\\nsecond line")
 
+def exits(prompts, completions, **kwargs):
+    raise SystemExit(0)
+
 def none(prompts, completions, **kwargs):
     return None
 
@@ -153,6 +156,8 @@ def bad_rewards(tmp_path: Path) -> Path:
     ("name", "problem"),
     [
         ("raises", "reward function {spec} raised ValueError: no score for this$"),
+        # Before, it ended the whole training run with exit 0, as if it had finished.
+        ("exits", r"reward function {spec} raised SystemExit: sys.exit\(0\) was called$"),
         ("none", "reward function {spec} returned NoneType, not a list of 2 rewards"),
         ("strings", "reward function {spec} returned str '1.0' for completion 0, not a number"),
         ("short", "reward function {spec} returned 1 rewards for 2 completions"),
