@@ -224,20 +224,23 @@ def encode_prompt(
     """Token ids of a prompt for a Hugging Face tokenizer.
 
     Chat messages get the tokenizer's chat template, rendered with
-    `chat_template_kwargs` (e.g. `enable_thinking=False`); text is taken as already
-    formatted (special tokens included), so no BOS is added on top.
+    `chat_template_kwargs` (e.g. `enable_thinking=False`; `add_generation_prompt=False`
+    leaves out the assistant header, as vLLM's request field of that name does); text
+    is taken as already formatted (special tokens included), so no BOS is added on top.
     """
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if prompt and isinstance(prompt[0], dict):
+        options = dict(chat_template_kwargs or {})
         continuing = continues_assistant(prompt)
+        header = bool(options.pop("add_generation_prompt", True)) and not continuing
         return tokenizer.apply_chat_template(
             prompt,
-            add_generation_prompt=not continuing,
+            add_generation_prompt=header,
             continue_final_message=continuing,
             tokenize=True,
             return_dict=False,
-            **(chat_template_kwargs or {}),
+            **options,
         )
     return list(prompt)  # already token ids
 

@@ -648,6 +648,8 @@ def _chat_prompt(
     ignores them (SmolLM2's) would leave the model unaware of them: a 400, not a prompt
     without tools."""
     options = dict(req.chat_template_kwargs or {})
+    if not req.add_generation_prompt:  # vLLM's field: render without the assistant header
+        options["add_generation_prompt"] = False
     if not req.tools:
         if req.tool_choice not in UNHONOURED["tool_choice"]:
             raise _bad_request("tool_choice needs tools", "tool_choice")

@@ -607,6 +607,22 @@ def test_chat_template_kwargs_per_request(eos_model, eos_server):
     assert tokenizer.decode(reply.json()["prompt_token_ids"]).endswith(EMPTY_THINK)
 
 
+def test_add_generation_prompt_false_renders_without_the_assistant_header(eos_model, eos_server):
+    """vLLM's `add_generation_prompt`: false leaves the template's assistant header out."""
+    from collabrl.models import load_tokenizer
+
+    tokenizer = load_tokenizer(str(eos_model))
+    raw = {"model": "policy", "messages": POLICY_CHAT, "max_tokens": 2, "return_token_ids": True}
+    for header in (True, False):
+        reply = httpx.post(
+            eos_server.url + "/chat/completions", json={**raw, "add_generation_prompt": header}
+        )
+        expected = tokenizer.apply_chat_template(
+            POLICY_CHAT, add_generation_prompt=header, tokenize=True, return_dict=False
+        )
+        assert reply.json()["prompt_token_ids"] == expected, header
+
+
 def test_a_remote_pool_sends_its_chat_template_kwargs(eos_server):
     from collabrl.config import EngineConfig, PoolConfig
     from collabrl.engines.base import SamplingParams
