@@ -18,7 +18,14 @@
 #     shape from collabrl/train/shapes, the real width and vocabulary) trained one step,
 #     so the estimate is checked where it matters (a bound it must not fall below);
 #   - then the slow vLLM tests (the samples of a group differ, the rollout's prompt ids
-#     are the ones `collab eval` sends, a whole TRL step with the weight sync).
+#     are the ones `collab eval` sends, a whole TRL step with the weight sync);
+#   - DeepSpeed ZeRO-3 on two processes, a LoRA run to its end: the main process alone
+#     merges the adapter, casts final/ to final_dtype and runs the end-of-run evaluation,
+#     loads that must stay out of ZeRO-3's partitioning (its collectives would wait for
+#     ever for the other process). On two GPUs configs/accelerate/zero3.yaml (DeepSpeed's
+#     engine, vLLM colocated where installed); with one GPU, which cannot hold two NCCL
+#     ranks, and in the smoke run, two CPU processes over gloo under the same DeepSpeed
+#     registration (accelerate trains them with DDP). Skipped without `deepspeed`.
 # Fails on the first broken check; writes $OUT/summary.json (peaks against estimates,
 # seconds per step, importance ratios, calls) for docs/benchmarks.md.
 #
@@ -165,6 +172,46 @@ fi
 if [[ $vllm == true ]]; then
   "$py" -m pytest -q -m "slow or not slow" tests/train/test_vllm_rollout.py \
     tests/train/test_prompt_parity.py 2>&1 | tee "$out/pytest.log"
+fi
+
+if "$py" -c "import deepspeed" 2> /dev/null; then
+  gpus=$( ((smoke)) && echo 0 || nvidia-smi -L | wc -l)
+  if ((gpus >= 2)); then
+    label="two GPUs" where=(env CUDA_VISIBLE_DEVICES=0,1)
+    launch=(--config_file configs/accelerate/zero3.yaml --num_processes 2)
+    rollouts=(--set trl.use_vllm=$vllm --set trl.vllm_mode=colocate
+      --set trl.vllm_gpu_memory_utilization=0.15 --set trl.vllm_max_model_length=2048)
+  else
+    label="two CPU processes" where=(env CUDA_VISIBLE_DEVICES= COLLABRL_AUTO_ENGINE=transformers)
+    launch=(--config_file configs/accelerate/cpu-2proc.yaml --use_deepspeed --zero_stage 3
+      --zero3_init_flag true)
+    rollouts=(--set trl.use_vllm=false)
+  fi
+  echo "== zero-3 on $label: LoRA merge, final_dtype, end-of-run evaluation"
+  # A hang in a collective only one process entered is a failure, not a wait.
+  "${where[@]}" OMP_NUM_THREADS=1 timeout 1800 "$py" -m accelerate.commands.launch "${launch[@]}" \
+    -m collabrl train grpo --model "$policy" --data arith_train --steps 1 --prompts-per-step 2 \
+    --num-generations 2 --max-tokens 16 --lora --set final_dtype=bfloat16 "${rollouts[@]}" \
+    --eval-data arith --eval-limit 2 "${nothink[@]}" --out "$out/zero3" > "$out/zero3.log" 2>&1 ||
+    { tail -40 "$out/zero3.log"; exit 1; }
+  "$py" - "$out/zero3" << 'EOF'
+import json
+import sys
+from pathlib import Path
+
+from safetensors import safe_open
+
+run = Path(sys.argv[1])
+with safe_open(str(run / "final" / "model.safetensors"), framework="pt") as weights:
+    names = list(weights.keys())
+    dtypes = {str(weights.get_slice(name).get_dtype()) for name in names}
+assert dtypes == {"BF16"}, f"zero3: final/ in {dtypes}, not bfloat16"
+assert not any("lora" in name for name in names), "zero3: final/ holds the adapter unmerged"
+evaluation = json.loads((run / "eval.json").read_text())
+assert evaluation.keys() == {"start", "final", "paired"}, f"zero3: eval.json {list(evaluation)}"
+EOF
+else
+  echo "== zero-3: skipped (DeepSpeed is not installed: pip install deepspeed)"
 fi
 
 "$py" - "$out" "$smoke" "$vllm" << 'EOF'

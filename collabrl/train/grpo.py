@@ -15,13 +15,17 @@ trainer `train/trainer.py`.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from collabrl import runs
-from collabrl.config import EngineConfig
+from collabrl.config import EngineConfig, build_config, to_dict
 from collabrl.data.benchmarks import Fields, load_benchmark
 from collabrl.engines import resolve_kind
 from collabrl.engines.endpoints import check_collaborator
@@ -49,7 +53,9 @@ from collabrl.train.run import (
     FINAL,
     is_main_process,
     num_processes,
+    outside_zero3,
     quiet_trl_notices,
+    solo_environment,
     started_run,
 )
 from collabrl.train.schedules import pin_horizons
@@ -93,7 +99,8 @@ def train_grpo(
         # that brings its own).
         prompt = training_prompt(config, bench.prompt)
         free_training_memory()
-        result.evaluation = evaluate_run(config, out, prompt, progress, report)
+        evaluate = evaluate_apart if num_processes() > 1 else evaluate_run
+        result.evaluation = evaluate(config, out, prompt, progress, report)
         runs.write_json(out / EVALUATION, result.evaluation)
         write_model_card(out / FINAL, dataclasses.replace(card, evaluation=result.evaluation))
     return result
@@ -129,24 +136,120 @@ def evaluate_run(
     evaluate the rest with `collab eval`."""
     from collabrl.eval.runner import run_eval
 
-    evaluations = {}
-    for name, model in (("start", config.model), ("final", str(out / FINAL))):
-        # rsim: with the planner that ran beside this reasoner
-        planner = config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
-        evaluations[name] = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
+    evaluations = end_of_run_configs(config, out, prompt)
     results: dict[str, dict[str, Any]] = {}
     for name, eval_config in evaluations.items():
         if report is not None:
             report(f"held-out {config.eval_data}: evaluating the {name} policy")
         try:
-            engine = end_of_run_engine(eval_config.engine, eval_config.model, report)
-            sized = dataclasses.replace(eval_config, engine=engine)
-            results[name] = run_eval(sized, progress=progress).metrics
+            # This process loads alone: under a one-process ZeRO-3 launch too.
+            with outside_zero3():
+                engine = end_of_run_engine(eval_config.engine, eval_config.model, report)
+                sized = dataclasses.replace(eval_config, engine=engine)
+                results[name] = run_eval(sized, progress=progress).metrics
         except Exception as err:
             unfinished = [c for n, c in evaluations.items() if n not in results]
             raise evaluation_failed(err, out, results, unfinished) from err
     results["paired"] = paired_change(out / "eval-start", out / "eval-final")
     return results
+
+
+def end_of_run_configs(
+    config: GRPOTrainConfig, out: Path, prompt: str | None
+) -> dict[str, EvalConfig]:
+    """The `collab eval` runs of the end-of-run evaluation: the starting policy, then the
+    trained one, each into its own folder of the run."""
+    evaluations = {}
+    for name, model in (("start", config.model), ("final", str(out / FINAL))):
+        # rsim: with the planner that ran beside this reasoner
+        planner = config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
+        evaluations[name] = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
+    return evaluations
+
+
+def evaluate_apart(
+    config: GRPOTrainConfig,
+    out: Path,
+    prompt: str | None,
+    progress: Callable[[int, int], None] | None = None,
+    report: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """`evaluate_run` in a process of its own, for a run launched as several processes.
+    This one is rank 0 of a group (TRL's colocated vLLM rewrote RANK and WORLD_SIZE for
+    its engine): a second engine started here would join that group, and accelerate's
+    DeepSpeed config, registered for the whole process, would put every load into
+    ZeRO-3's partitioning. The child starts without the launch's variables
+    (`solo_environment`), called once the trainer's memory is freed; its progress, its
+    report lines and its results or one-line error come back through a pipe (its stdout
+    and stderr are this process's)."""
+    read, write = os.pipe()
+    # With this command line: the evaluation folders' config.yaml headers record it.
+    request = {"config": to_dict(config), "out": str(out), "prompt": prompt, "argv": sys.argv}
+    code = f"from collabrl.train.grpo import evaluation_child; evaluation_child({write})"
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            env=solo_environment(),
+            pass_fds=(write,),
+            text=True,
+        )
+    finally:
+        os.close(write)  # the child's copy is the only writer: the pipe ends when it does
+    stdin = child.stdin
+    assert stdin is not None  # stdin=PIPE
+    outcome: dict[str, Any] = {}
+    with os.fdopen(read, encoding="utf-8") as channel:
+        try:
+            with stdin:
+                stdin.write(json.dumps(request))
+        except BrokenPipeError:
+            pass  # the child ended before reading: its exit code says so below
+        for line in channel:
+            message = json.loads(line)
+            if "progress" in message:
+                if progress is not None:
+                    progress(*message["progress"])
+            elif "report" in message:
+                if report is not None:
+                    report(message["report"])
+            else:
+                outcome = message
+    status = child.wait()
+    if "error" in outcome:
+        raise UserError(*outcome["error"])
+    if "result" not in outcome:
+        crash = RuntimeError(f"its process ended with exit code {status}")
+        unfinished = list(end_of_run_configs(config, out, prompt).values())
+        raise evaluation_failed(crash, out, {}, unfinished)
+    return outcome["result"]
+
+
+def evaluation_child(channel: int) -> None:
+    """The process `evaluate_apart` starts: reads the run's config, folder, prompt and
+    command line (as its own) as JSON on stdin, runs `evaluate_run` and writes JSON lines
+    to the file descriptor `channel`: {"progress": [done, total]}, {"report": line}, then
+    {"result": metrics} or {"error": [problem, fix]}."""
+    request = json.load(sys.stdin)
+    sys.argv = request["argv"]
+    config = build_config(GRPOTrainConfig, [request["config"]])
+    with os.fdopen(channel, "w", encoding="utf-8", buffering=1) as pipe:
+
+        def send(**message: Any) -> None:
+            pipe.write(json.dumps(message) + "\n")
+
+        try:
+            results = evaluate_run(
+                config,
+                Path(request["out"]),
+                request["prompt"],
+                lambda done, total: send(progress=[done, total]),
+                lambda line: send(report=line),
+            )
+        except UserError as err:
+            send(error=[err.problem, err.fix])
+            return
+        send(result=results)
 
 
 def evaluation_failed(

@@ -95,6 +95,60 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+# What joins a process to its launch: torch's elastic agent (under `accelerate launch`)
+# sets these, accelerate its ACCELERATE_* and FSDP_* settings (ACCELERATE_USE_DEEPSPEED
+# among them), TRL's colocated vLLM rewrites RANK and WORLD_SIZE. A process started
+# without them runs alone.
+LAUNCH_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+LAUNCH_PREFIXES = ("ACCELERATE_", "FSDP_", "TORCHELASTIC_")
+
+
+def solo_environment() -> dict[str, str]:
+    """This process's environment less what joins it to its launch: a child started
+    with it is a single process (engines and `from_pretrained` see no group to join)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in LAUNCH_VARIABLES and not name.startswith(LAUNCH_PREFIXES)
+    }
+
+
+@contextmanager
+def outside_zero3() -> Iterator[None]:
+    """Load models on this process alone during a DeepSpeed ZeRO-3 launch. accelerate
+    registers its DeepSpeed config with transformers for the whole process, and while it
+    is registered every `from_pretrained` (PEFT's too) builds the model inside
+    `deepspeed.zero.Init`, which partitions it with collectives every process must join:
+    a process loading alone (the main one, after training) waits in them for ever. The
+    config is unregistered for the block and registered again after it, for the trainer
+    that still holds it. Without DeepSpeed nothing is registered, and nothing changes."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    # transformers keeps a weak reference only; its object, to register again after.
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref
+    registered = ref() if ref is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if registered is not None:
+            hf_deepspeed.set_hf_deepspeed_config(registered)
+
+
 def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
     """TRL's arguments object (`GRPOConfig`, `SFTConfig`) from `settings`; what TRL
     refuses there (e.g. a generation batch that splits a group) is a one-line UserError."""
@@ -330,7 +384,8 @@ def save_final(
     The merge reads the adapter back from disk, saved as the trainer saves any model,
     and merges it into the base weights loaded anew on the CPU: merging the live model
     would meet ZeRO-3's partitioned parameters (each process holds a slice; the merged
-    weights would be empty or wrong). The same path serves every launch."""
+    weights would be empty or wrong). The same path serves every launch. The main
+    process loads the base and the saved weights alone, `outside_zero3`."""
     tmp = final.with_name(final.name + ".tmp")
     saved_adapter = final.with_name(final.name + ".adapter")
     main = trainer.is_world_process_zero()
@@ -346,8 +401,10 @@ def save_final(
     if main and merge:
         from collabrl.models import load_model
 
-        # float32 on the CPU (load_model's defaults), as the trainer holds the weights.
-        load_model(str(saved_adapter)).save_pretrained(tmp)
+        # float32 on the CPU (load_model's defaults), as the trainer holds the weights;
+        # loaded by this process alone, so outside ZeRO-3.
+        with outside_zero3():
+            load_model(str(saved_adapter)).save_pretrained(tmp)
         trainer.processing_class.save_pretrained(tmp)
         shutil.rmtree(saved_adapter)
     if main and dtype != "auto" and not (adapter and not lora.merge):  # an adapter stays
@@ -358,14 +415,16 @@ def save_final(
 
 
 def cast_saved(folder: Path, dtype: str) -> None:
-    """Rewrite the weights saved in `folder` in `dtype` (read whole, then written anew)."""
+    """Rewrite the weights saved in `folder` in `dtype` (read whole, then written anew);
+    the main process does it alone, `outside_zero3`."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
     cast = folder.with_name(folder.name + ".cast")
     shutil.rmtree(cast, ignore_errors=True)
-    model.save_pretrained(cast)
+    with outside_zero3():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+        model.save_pretrained(cast)
     del model
     for weights in [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]:
         weights.unlink()
