@@ -222,7 +222,7 @@ def _train(
         result = train_grpo(cfg, progress, _report)
     if not main:
         return
-    columns = RSIM_COLUMNS if cfg.method == "rsim" else CALL_COLUMNS
+    columns = {"rsim": RSIM_COLUMNS, "eapo": EXPERT_COLUMNS}.get(cfg.method, CALL_COLUMNS)
     table = Table("step", *columns)
     for h in result.history:
         if "reward" in h:
@@ -247,6 +247,7 @@ CALL_COLUMNS = {
     "call ratio": "episodes/call_ratio",
     "calls": "episodes/calls",
 }
+EXPERT_COLUMNS = {**CALL_COLUMNS, "experts cut": "episodes/expert_truncated"}
 RSIM_COLUMNS = {
     "reward": "reward",
     "accuracy": "episodes/accuracy",

@@ -241,8 +241,10 @@ def _call_meta(
     error: str | None = None,
     latency_s: float = 0.0,
     endpoint: str = "",
+    truncated: bool = False,
 ) -> dict[str, Any]:
-    """An expert segment's meta: the call, its outcome, and whether ρ let it in."""
+    """An expert segment's meta: the call, its outcome, whether ρ let it in, and whether
+    the answer stopped at expert_max_tokens (cut mid-thought) rather than at its end."""
     return {
         "expert_id": query.expert_id,
         "query": query.query,
@@ -251,6 +253,7 @@ def _call_meta(
         "error": error,
         "latency_s": latency_s,
         "endpoint": endpoint,
+        "truncated": truncated,
     }
 
 
@@ -271,6 +274,7 @@ def reply_from(
         error=record.error,
         latency_s=round(record.latency_s, 4),
         endpoint=record.endpoint,
+        truncated=record.ok and record.finish_reason == "length",
     )
     return Reply(query.expert_id, record.text if accepted else None, meta)
 
@@ -308,11 +312,24 @@ def summary(episode: Episode) -> dict[str, int]:
     calls = [c.meta for c in episode.calls]
     return {
         "expert_calls": len(calls),
+        "expert_answers": sum(c["outcome"] != "unavailable" for c in calls),
+        # Of those, the answers cut at expert_max_tokens (accepted by ρ or not).
+        "expert_truncated": sum(bool(c.get("truncated")) for c in calls),
         "expert_failures": sum(c["outcome"] == "unavailable" for c in calls),
         "over_budget": sum(c["error"] == QUERY_BUDGET_SPENT for c in calls),
         "rejected": sum(c["outcome"] != "unavailable" and not c["accepted"] for c in calls),
         "format_errors": sum(len(s.meta.get("call_errors", ())) for s in episode.segments),
     }
+
+
+def truncated_share(episodes: list[Episode]) -> float | None:
+    """The share of the experts' answers in `episodes` that stopped at expert_max_tokens
+    (a QwQ-style expert cut mid-thought); None when no answer came back. Over answers,
+    not a mean of per-episode shares: an episode that asked once weighs one answer."""
+    answers = sum(int(e.meta.get("expert_answers", 0)) for e in episodes)
+    if not answers:
+        return None
+    return sum(int(e.meta.get("expert_truncated", 0)) for e in episodes) / answers
 
 
 def episode_rng(task: Task, params: SamplingParams) -> random.Random:
@@ -551,6 +568,8 @@ SPEC = ProtocolSpec(
     call_syntax="<agent_calls>",
     calls=lambda config: config.consult.mode == "open",
     episode_extras=consult_extras,
-    metric_keys=("accept_prob", "consult_rate"),
+    # expert_truncated: the step's share of expert answers cut at expert_max_tokens, put
+    # beside every episode by the training rollout (`train/rollout.py`).
+    metric_keys=("accept_prob", "consult_rate", "expert_truncated"),
     grpo=False,
 )

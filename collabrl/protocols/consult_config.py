@@ -38,7 +38,12 @@ class ConsultConfig:
         "rho: a returned expert answer is written into the history iff u <= rho, u ~ U(0,1]; "
         "otherwise it reads unavailable. The trainer anneals it (rho_s = 1/s).",
     )
-    expert_max_tokens: int = option(512, "Tokens an expert may write per answer.")
+    expert_max_tokens: int = option(
+        512,
+        "Tokens an expert may write per answer; answers cut there are logged as "
+        "episodes/expert_truncated. EAPO gives no cap (only its expert server's 32768-token "
+        "context); K answers must also fit one turn of sampling.max_tokens.",
+    )
     expert_temperature: float = option(
         1.0,
         "Expert sampling temperature; 0 is greedy. Sampled by default (EAPO Table 4's 1.0): "

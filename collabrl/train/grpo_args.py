@@ -132,6 +132,20 @@ def grpo_args(config: GRPOTrainConfig, out: Path, prompt_tokens: int | None = No
     return trl_args(GRPOConfig, settings)
 
 
+def policy_dtype(args: Any) -> str:
+    """The dtype the trainer holds the policy in, so the dtype to load it in. Under
+    DeepSpeed with TRL's bf16 (fp16), DeepSpeed casts the model to it and keeps the fp32
+    master weights in its optimizer, built from the cast weights: loading in bf16 gives
+    the same training and half the host memory per process (a 7B policy: 15 GB, not
+    30). Otherwise the model holds the fp32 master weights itself (autocast computes in
+    bf16; AdamW stepping bf16 weights would lose most updates at lr 1e-6)."""
+    if getattr(args, "deepspeed_plugin", None) is None:
+        return "float32"
+    if args.bf16:
+        return "bfloat16"
+    return "float16" if args.fp16 else "float32"
+
+
 def vllm_length(config: GRPOTrainConfig, prompt_tokens: int | None) -> dict[str, int]:
     """A colocated vLLM sized to the longest sequence a rollout can write: the prompt and
     the episode's budget (every author's tokens). Left to TRL, the length is the model's

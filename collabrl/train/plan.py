@@ -21,6 +21,11 @@ The memory estimate is arithmetic, shown term by term, not a measurement
   only tiles of at most 4096 tokens × 32768 vocabulary entries, plus the fp32 gradient
   of the head's weight;
 - a colocated vLLM takes its share of the device on top.
+Beside it, `train/memory.py`'s arithmetic: what that vLLM keeps for its KV cache (in
+sequences of its length, beside the generation it runs), what `eval_steps` holds (a
+periodic evaluation that cannot fit is refused here), and the checkpoints' disk. The
+GPU is this machine's, or an 80 GB one where it has none. The plan also shows EAPO's
+K experts, consultation penalty and schedules.
 """
 
 from __future__ import annotations
@@ -38,12 +43,22 @@ from urllib.parse import urlparse
 from collabrl.engines import is_url
 from collabrl.errors import UserError
 from collabrl.protocols import registry
+from collabrl.train.memory import (
+    ASSUMED_GPU_GIB,
+    GB,
+    GIB,
+    VLLM_FIXED_GIB,
+    checkpoint_size,
+    estimate_eval,
+    estimate_vllm,
+    room_for_vllm,
+)
 
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.grpo_config import GRPOTrainConfig
+    from collabrl.train.schedule_config import ScheduleConfig
 
-GIB = 1024**3
 # Tokens of prompt assumed in the activation estimate when max_prompt_tokens is unset: no
 # data is read in a dry run.
 PROMPT_TOKENS = 1024
@@ -75,6 +90,8 @@ class ModelShape:
     layers: int | None = None
     vocab_size: int | None = None
     intermediate_size: int | None = None
+    kv_heads: int | None = None  # attention's key/value heads (grouped-query attention)
+    head_dim: int | None = None
     source: str = "config.json"
 
 
@@ -134,12 +151,18 @@ def shape_from_config(folder: Path) -> ModelShape:
 
     model = meta_model(folder)
     text = model.config.get_text_config()
+    hidden = getattr(text, "hidden_size", None)
+    heads = getattr(text, "num_attention_heads", None)
+    # Qwen2 and Llama leave head_dim out of config.json: the hidden width over the heads.
+    head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
     return ModelShape(
         parameters=sum(p.numel() for p in model.parameters()),
-        hidden_size=getattr(text, "hidden_size", None),
+        hidden_size=hidden,
         layers=getattr(text, "num_hidden_layers", None),
         vocab_size=getattr(text, "vocab_size", None),
         intermediate_size=getattr(text, "intermediate_size", None),
+        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
     )
 
 
@@ -287,6 +310,7 @@ def plan_run(
     _trl_section(plan, config, args)
     _batch_section(plan, config, args, launch.processes)
     _rsim_section(plan, config, args)
+    _eapo_section(plan, config, args, _step_count(config, data, args, launch.processes))
     _placement_section(plan, config, rollout_protocol(config), args, launch)
     _memory_section(plan, config, args, launch)
     return plan
@@ -367,15 +391,26 @@ def _run_section(
 
 def _steps(config: GRPOTrainConfig, data: TrainingData | None, args: Any, world: int) -> str:
     """The optimizer steps, "0: one epoch" counted as the run will count it."""
-    from collabrl.train.grpo_args import epoch_steps
-
+    steps = _step_count(config, data, args, world)
     if config.steps:
         return str(config.steps)
     if data is None:
         return "one epoch (counted when the run starts: the data is not on this machine)"
-    steps = epoch_steps(data.problems, args, world, config.sampling.n)
     processes = f"{world} processes" if world > 1 else "1 process"
     return f"{steps} (one epoch of {data.problems} problems on {processes})"
+
+
+def _step_count(
+    config: GRPOTrainConfig, data: TrainingData | None, args: Any, world: int
+) -> int | None:
+    """The run's optimizer steps; None for one epoch of data not on this machine."""
+    from collabrl.train.grpo_args import epoch_steps
+
+    if config.steps:
+        return config.steps
+    if data is None:
+        return None
+    return epoch_steps(data.problems, args, world, config.sampling.n)
 
 
 def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | None) -> None:
@@ -434,9 +469,23 @@ TRL_KEYS = (
     "vllm_max_model_length",
     "vllm_importance_sampling_correction",
     "vllm_importance_sampling_mode",
-    "vllm_importance_sampling_cap",
+    "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_cap",  # clip_max's old name: shown by a TRL that lacks clip_max
     "seed",
 )
+
+
+def deprecated_trl_keys() -> frozenset[str]:
+    """The GRPOConfig arguments the installed TRL marks deprecated (their help says so):
+    the plan shows the name that replaced each, not both."""
+    from trl import GRPOConfig
+
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(GRPOConfig)
+        if str(f.metadata.get("help", "")).lstrip().lower().startswith("deprecated")
+    )
 
 
 def _trl_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
@@ -454,8 +503,9 @@ def _trl_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
         prompt = config.max_prompt_tokens
         longest = "the longest prompt" if prompt is None else str(prompt)
         shown["vllm_max_model_length"] = f"trl vllm-serve --max-model-len ({longest} + {budget})"
+    deprecated = deprecated_trl_keys()
     for key in TRL_KEYS:
-        if hasattr(args, key):
+        if hasattr(args, key) and key not in deprecated:
             value = shown.get(key, getattr(args, key))
             plan.add(section, key, getattr(value, "value", value))  # enums by their value
     if not args.bf16 and not _cuda():
@@ -582,16 +632,36 @@ def _shared_gpus(plan: TrainPlan, servers: list[tuple[str, str]], processes: int
 
 def _collaborators(protocol: ProtocolConfig) -> list[tuple[str, str]]:
     """(role, model reference or URL) of every model the protocol's spec serves beside
-    the policy (a teacher, "experts 1", "experts 2", a prompted planner)."""
+    the policy (a teacher, "experts 1–3 of K = 3", a prompted planner)."""
     found: list[tuple[str, str]] = []
     for collaborator in registry.get(protocol.name).collaborators:
         if collaborator.serves(protocol):
             refs = registry.collaborator_refs(protocol, collaborator)
             if collaborator.many:
-                found += [(f"{collaborator.name} {i}", ref) for i, ref in enumerate(refs, 1)]
+                found += _panel(collaborator.name, refs, protocol.consult.num_experts)
             else:
                 found += [(collaborator.name, ref) for ref in refs]
     return found
+
+
+def _panel(name: str, refs: list[str], experts: int) -> list[tuple[str, str]]:
+    """A panel of K experts over its endpoints, as the expert pool routes them (round
+    robin: expert i to endpoint (i − 1) mod n): one row per endpoint, naming its experts."""
+    from collabrl.engines.endpoints import endpoint_index
+
+    rows = []
+    for index, ref in enumerate(refs):
+        ids = [i for i in range(1, experts + 1) if endpoint_index(i, experts, len(refs)) == index]
+        served = _id_list(ids) if ids else "none"
+        rows.append((f"{name} {served} of K = {experts}", ref))
+    return rows
+
+
+def _id_list(ids: list[int]) -> str:
+    """`1–3` for a run of ids, `1, 3` otherwise."""
+    if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}–{ids[-1]}"
+    return ", ".join(map(str, ids))
 
 
 def _where(ref: str, config: GRPOTrainConfig, plan: TrainPlan) -> str:
@@ -664,13 +734,19 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
         plan.add(section, name, shown)
     memory = _with_planner(plan, config, args, memory)
     plan.add(section, "training total", f"{memory.training:.1f} GiB")
+    on_gpu = memory  # what a GPU holds: the run's own figures, except on a CPU
     if not args.bf16 and not _cuda() and "bf16" not in config.trl:
         # Planned here for a GPU: the same run there computes in bf16 (grpo_args).
-        gpu = dataclasses.replace(terms(bf16=True, triton=True), planner=memory.planner)
-        plan.add(section, "training total on a CUDA GPU (bf16)", f"{gpu.training:.1f} GiB")
+        on_gpu = dataclasses.replace(terms(bf16=True, triton=True), planner=memory.planner)
+        plan.add(section, "training total on a CUDA GPU (bf16)", f"{on_gpu.training:.1f} GiB")
     if memory.vllm_fraction is not None:
         plan.add(section, "colocated vLLM", f"+ {memory.vllm_fraction:.0%} of the device")
-    _fit(plan, memory)
+    device = _fit(plan, on_gpu)
+    if colocated:
+        _vllm_section(plan, shape, args, on_gpu, device, sequence)
+    if config.eval_steps is not None:
+        _eval_section(plan, config, shape, on_gpu, launch, device, sequence)
+    _checkpoint_section(plan, config, shape, launch, args)
 
 
 def _reference_row(memory: MemoryEstimate, args: Any, config: GRPOTrainConfig) -> str:
@@ -775,21 +851,236 @@ def _rsim_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
         plan.add(section, f"{agent} learning rate", "; ".join([*parts, schedule]))
 
 
-def _fit(plan: TrainPlan, memory: MemoryEstimate) -> None:
-    """Compare with this machine's GPU, when it has one."""
+def _device() -> tuple[float, str]:
+    """GiB of this machine's GPU, else of the 80 GB GPU the paper configs are written
+    for, and how the plan names it."""
     if not _cuda():
-        return
+        return ASSUMED_GPU_GIB, "GPU (assumed: none here)"
     import torch
 
-    total = torch.cuda.get_device_properties(0).total_memory / GIB
-    free = total * (1 - (memory.vllm_fraction or 0.0))
+    return torch.cuda.get_device_properties(0).total_memory / GIB, "this GPU"
+
+
+def _eapo_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, steps: int | None) -> None:
+    """EAPO's panel, its consultation penalty, and the ρ_s and turn-budget schedules as
+    the run will follow them: over the rollout generations of `steps` optimizer steps."""
+    from collabrl.train.schedule_config import Clock
+
+    if config.method != "eapo":
+        return
+    section = "eapo (experts and schedules)"
+    consult = config.protocol.consult
     plan.add(
-        "memory per device (estimate)", "this GPU", f"{total:.0f} GiB, {free:.0f} GiB for training"
+        section,
+        "experts",
+        f"K = {consult.num_experts} (up to K queries a turn, {consult.query_budget} an "
+        f"episode), answers up to {consult.expert_max_tokens} tokens at temperature "
+        f"{consult.expert_temperature}, top-p {consult.expert_top_p}",
     )
+    plan.add(section, "consultation penalty", f"{config.consult_penalty} per expert query")
+    if steps is None:
+        when = "over the run's generations (counted when it starts)"
+        plan.add(section, "ρ_s (answers accepted)", f"{config.schedule.accept}, {when}")
+        budget = config.schedule
+        plan.add(
+            section, "turn budget", f"{budget.turn_budget_start} → {budget.turn_budget_end}, {when}"
+        )
+        return
+    clock = Clock.of(args)
+    schedule = config.schedule.for_run(steps, clock)
+    generations = clock.generations_in(steps)
+    plan.add(section, "rollout generations", f"{generations} over {steps} optimizer steps")
+    plan.add(section, "ρ_s (answers accepted)", _accept_schedule(schedule, generations))
+    plan.add(section, "turn budget", _turn_schedule(schedule, generations))
+
+
+def _accept_schedule(schedule: ScheduleConfig, generations: int) -> str:
+    """ρ_s at the first generations and the last."""
+    from collabrl.train.schedules import accept_prob
+
+    shown = sorted({s for s in (1, 2, 10, generations) if s <= generations})
+    values = ", ".join(f"{accept_prob(s, schedule):.3g} at {s}" for s in shown)
+    rule = {
+        "inverse": "1/s (EAPO §2)",
+        "constant": f"constant {schedule.accept_value}",
+        "linear": f"1 → {schedule.accept_end} over generations 1–{schedule.accept_steps}",
+        "off": "off (0)",
+    }[schedule.accept]
+    return f"{rule}: {values} (generation s)"
+
+
+def _turn_schedule(schedule: ScheduleConfig, generations: int) -> str:
+    """The turn budget, from the generation each value starts at."""
+    from bisect import bisect_left
+
+    from collabrl.train.schedules import turn_budget
+
+    def falling(s: int) -> int:  # the budget never rises: minus it is sorted
+        return -turn_budget(s, schedule)
+
+    starts: list[str] = []
+    for value in range(schedule.turn_budget_start, schedule.turn_budget_end - 1, -1):
+        # The first generation whose budget is `value` or less (a run of millions of
+        # generations is searched, not walked).
+        s = bisect_left(range(1, generations + 1), -value, key=falling) + 1
+        if s <= generations and turn_budget(s, schedule) == value:
+            starts.append(f"{value} from {s}")
+    steps = ", ".join(starts)
+    return f"{steps} (generation; linear over {schedule.anneal_steps})"
+
+
+def _fit(plan: TrainPlan, memory: MemoryEstimate) -> float:
+    """Compare training with the GPU (this machine's, or an 80 GB one); its GiB."""
+    device, name = _device()
+    free = device * (1 - (memory.vllm_fraction or 0.0))
+    plan.add("memory per device (estimate)", name, f"{device:.0f} GiB, {free:.0f} GiB for training")
     if memory.training > free:
         plan.warnings.append(
-            f"the estimate ({memory.training:.0f} GiB) exceeds what this GPU leaves for "
-            f"training ({free:.0f} GiB)"
+            f"the estimate ({memory.training:.0f} GiB) exceeds what the {device:.0f} GiB GPU "
+            f"leaves for training ({free:.0f} GiB)"
+        )
+    return device
+
+
+def _vllm_section(
+    plan: TrainPlan,
+    shape: ModelShape,
+    args: Any,
+    training: MemoryEstimate,
+    device: float,
+    sequence: int,
+) -> None:
+    """The colocated vLLM's KV cache in sequences of its length, beside the sequences a
+    generation runs on it at once (TRL's max_num_seqs)."""
+    section = "colocated vLLM (estimate)"
+    vllm = estimate_vllm(shape, args.vllm_gpu_memory_utilization, device)
+    length = args.vllm_max_model_length or sequence
+    batch = args.per_device_train_batch_size * args.vllm_tensor_parallel_size
+    batch *= args.steps_per_generation or args.gradient_accumulation_steps
+    activations = "unknown" if vllm.activations is None else f"{vllm.activations:.1f} GiB"
+    plan.add(
+        section,
+        "its share",
+        f"{vllm.fraction:.0%} of {device:.0f} GiB = {vllm.share:.1f} GiB: weights "
+        f"{vllm.weights:.1f} GiB (bf16) + profiled activations {activations} + graphs "
+        f"and workspaces {VLLM_FIXED_GIB:.0f} GiB + KV cache {vllm.kv_cache:.1f} GiB",
+    )
+    sequences = vllm.sequences(length)
+    if sequences is None or vllm.token_bytes is None:
+        plan.add(section, "KV cache", "unknown (no config.json: its heads are not known)")
+        return
+    plan.add(
+        section,
+        "KV cache",
+        f"{vllm.token_bytes // 1024} KiB a token: {sequences:.1f} sequences of {length} tokens",
+    )
+    plan.add(
+        section,
+        "a generation runs at once",
+        f"{batch} sequences (TRL's max_num_seqs: micro-batch × tensor parallel × "
+        "steps_per_generation)",
+    )
+    room = room_for_vllm(training.training, device)
+    plan.add(
+        section, "largest share training leaves", f"{room:.2f} (trl.vllm_gpu_memory_utilization)"
+    )
+    if sequences < 1:
+        plan.warnings.append(
+            f"the colocated vLLM's KV cache ({vllm.kv_cache:.1f} GiB at "
+            f"{vllm.fraction:.0%} of a {device:.0f} GiB GPU) cannot hold one sequence of "
+            f"{length} tokens: vLLM refuses to start (raise trl.vllm_gpu_memory_utilization"
+            f"{f' up to {room:.2f}' if room > vllm.fraction else ''})"
+        )
+    elif sequences < batch:
+        remedy = (
+            f"raise trl.vllm_gpu_memory_utilization (up to {room:.2f} leaves training its estimate)"
+            if room > vllm.fraction
+            else "spread the generation over more processes or serve the policy "
+            "(trl.vllm_mode: server)"
+        )
+        plan.warnings.append(
+            f"the colocated vLLM's KV cache holds {sequences:.1f} sequences of {length} "
+            f"tokens and a generation runs {batch} at once: the others wait, or are "
+            f"preempted and recomputed when the running ones grow, so a generation takes "
+            f"longer; {remedy}"
+        )
+
+
+def _eval_section(
+    plan: TrainPlan,
+    config: GRPOTrainConfig,
+    shape: ModelShape,
+    training: MemoryEstimate,
+    launch: Launch,
+    device: float,
+    sequence: int,
+) -> None:
+    """What `eval_steps` holds on a GPU: transformers' generate on the live policy, in the
+    trainer, beside the training state and a colocated vLLM. Refused when it cannot fit:
+    the run would stop with CUDA out of memory at its first evaluation, hours in."""
+    section = "periodic evaluation (eval_steps, estimate)"
+    rows = config.engine.batch_size
+    vllm = (training.vllm_fraction or 0.0) * device
+    estimate = estimate_eval(
+        shape,
+        training,
+        rows=rows,
+        length=sequence,
+        zero_stage=launch.zero_stage,
+        bf16=True,  # on a GPU, TRL's bf16 is on (grpo_args)
+        vllm=vllm,
+    )
+    if estimate is None:
+        plan.add(section, "memory", "unknown (no config.json)")
+        return
+    whole = ", gathered whole by ZeRO-3" if launch.zero_stage >= 3 else ""
+    plan.add(
+        section, "engine", f"transformers' generate on the live policy{whole}, in every process"
+    )
+    plan.add(
+        section,
+        "memory per GPU",
+        f"{estimate.total:.1f} GiB: training state {estimate.state:.1f} + gathered policy "
+        f"{estimate.gathered:.1f} + KV cache of {rows} × {sequence} tokens "
+        f"{rows * estimate.row:.1f} (engine.batch_size) + colocated vLLM {estimate.vllm:.1f}",
+    )
+    if estimate.total <= device:
+        return
+    fit = estimate.rows_that_fit(device)
+    hint = (
+        f"set engine.batch_size to {fit} or less"
+        if fit >= 1
+        else "drop eval_steps (--eval-data alone scores the start and the end)"
+    )
+    raise UserError(
+        f"eval_steps: the periodic evaluation generates with transformers in the trainer "
+        f"and needs about {estimate.total:.0f} GiB per GPU, more than its {device:.0f} GiB",
+        hint,
+    )
+
+
+def _checkpoint_section(
+    plan: TrainPlan, config: GRPOTrainConfig, shape: ModelShape, launch: Launch, args: Any
+) -> None:
+    """The disk the kept checkpoints take: what `--resume` reads back, × the number kept."""
+    section = "disk (estimate)"
+    size = checkpoint_size(
+        zero_stage=launch.zero_stage,
+        bf16=True,  # as on a GPU: DeepSpeed stores bf16 weights there
+        lora=config.lora.enabled,
+        only_model=bool(args.save_only_model),
+    )
+    each = shape.parameters * size.per_parameter / GB
+    kept = config.save_total_limit
+    plan.add(section, "a checkpoint", f"{each:.1f} GB ({size.holds})")
+    if kept is None:
+        plan.add(section, "checkpoints kept", f"all: one every {config.save_steps} steps")
+    else:
+        plan.add(section, "checkpoints kept", f"{kept} (save_total_limit) = {each * kept:.1f} GB")
+    if args.save_only_model:
+        plan.warnings.append(
+            "trl.save_only_model: checkpoints hold no optimizer, scheduler or RNG state, "
+            "so --resume cannot continue a run from them"
         )
 
 

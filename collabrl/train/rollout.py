@@ -51,7 +51,7 @@ from collabrl.engines.vllm import VLLMEngine
 from collabrl.episode import EndReason, Episode
 from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol, Task
-from collabrl.protocols.consult import policy_text
+from collabrl.protocols.consult import policy_text, truncated_share
 from collabrl.rewards.eapo import format_ok
 from collabrl.rewards.score import score_episode
 from collabrl.train.episodes import check_trainable
@@ -289,6 +289,9 @@ class ProtocolRollout:
         warn_if_all_identical(share, trainer.state.global_step)
         if share is not None:  # logged as episodes/identical_groups
             out["identical_groups"] = [share] * len(episodes)
+        truncated = truncated_share(episodes)
+        if truncated is not None:  # logged as episodes/expert_truncated
+            out["expert_truncated"] = [truncated] * len(episodes)
         # Logged with its rewards and advantages once TRL has scored it (log_scored_rollouts).
         self.last = RolloutBatch(episodes, out)
         return out

@@ -356,6 +356,7 @@ STEP_LINE_KEYS = {
     "accuracy": "episodes/accuracy",
     "call ratio": "episodes/call_ratio",
     "calls": "episodes/calls",
+    "experts cut": "episodes/expert_truncated",  # eapo: replies cut at the expert's cap
 }
 
 

@@ -47,6 +47,7 @@ CURVE_KEYS = (
     "episodes/calls",
     "episodes/consult_rate",  # EAPO's Figure 4: the share of episodes that consulted
     "episodes/accepted_calls",
+    "episodes/expert_truncated",  # expert answers cut at expert_max_tokens
     "episodes/format_errors",
     "episodes/tool_calls",
     "episodes/tool_errors",
@@ -130,7 +131,7 @@ def build_trainer(
     from trl import GRPOTrainer
 
     from collabrl.models import load_model, load_tokenizer, resolve_model
-    from collabrl.train.grpo_args import grpo_args
+    from collabrl.train.grpo_args import grpo_args, policy_dtype
     from collabrl.train.importance import watch_sequence_mask
     from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
@@ -144,9 +145,11 @@ def build_trainer(
     # load, so that they do not all land on GPU 0.
     args = grpo_args(config, out, longest_prompt(config, bench))
     ref = resolve_model(config.model)
-    # float32 master weights on the CPU, whatever engine.dtype and engine.device say:
-    # accelerate moves the model, and TRL's bf16 setting casts in mixed precision.
-    model = load_model(ref, dtype="float32", device="cpu")
+    # On the CPU in the dtype training holds it in, whatever engine.dtype and
+    # engine.device say: accelerate moves the model. transformers 5 builds it on the meta
+    # device and reads the weights in once (its only way: low_cpu_mem_usage is gone), so
+    # the dtype sets each process's host memory.
+    model = load_model(ref, dtype=policy_dtype(args), device="cpu")
     tokenizer = load_tokenizer(ref)
     log = RolloutLog(out / ROLLOUTS, config.save_rollouts) if config.save_rollouts else None
     rollout = training_rollout(config, bench, model, tokenizer, checkpoint, log)

@@ -35,6 +35,7 @@ from collabrl.protocols.consult import (
     expert_messages,
     policy_text,
     training_prompt,
+    truncated_share,
 )
 from collabrl.protocols.consult_config import (
     ANSWER_TOKENS,
@@ -468,6 +469,42 @@ def test_reference_expert_returns_the_gold_answer(smol_tokenizer):
     assert block == "\n" + format_agent_returns([(2, reply)]) + "\n"
     assert block.strip().startswith(AGENT_RETURNS_OPEN) and "boxed{42}" in block
     assert episode.answer == "42"
+
+
+def test_answers_cut_at_expert_max_tokens_are_counted(smol_tokenizer):
+    """Issue 50: a QwQ-style expert stopped at its cap mid-thought is recorded as such,
+    per call and per episode, and the share runs over answers, not episodes. The
+    reference stand-in writes "The final answer is $\\boxed{ANSWER}$.": a cap that holds
+    the reply for 42 cuts the one for a longer answer."""
+    reply = "The final answer is $\\boxed{42}$."
+    cap = len(smol_tokenizer(reply, add_special_tokens=False)["input_ids"])
+    config = ConsultConfig(expert_max_tokens=cap)
+    policy, _ = scripted(
+        smol_tokenizer, [calls((1, "q")), calls((1, "q"), (2, "q"))] + ["Answer: 1"] * 2
+    )
+    tasks = [
+        Task("short", "What is 6 * 7?", reference=Reference("42")),
+        Task("long", "What is 3 ** 40?", reference=Reference("12157665459056928801")),
+    ]
+    pool_config = PoolConfig(endpoints=[REFERENCE], num_experts=K)
+    with ExpertPool(pool_config, tokenizer=smol_tokenizer) as experts:
+        short, long = ConsultProtocol(policy, experts, config).run(tasks, PARAMS)
+    assert [c.meta["truncated"] for c in short.calls] == [False]
+    assert [c.meta["truncated"] for c in long.calls] == [True, True]
+    assert (short.meta["expert_answers"], short.meta["expert_truncated"]) == (1, 0)
+    assert (long.meta["expert_answers"], long.meta["expert_truncated"]) == (2, 2)
+    assert truncated_share([short, long]) == pytest.approx(2 / 3)  # not (0 + 1) / 2
+    assert truncated_share([short]) == 0.0
+
+
+def test_no_answer_no_truncated_share(smol_tokenizer, tmp_path):
+    """An episode that never asked, or whose experts all failed, has no share to log."""
+    broken = ExpertPool(PoolConfig(endpoints=[str(tmp_path / "missing")], num_experts=K))
+    with broken:
+        failed, _ = run_one(smol_tokenizer, broken, [calls((1, "a")), "Answer: 2"])
+    alone, _ = run_one(smol_tokenizer, None, ["Answer: 2"], ConsultConfig(mode="locked"))
+    assert [c.meta["truncated"] for c in failed.calls] == [False]
+    assert truncated_share([failed, alone]) is None
 
 
 def test_token_budget_bounds_every_author(smol_tokenizer, pool):

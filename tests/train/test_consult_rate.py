@@ -1,5 +1,6 @@
 """EAPO's Figure 4 consultation rate as a training metric: the share of a step's episodes
-that sent at least one query to the experts, logged beside the queries per episode."""
+that sent at least one query to the experts, logged beside the queries per episode; and
+the share of expert answers cut at expert_max_tokens."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collabrl.protocols.collaborators import collaborator_pool
 from collabrl.protocols.consult import ConsultProtocol
 from collabrl.protocols.consult_config import ConsultConfig
 from collabrl.protocols.parsing import AGENT_CALLS_CLOSE, AGENT_CALLS_OPEN
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.rewards import log_episodes
 from collabrl.train.rollout import ProtocolRollout
 from tests.train.test_rollout import ScriptedPolicy
@@ -54,3 +56,53 @@ def test_a_locked_episode_logs_no_consult_rate(smol_tokenizer) -> None:
     rollout = ProtocolRollout(protocol, engine, [ITEM], SamplingParams(max_tokens=64), 1)
     out = rollout.to_trl(protocol.run(rollout.tasks(["p"], 0), rollout.params))
     assert "consult_rate" not in out
+
+
+def test_the_share_of_truncated_expert_answers_reaches_trls_metrics(
+    smol_tokenizer, tiny_model_dir, tmp_path
+) -> None:
+    """Issue 50: a step's share of expert answers cut at expert_max_tokens is logged as
+    episodes/expert_truncated (metrics.jsonl, the curves), through a real GRPOTrainer
+    scoring a real consult rollout (no optimizer step). The reference stand-in's reply
+    for 42 fits the cap; its reply for the longer answer is cut."""
+    import datasets
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from collabrl.train.rewards import method_rewards
+    from collabrl.train.trainer import CURVE_KEYS
+
+    reply = "The final answer is $\\boxed{42}$."
+    cap = len(smol_tokenizer(reply, add_special_tokens=False)["input_ids"])
+    items = [ITEM, Item("q", "What is 3 ** 40?", "12157665459056928801", None)]
+    # Round 1: each of the four episodes asks expert 1 (p, p, q, q); round 2: they answer.
+    replies = [_calls(1)] * 4 + ["Answer: 42"] * 4
+    engine = ScriptedPolicy(smol_tokenizer, replies)
+    pool = collaborator_pool([REFERENCE], 30.0, num_experts=3, tokenizer=smol_tokenizer)
+    config = ConsultConfig(expert_max_tokens=cap)
+    protocol = ConsultProtocol(Policy(engine, smol_tokenizer), pool, config)
+    rollout = ProtocolRollout(protocol, engine, items, SamplingParams(max_tokens=400), 2)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=400,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        beta=0.0,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        reward_funcs=method_rewards(GRPOTrainConfig(method="eapo")),
+        args=args,
+        train_dataset=datasets.Dataset.from_list([{"prompt": "p"}, {"prompt": "q"}]),
+        processing_class=smol_tokenizer,
+        rollout_func=rollout,
+    )
+    prompts = [{"prompt": "p"}, {"prompt": "p"}, {"prompt": "q"}, {"prompt": "q"}]
+    trainer._generate_and_score_completions(prompts)
+    mode = "train" if trainer.model.training else "eval"  # TRL files metrics by the mode
+    assert trainer._metrics[mode]["episodes/expert_truncated"][-1] == pytest.approx(0.5)
+    assert "episodes/expert_truncated" in CURVE_KEYS
+    protocol.close()
