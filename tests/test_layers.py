@@ -25,15 +25,19 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: list[tuple[str, ...]] = [
     # The version, and UserError with `require`: they import nothing of collabrl.
     ("__init__", "errors"),
+    # Secrets out of what is written for people to read; it imports nothing of collabrl.
+    ("redact",),
     # Reading the files a user names, bounded, its errors UserErrors.
     ("userfiles",),
     # `auto` device and dtype against this machine; its checks raise through `require`.
     ("devices",),
     # Typed config dataclasses and their layering; EngineConfig.check checks devices.
     ("config",),
-    # The base floor, one idea each: model references, the Episode record, run folders,
-    # rSIM's strategy set with its keyword counting.
-    ("models", "episode", "runs", "strategies"),
+    # The base floor, one idea each: model references, the Episode record, rSIM's
+    # strategy set with its keyword counting.
+    ("models", "episode", "strategies"),
+    # Run folders: their config, header and records, read back as Episodes.
+    ("runs",),
     # Generation behind one Engine interface; answer checking and rewards. Neither
     # knows the other.
     ("engines", "rewards"),

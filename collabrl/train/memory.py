@@ -1,4 +1,5 @@
-"""The dry run's arithmetic beyond the trained policy's own memory (`plan.estimate_memory`):
+"""The dry run's memory and disk records (a model's shape, the trained policy's estimate,
+which `plan.estimate_memory` fills) and its arithmetic beyond the policy's own memory:
 the KV cache a colocated vLLM keeps, what the periodic evaluation (`eval_steps`) holds
 on top of training, and the disk the checkpoints take. Arithmetic, as `plan.py`'s
 estimate is, shown term by term: not a measurement.
@@ -21,10 +22,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collabrl.train.plan import MemoryEstimate, ModelShape
 
 GIB = 1024**3
 GB = 10**9  # disks are sold, and `df -H` counts, in decimal gigabytes
@@ -40,6 +37,47 @@ VLLM_BYTES = 2
 VLLM_BATCHED_TOKENS = 4096
 # CUDA graphs, cuBLAS and NCCL workspaces: vLLM's "non-torch memory" and graph pool.
 VLLM_FIXED_GIB = 1.0
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimate needs of a model; the sizes are unknown (None) when only the
+    parameter count could be read off the name."""
+
+    parameters: int
+    hidden_size: int | None = None
+    layers: int | None = None
+    vocab_size: int | None = None
+    intermediate_size: int | None = None
+    kv_heads: int | None = None  # attention's key/value heads (grouped-query attention)
+    head_dim: int | None = None
+    source: str = "config.json"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """GiB per device for the trained policy, term by term, with the vLLM share apart."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float | None  # None: the model's shape is unknown
+    logits: float | None  # TRL's chunked LM head: tiles and the head's fp32 gradient
+    reference: float = 0.0  # the frozen reference model (beta > 0, no LoRA)
+    vllm_fraction: float | None = None  # a colocated vLLM's share of the device
+    planner: float = 0.0  # rsim: the planner trained beside the policy, unsharded
+
+    @property
+    def training(self) -> float:
+        return (
+            self.planner
+            + self.weights
+            + self.gradients
+            + self.optimizer
+            + self.reference
+            + (self.activations or 0.0)
+            + (self.logits or 0.0)
+        )
 
 
 def kv_token_bytes(shape: ModelShape, dtype_bytes: int) -> int | None:

@@ -48,6 +48,8 @@ from collabrl.train.memory import (
     GB,
     GIB,
     VLLM_FIXED_GIB,
+    MemoryEstimate,
+    ModelShape,
     checkpoint_size,
     estimate_eval,
     estimate_vllm,
@@ -78,47 +80,6 @@ HIDDEN_SAVED, MLP_SAVED, NORM_FP32_SAVED = 10, 4, 4
 TILE_TOKENS, TILE_VOCAB, TORCH_TILE_TEMPORARIES = 4096, 32768, 6
 SHAPES = Path(__file__).parent / "shapes"
 _SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the estimate needs of a model; the sizes are unknown (None) when only the
-    parameter count could be read off the name."""
-
-    parameters: int
-    hidden_size: int | None = None
-    layers: int | None = None
-    vocab_size: int | None = None
-    intermediate_size: int | None = None
-    kv_heads: int | None = None  # attention's key/value heads (grouped-query attention)
-    head_dim: int | None = None
-    source: str = "config.json"
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """GiB per device for the trained policy, term by term, with the vLLM share apart."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float | None  # None: the model's shape is unknown
-    logits: float | None  # TRL's chunked LM head: tiles and the head's fp32 gradient
-    reference: float = 0.0  # the frozen reference model (beta > 0, no LoRA)
-    vllm_fraction: float | None = None  # a colocated vLLM's share of the device
-    planner: float = 0.0  # rsim: the planner trained beside the policy, unsharded
-
-    @property
-    def training(self) -> float:
-        return (
-            self.planner
-            + self.weights
-            + self.gradients
-            + self.optimizer
-            + self.reference
-            + (self.activations or 0.0)
-            + (self.logits or 0.0)
-        )
 
 
 @dataclass

@@ -33,10 +33,14 @@ def _run_folder(path: Path, **config: object) -> Path:
 
 
 def _model(folder: Path) -> Path:
-    """A Hugging Face model folder as resolve_model recognises one (no weight is read)."""
+    """A Hugging Face model folder as resolve_model recognises one: a whole safetensors
+    file (a cut-short one is refused), of one tiny tensor."""
+    import torch
+    from safetensors.torch import save_file
+
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    (folder / "model.safetensors").write_bytes(b"")
+    save_file({"w": torch.zeros(1)}, str(folder / "model.safetensors"))
     return folder
 
 
