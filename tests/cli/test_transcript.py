@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from collabrl.episode import Author, Episode, Segment
@@ -20,13 +21,7 @@ def test_control_bytes_a_model_wrote_are_escaped_in_the_transcript(tmp_path: Pat
     episode.add(Segment(Author.TOOL, f"out {HOSTILE}\n", [4]))
     episode.add(Segment(Author.EXPERT, "", [], meta={"error": HOSTILE}))
     episode.answer = HOSTILE
-    run = tmp_path / "run"
-    run.mkdir()
-    record = {"step": 1, "correct": False, "gold": "4", "episode": episode.to_dict()}
-    (run / ROLLOUTS).write_text(json.dumps(record) + "\n")
-
-    shown = collab("train", "rollouts", str(run), cwd=tmp_path)
-    assert shown.returncode == 0, shown.stderr
+    shown = _rollouts_shown(episode, tmp_path)
     for raw in ("\x1b", "\x07", "\x00", "\u202e", "\r"):
         assert raw not in shown.stdout
     escaped = r"\x1b]0;owned\x07 \x1b[2J\x1b[5m \u202eevil\x00 back\r"
@@ -63,13 +58,7 @@ def test_invisible_characters_a_model_wrote_are_escaped_in_the_transcript(
     episode.add(Segment(Author.POLICY, f"pay{INVISIBLE}me\n", [2]))
     episode.add(Segment(Author.TOOL, f"out{INVISIBLE}\n", [3]))
     episode.answer = f"4{INVISIBLE}2"
-    run = tmp_path / "run"
-    run.mkdir()
-    record = {"step": 1, "correct": False, "gold": "4", "episode": episode.to_dict()}
-    (run / ROLLOUTS).write_text(json.dumps(record) + "\n")
-
-    shown = collab("train", "rollouts", str(run), cwd=tmp_path)
-    assert shown.returncode == 0, shown.stderr
+    shown = _rollouts_shown(episode, tmp_path)
     assert not set(INVISIBLE) & set(shown.stdout)
     escaped = INVISIBLE.encode("unicode_escape").decode()
     assert r"\u200b\u200c" in escaped and r"\U000e0073\U000e0065" in escaped
@@ -88,3 +77,14 @@ def test_json_output_escapes_invisible_characters_and_reads_back_the_same() -> N
     assert not set(INVISIBLE) & set(line)
     assert "\\udb40\\udc73" in line  # the tag "s" as a surrogate pair, as JSON spells it
     assert "答" in line
+
+
+def _rollouts_shown(episode: Episode, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`collab train rollouts` on a run folder whose one record holds `episode`."""
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"step": 1, "correct": False, "gold": "4", "episode": episode.to_dict()}
+    (run / ROLLOUTS).write_text(json.dumps(record) + "\n")
+    shown = collab("train", "rollouts", str(run), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    return shown
