@@ -166,16 +166,6 @@ class Episode:
         except a given segment its protocol marks trained (`Segment.trained`)."""
         return [int(s.trained) for s in self.kept for _ in s.token_ids]
 
-    def policy_logprobs(self) -> list[float] | None:
-        """Sampling log-probs of the policy's tokens, in order (None if any are missing)."""
-        values: list[float] = []
-        for s in self.kept:
-            if s.author is Author.POLICY:
-                if s.logprobs is None:
-                    return None
-                values.extend(s.logprobs)
-        return values
-
     def response_logprobs(self) -> list[float] | None:
         """Log-probs aligned with `response_ids`: the policy's own, 0.0 where others
         wrote (a trainer masks those out), NaN where others wrote tokens that are trained

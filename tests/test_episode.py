@@ -31,23 +31,6 @@ def test_loss_mask_is_one_on_policy_tokens_only() -> None:
     assert relay_episode().loss_mask() == [1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1]
 
 
-def test_policy_logprobs_skip_helper_tokens() -> None:
-    assert relay_episode().policy_logprobs() == [
-        -0.1,
-        -0.2,
-        -0.3,
-        -0.4,
-        -1.0,
-        -1.1,
-        -1.2,
-        -0.5,
-        -0.6,
-        -0.7,
-    ]
-    ep = Episode("p", [1], [Segment(Author.POLICY, "a", [5])])
-    assert ep.policy_logprobs() is None  # missing for a policy segment
-
-
 def test_call_ratios_realised_and_requested() -> None:
     ep = relay_episode()
     # realised: 2 teacher tokens of 12 response tokens
@@ -123,7 +106,6 @@ def test_token_views_skip_a_rolled_back_segment() -> None:
     assert ep.visible_ids == [1, 2, 3, *ep.response_ids]  # what the policy resumed from
     assert ep.response_text == "Let x be 42 so 42"
     assert ep.loss_mask() == [1, 1, 1, 1, 0, 0, 1, 1, 1]
-    assert ep.policy_logprobs() == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7]
     assert ep.response_logprobs() == [-0.1, -0.2, -0.3, -0.4, 0.0, 0.0, -0.5, -0.6, -0.7]
     # It is still in the record: written, counted as a turn, never trained.
     assert len(ep.segments) == 4 and ep.turns == 3 and not ep.segments[1].trained

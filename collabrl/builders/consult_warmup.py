@@ -63,7 +63,7 @@ from collabrl.data.benchmarks import Item
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import Engine, SamplingParams
 from collabrl.engines.endpoints import check_collaborator
-from collabrl.engines.reference import clean_solution, stand_in_accuracy
+from collabrl.engines.reference import REFERENCE, clean_solution, stand_in_accuracy
 from collabrl.episode import EndReason, Episode
 from collabrl.errors import require
 from collabrl.protocols.base import Policy
@@ -138,7 +138,7 @@ class ConsultWarmupConfig(DataColumns):
         _CONSULT.query_budget, "Query budget the consult prompt states (as consult.query_budget)."
     )
     expert: str = option(
-        "reference",
+        REFERENCE,
         "Who answers the rows' calls (every expert id): a model reference, a URL, or a "
         "reference stand-in (reference, reference@P, reference-solution@P).",
     )

@@ -56,7 +56,7 @@ _FINAL_LINE = re.compile(r"\n?####[^\n]*\s*\Z")
 # `reference@0.7`: a stand-in right on 70 % of the problems, a near miss on the rest;
 # `reference-continue@0.7` the same, continuing the partial answer it is given;
 # `reference-solution@0.7` the same, its near misses worked solutions too.
-_STAND_IN = re.compile(r"(reference(?:-continue|-solution)?)(?:@(.*))?")
+_STAND_IN = re.compile(f"({CONTINUE}|{SOLUTION}|{REFERENCE})(?:@(.*))?")
 # The fewest non-space characters of a step that a partial answer must end with to count
 # as being inside that step, unless its last line is that start: fewer ("=", "3") at the
 # end of a line of its own match by chance.

@@ -4,7 +4,7 @@ Open mode (training, and the paper's offline Expert-Assisted Workflow baseline):
 policy gets the training prompt of EAPO appendix D and writes until `</agent_calls>`.
 The calls of that block go to the expert pool — the valid queries of every episode of
 a round in one `ask`, so local experts are batched — and the answers come back as one
-`<agent_returns>` block whose text is exactly `format_agent_returns(...)`. Each answer
+`<agent_returns>` block (`agent_returns_pieces(...)`, joined). Each answer
 that returned is written into the history only with probability ρ (`accept_prob`,
 which the trainer anneals as ρ_s = 1/s); a call that failed, was rejected by ρ or came
 after the query budget reads "unavailable". The policy then resumes on a fresh line,

@@ -306,11 +306,6 @@ def agent_returns_pieces(results: list[tuple[int, str | None]]) -> list[str]:
     return pieces
 
 
-def format_agent_returns(results: list[tuple[int, str | None]]) -> str:
-    """The `<agent_returns>` block answering a call; a None result reads "unavailable"."""
-    return "".join(agent_returns_pieces(results))
-
-
 # ----------------------------------------------------------------------------- AlphaApollo
 
 TOOL_CALL_OPEN = "<tool_call>"

@@ -194,10 +194,6 @@ class RSIMPlanner(nn.Module):
         ]
         return torch.cat(parts)
 
-    def log_probs(self, contexts: list[PlannerContext], actions: list[int]) -> torch.Tensor:
-        """Log-probability [B] of each action under the sampling distribution, with grad."""
-        return self.action_log_probs(self.logits(contexts), actions)
-
     def action_log_probs(self, logits: torch.Tensor, actions: list[int]) -> torch.Tensor:
         """Log-probability [B] of `actions` under the policy of `logits` [B, 9] (a trainer
         computes the logits itself, through its distributed wrapper of this module)."""

@@ -51,7 +51,6 @@ from collabrl.protocols.parsing import (
     AGENT_RETURNS_OPEN,
     ExpertQuery,
     agent_returns_pieces,
-    format_agent_returns,
 )
 from tests.conftest import EMBEDDED
 from tests.protocols.scripted import RecordingEngine, ScriptedEngine
@@ -60,6 +59,11 @@ from tests.servers import ServerProcess
 K = 3
 FAST = ConsultConfig(expert_max_tokens=6)
 PARAMS = SamplingParams(max_tokens=400, seed=0)
+
+
+def returns_block(results: list[tuple[int, str | None]]) -> str:
+    """The `<agent_returns>` block answering a call, as one string."""
+    return "".join(agent_returns_pieces(results))
 
 
 def calls(*items: tuple[int, str]) -> str:
@@ -307,8 +311,7 @@ def test_any_text_gives_a_sane_turn(text, stop, queries_left):
 @given(st.lists(st.tuples(st.integers(1, K), st.none() | st.text()), max_size=5))
 def test_returns_pieces_join_to_the_block(results):
     pieces = agent_returns_pieces(results)
-    assert "".join(pieces) == format_agent_returns(results)
-    body = format_agent_returns(results)[len("<agent_returns>") : -len("</agent_returns>")]
+    body = "".join(pieces)[len("<agent_returns>") : -len("</agent_returns>")]
     expected = [{"expert_id": e, "result": "unavailable" if r is None else r} for e, r in results]
     assert json.loads(body) == expected
     assert len(pieces) == 2 * len(results) + 1
@@ -350,7 +353,7 @@ def test_consultation_transcript(smol_tokenizer, pool):
     experts = [s for s in episode.segments if s.author is Author.EXPERT]
     results = [(s.meta["expert_id"], json.loads(f'"{s.text}"')) for s in experts]
     [block] = returns_blocks(episode)
-    assert block == "\n" + format_agent_returns(results) + "\n"
+    assert block == "\n" + returns_block(results) + "\n"
     asked = [(1, "6 * 7?"), (3, "6 times 7?")]
     for segment, (expert_id, query) in zip(experts, asked, strict=True):
         assert segment.text
@@ -379,7 +382,7 @@ def test_rho_zero_rejects_every_answer(smol_tokenizer, pool):
     experts = [s for s in episode.segments if s.author is Author.EXPERT]
     assert [s.text for s in experts] == ["", ""] and all(s.token_ids == [] for s in experts)
     assert all(s.meta["outcome"] == "ok" and not s.meta["accepted"] for s in experts)
-    assert returns_blocks(episode)[0] == "\n" + format_agent_returns([(1, None), (2, None)]) + "\n"
+    assert returns_blocks(episode)[0] == "\n" + returns_block([(1, None), (2, None)]) + "\n"
     assert (episode.meta["rejected"], episode.meta["expert_failures"]) == (2, 0)
     assert episode.meta["accept_prob"] == 0.0
 
@@ -432,7 +435,7 @@ def test_format_errors_are_recorded_and_the_episode_goes_on(smol_tokenizer, pool
     first = episode.segments[0]
     assert first.meta["call_errors"] and first.meta["call_errors"][0].startswith("invalid JSON")
     assert authors(episode) == "PEP"
-    assert returns_blocks(episode) == ["\n" + format_agent_returns([]) + "\n"]
+    assert returns_blocks(episode) == ["\n" + returns_block([]) + "\n"]
     assert episode.meta["format_errors"] == 1 and episode.meta["expert_calls"] == 0
     assert episode.answer == "3" and episode.end == "eos"
 
@@ -451,7 +454,7 @@ def test_failed_expert_reads_unavailable(smol_tokenizer, tmp_path):
     [call] = episode.calls
     assert call.text == "" and call.meta["outcome"] == "unavailable" and call.meta["error"]
     assert not call.meta["accepted"]
-    assert returns_blocks(episode)[0] == "\n" + format_agent_returns([(1, None)]) + "\n"
+    assert returns_blocks(episode)[0] == "\n" + returns_block([(1, None)]) + "\n"
     assert (episode.meta["expert_failures"], episode.meta["rejected"]) == (1, 0)
     assert episode.answer == "2"
 
@@ -466,7 +469,7 @@ def test_reference_expert_returns_the_gold_answer(smol_tokenizer):
     assert call.meta["outcome"] == "ok" and call.meta["endpoint"] == "reference (stand-in)"
     [block] = returns_blocks(episode)
     reply = "The final answer is $\\boxed{42}$."
-    assert block == "\n" + format_agent_returns([(2, reply)]) + "\n"
+    assert block == "\n" + returns_block([(2, reply)]) + "\n"
     assert block.strip().startswith(AGENT_RETURNS_OPEN) and "boxed{42}" in block
     assert episode.answer == "42"
 
@@ -698,7 +701,7 @@ def test_returns_the_policy_writes_itself_are_not_its_answer():
     """An engine that ignores the stop string lets the policy invent the experts' returns:
     their "Answer:" lines are not the policy's either."""
     episode = Episode("p", [1])
-    invented = format_agent_returns([(1, "Answer: 42")])
+    invented = returns_block([(1, "Answer: 42")])
     episode.add(Segment(Author.POLICY, calls((1, "q")) + "\n" + invented + "\nHmm.", [2]))
     assert "42" not in policy_text(episode) and policy_text(episode).strip() == "Hmm."
 

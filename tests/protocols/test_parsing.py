@@ -13,9 +13,9 @@ from collabrl.protocols.parsing import (
     AgentCalls,
     ExpertQuery,
     RelayCall,
+    agent_returns_pieces,
     code_blocks,
     format_agent_calls,
-    format_agent_returns,
     parse_agent_calls,
     parse_relay_call,
     parse_tool_call,
@@ -24,6 +24,11 @@ from collabrl.protocols.parsing import (
 from tests.linear_time import assert_linear
 
 # ----------------------------------------------------------------------------- parse_relay_call
+
+
+def returns_block(results: list[tuple[int, str | None]]) -> str:
+    """The `<agent_returns>` block answering a call, as one string."""
+    return "".join(agent_returns_pieces(results))
 
 
 def test_no_call_tag_is_none():
@@ -267,8 +272,8 @@ def test_last_block_wins():
     assert calls.queries == (ExpertQuery(2, "b"),) and calls.start == text.rfind("<agent_calls>")
 
 
-def test_format_agent_returns():
-    out = format_agent_returns([(1, "4 1 1"), (2, None), (3, "naïve")])
+def test_returns_block():
+    out = returns_block([(1, "4 1 1"), (2, None), (3, "naïve")])
     assert out.startswith("<agent_returns>") and out.endswith("</agent_returns>")
     assert "naïve" in out  # ensure_ascii=False keeps the expert's text readable
     payload = json.loads(out[len("<agent_returns>") : -len("</agent_returns>")])
@@ -277,7 +282,7 @@ def test_format_agent_returns():
         {"expert_id": 2, "result": "unavailable"},
         {"expert_id": 3, "result": "naïve"},
     ]
-    assert format_agent_returns([]) == "<agent_returns>[]</agent_returns>"
+    assert returns_block([]) == "<agent_returns>[]</agent_returns>"
 
 
 # ----------------------------------------------------------------------------- properties

@@ -112,7 +112,7 @@ def test_the_head_is_seeded_and_leaves_the_global_rng_alone(tiny_model_dir: Path
 def test_log_probs_match_the_sampling_distribution_and_train(planner: RSIMPlanner) -> None:
     choices = planner.choose(CONTEXTS, seeds=(0, 1, 2))
     actions = [c.index for c in choices]
-    logp = planner.log_probs(CONTEXTS, actions)
+    logp = planner.action_log_probs(planner.logits(CONTEXTS), actions)
     expected = torch.tensor([c.probs[c.index] for c in choices]).log()
     torch.testing.assert_close(logp.detach(), expected, atol=1e-5, rtol=1e-5)
     # The recorded log-prob is the old log-prob of the policy-gradient ratio.
@@ -128,7 +128,7 @@ def _planner_pass(planner: RSIMPlanner) -> tuple[int, list[torch.Tensor]]:
     """Peak bytes kept for backward by the log-probs of CONTEXTS, and the gradients."""
     planner.zero_grad()
     with SavedActivations(planner) as saved:
-        planner.log_probs(CONTEXTS, [0, 4, 8]).sum().backward()
+        planner.action_log_probs(planner.logits(CONTEXTS), [0, 4, 8]).sum().backward()
     grads = [p.grad.clone() for p in planner.parameters() if p.grad is not None]
     planner.zero_grad()
     return saved.peak, grads
@@ -291,5 +291,5 @@ def test_a_masked_strategy_is_never_chosen_and_has_no_probability(tiny_model_dir
     assert {c.index for c in choices} == {8}
     assert all(c.probs[8] == pytest.approx(1.0) for c in choices)
     assert all(c.logprob == pytest.approx(0.0) for c in choices)
-    logp = planner.log_probs(CONTEXTS, [0, 3, 8])
+    logp = planner.action_log_probs(planner.logits(CONTEXTS), [0, 3, 8])
     assert logp[:2].tolist() == [-torch.inf, -torch.inf] and logp[2].item() == pytest.approx(0.0)

@@ -386,7 +386,9 @@ def test_episodes_record_what_a_trainer_needs_to_rebuild_the_planner_ratios(
     assert episode.meta["planner_temperature"] == 0.7 and episode.meta["summary_chars"] == 12
     guidance = [s for s in episode.segments if s.author is Author.GUIDANCE]
     actions = [s.meta["index"] for s in guidance]
-    recomputed = planner.log_probs(planner_contexts(episode), actions).tolist()
+    recomputed = planner.action_log_probs(
+        planner.logits(planner_contexts(episode)), actions
+    ).tolist()
     assert recomputed == pytest.approx([s.meta["logprob"] for s in guidance], abs=1e-5)
 
 

@@ -84,7 +84,7 @@ def test_a_batch_carries_the_planner_decisions_and_group_advantages(batch) -> No
     ):
         assert len(contexts) == len(actions) == len(old) >= 1
         with torch.no_grad():  # the rollout's probabilities, recomputed with the trainer's
-            again = trainer.planner.log_probs(contexts, actions)
+            again = trainer.planner.action_log_probs(trainer.planner.logits(contexts), actions)
         assert again.tolist() == pytest.approx(old, abs=1e-5)
 
 
