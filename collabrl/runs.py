@@ -11,6 +11,8 @@ date, the versions and the git commit; the file stays a `--config` file.
 Samples are appended one JSON line at a time and flushed, so a run killed with
 `kill -9` keeps every finished sample; at worst the last line is cut short:
 `read_records` skips it, and the resumed run's `RecordWriter` cuts it off before appending.
+A whole file is replaced through `replacing` (a temporary file beside it, synced, then
+renamed over it): the one such helper, which every layer above this one uses.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -188,11 +191,55 @@ class RecordWriter:
         self.close()
 
 
+@contextmanager
+def replacing(path: Path, durable: bool = True) -> Iterator[Path]:
+    """A temporary path beside `path` for the body to write a file at; when the body ends
+    without an error that file is synced to disk (unless not `durable`) and renamed over
+    `path`, else removed. The one way collabrl replaces a file: a reader, or a run killed
+    at any point, sees the old file or the new one, never half of either.
+
+    The temporary name is random, so concurrent writers (every rank of a launch) never
+    share one and no one can plant a link there in advance; the rename replaces a link
+    at `path` rather than writing through it.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        yield tmp
+        if durable:
+            # Synced before the rename: otherwise a power cut may leave the new name
+            # pointing at blocks never written.
+            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: Path, data: str | bytes, durable: bool = True) -> None:
+    """Replace `path` with `data` (text as UTF-8) through `replacing`."""
+    with replacing(path, durable) as tmp:
+        # Created exclusively (O_EXCL): never written through a link. Made and written in
+        # one open: truncating a file that exists makes ext4 flush it on close
+        # (auto_da_alloc), a millisecond a write (bench/library_swaps.py).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file + rename): readers never see half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """Replace `path` with `data` as indented JSON (`write_atomic`)."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Replace the JSON-lines file `path` whole (`write_atomic`), one record a line as
+    `RecordWriter` appends them: a file rewritten from others (a filter's rows, a
+    rewound metrics log) keeps its previous version if the rewrite is killed."""
+    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def prepare_folder(
@@ -220,11 +267,10 @@ def prepare_folder(
             if any(read_records(path) for path in bound_by):
                 _check_same_experiment(to_dict(config, omit), previous, out_dir, resumable)
         out_dir.mkdir(parents=True, exist_ok=True)
-        # Atomic (temp file + rename): a run killed here leaves the old config, not half of it.
-        # The temp file is this process's own: every rank of a launch binds the folder.
-        tmp = saved.with_suffix(f".yaml.{os.getpid()}.tmp")
-        save_config(config, tmp, omit, provenance())  # proves the folder is writable, too
-        os.replace(tmp, saved)
+        # A run killed here leaves the old config, not half of it; every rank of a launch
+        # binds the folder, each through its own temporary file.
+        with replacing(saved) as tmp:
+            save_config(config, tmp, omit, provenance())  # proves the folder is writable, too
     except OSError as err:
         raise UserError(
             f"cannot write the run folder {out_dir}: {err.strerror or err}",
@@ -281,14 +327,14 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
-def git_commit() -> str | None:
-    """The commit checked out in the git repository of the working directory, with
-    "+dirty" when tracked files have uncommitted changes; None without one (no git, not
-    a repository, no commit yet, git slower than GIT_TIMEOUT_S, or a filter driver
-    whose name `-c` cannot carry, so that it could not be switched off)."""
+def git_commit(folder: Path | None = None) -> str | None:
+    """The commit checked out in the git repository of `folder` (default: the working
+    directory), with "+dirty" when tracked files have uncommitted changes; None without
+    one (no git, not a repository, no commit yet, git slower than GIT_TIMEOUT_S, or a
+    filter driver whose name `-c` cannot carry, so that it could not be switched off)."""
     try:
-        head = _git("rev-parse", "--verify", "HEAD")
-        filters = _filters_off()
+        head = _git("rev-parse", "--verify", "HEAD", cwd=folder)
+        filters = _filters_off(folder)
         if filters is None:
             return None
         # --no-optional-locks: a status refresh must not take the index lock from the user.
@@ -300,6 +346,7 @@ def git_commit() -> str | None:
             "--porcelain",
             "-uno",
             "--ignore-submodules=all",
+            cwd=folder,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -314,13 +361,15 @@ def git_commit() -> str | None:
 GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 
 
-def _filters_off() -> list[str] | None:
+def _filters_off(folder: Path | None = None) -> list[str] | None:
     """`-c` options that switch off every filter driver git's config defines: status
     runs a file's clean filter (or long-running `process`) to compare a tracked file
     whose stat data changed, and `.gitattributes` picks the driver. Emptied, a driver runs
     nothing (a file it would have cleaned may then read as changed: "+dirty" errs on the
     side of saying so). None when a driver's name holds `=`, which `-c` cannot carry."""
-    listed = _git("config", "-z", "--name-only", "--get-regexp", r"^filter\.", ok=(0, 1))
+    listed = _git(
+        "config", "-z", "--name-only", "--get-regexp", r"^filter\.", ok=(0, 1), cwd=folder
+    )
     # Keys are `filter.<name>.<variable>`; the name may hold dots.
     keys = listed.split(b"\0")
     names = {os.fsdecode(key[len(b"filter.") :].rpartition(b".")[0]) for key in keys}
@@ -334,10 +383,11 @@ def _filters_off() -> list[str] | None:
     return options
 
 
-def _git(*args: str, ok: tuple[int, ...] = (0,)) -> bytes:
+def _git(*args: str, ok: tuple[int, ...] = (0,), cwd: Path | None = None) -> bytes:
     # In the working directory as git finds it (a deleted one fails git, not the run).
     done = subprocess.run(
         ["git", *GIT_SAFE, *args],
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=GIT_TIMEOUT_S,

@@ -45,12 +45,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("data", "tools"),
     # Who writes next: protocols turn engines, tools, data and rewards into Episodes.
     ("protocols",),
-    # Protocols run over benchmarks and scored: run_eval, metrics, reports, routers.
-    ("eval",),
+    # Protocols run over benchmarks and scored: run_eval, metrics, reports, routers. Beside
+    # it, the one import surface of a protocol plugin, re-exporting the protocol layer, and
+    # `collab doctor`'s checks of this machine (libraries, GPUs, sandbox, caches, disk).
+    ("eval", "plugin", "doctor"),
     # The long jobs on top of evaluation: builders, evolve, the trainers, the server.
     ("builders", "evolve", "train", "serve"),
-    # The Typer commands: options in, one library call, a result out.
-    ("cli",),
+    # The two front doors: the Typer commands (options in, one library call, a result
+    # out) and the Python API (`collabrl.evaluate`, `collabrl.train`).
+    ("api", "cli"),
     # `python -m collabrl` runs the CLI.
     ("__main__",),
 ]

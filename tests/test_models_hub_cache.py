@@ -17,23 +17,39 @@ from pathlib import Path
 import pytest
 
 from collabrl.errors import UserError
-from collabrl.models import hf_hub_cache, load_model, load_tokenizer, resolve_model
+from collabrl.models import (
+    cached_models,
+    hf_hub_cache,
+    hub_commit,
+    load_model,
+    load_tokenizer,
+    pinned,
+    resolve_model,
+    with_revision,
+)
 
 REPO = "tiny-org/tiny-llama"
 
 
 def fake_hub_cache(
-    cache: Path, repo: str, model: Path, *, symlinks: bool = True, files: tuple[str, ...] = ()
+    cache: Path,
+    repo: str,
+    model: Path,
+    *,
+    symlinks: bool = True,
+    files: tuple[str, ...] = (),
+    ref: str = "main",
 ) -> Path:
     """Put `model`'s files (only `files`, when given) into the hub cache `cache` as the
-    snapshot `refs/main` names; return the snapshot folder. `symlinks`: each snapshot
+    snapshot `refs/REF` names; return the snapshot folder. `symlinks`: each snapshot
     file links to its blob, as huggingface_hub stores them where it can; otherwise plain
-    copies (Windows, or a cache copied with `cp -L`)."""
+    copies (Windows, or a cache copied with `cp -L`). Called again with another `ref`,
+    it adds a second snapshot to the same repo."""
     folder = cache / f"models--{repo.replace('/', '--')}"
-    commit = hashlib.sha1(repo.encode()).hexdigest()
+    commit = hashlib.sha1(f"{repo}@{ref}".encode()).hexdigest()
     snapshot = folder / "snapshots" / commit
     snapshot.mkdir(parents=True)
-    (folder / "blobs").mkdir()
+    (folder / "blobs").mkdir(exist_ok=True)
     for file in sorted(model.iterdir()):
         if files and file.name not in files:
             continue
@@ -43,8 +59,8 @@ def fake_hub_cache(
             (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
         else:
             shutil.copyfile(file, snapshot / file.name)
-    (folder / "refs").mkdir()
-    (folder / "refs" / "main").write_text(commit)  # no newline, as huggingface_hub writes it
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / ref).write_text(commit)  # no newline, as huggingface_hub writes it
     return snapshot
 
 
@@ -96,10 +112,87 @@ def test_without_any_variable_the_cache_is_under_the_home_folder(
 
 def test_a_revision_picks_that_snapshot(hub_cache: Path, tiny_model_dir: Path) -> None:
     snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    tagged = fake_hub_cache(hub_cache, REPO, tiny_model_dir, ref="v2")
     assert resolve_model(f"{REPO}@{snapshot.name}").source == snapshot.resolve()
     assert resolve_model(f"{REPO}@main").source == snapshot.resolve()
-    with pytest.raises(UserError, match=f"unknown model '{REPO}@v2'"):
-        resolve_model(f"{REPO}@v2")
+    assert resolve_model(f"{REPO}@v2").source == tagged.resolve()
+    assert resolve_model(REPO).source == snapshot.resolve()  # main, as from_pretrained
+
+
+def test_a_revision_not_in_the_cache_says_which_are(hub_cache: Path, tiny_model_dir: Path) -> None:
+    """Before, `org/name@v2` said the model was not in the cache at all."""
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    with pytest.raises(UserError) as info:
+        resolve_model(f"{REPO}@v3")
+    assert info.value.problem == (
+        f"'{REPO}@v3': the Hugging Face cache {hub_cache} holds {REPO}, but not its revision "
+        f"'v3' (it holds main = {snapshot.name})"
+    )
+    assert f"hf download {REPO} --revision v3" in str(info.value.fix)
+
+
+@pytest.mark.parametrize("base", ["smollm2-135m", "local"], ids=["embedded", "local folder"])
+def test_a_revision_of_an_embedded_model_or_a_folder_is_refused(
+    base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local").mkdir()
+    with pytest.raises(UserError) as info:
+        resolve_model(f"{base}@v2")
+    assert info.value.problem.startswith(f"'{base}@v2': a revision (@v2) picks a snapshot")
+    assert info.value.fix == f"pass '{base}' without a revision"
+
+
+def test_with_revision_applies_to_hub_names_only() -> None:
+    assert with_revision(REPO, "v2") == f"{REPO}@v2"
+    assert with_revision(f"{REPO}@v2", "v2") == f"{REPO}@v2"
+    with pytest.raises(UserError, match="already names the revision v1"):
+        with_revision(f"{REPO}@v1", "v2")
+    with pytest.raises(UserError, match="'smollm2-135m' is not a hub name"):
+        with_revision("smollm2-135m", "v2")
+    with pytest.raises(UserError, match="is not a hub name"):
+        with_revision("http://127.0.0.1:8000/v1", "v2")
+
+
+def test_a_hub_name_is_pinned_to_the_commit_it_loads(hub_cache: Path, tiny_model_dir: Path) -> None:
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    tagged = fake_hub_cache(hub_cache, REPO, tiny_model_dir, ref="v2")
+    assert pinned(REPO) == f"{REPO}@{snapshot.name}"
+    assert pinned(f"{REPO}@v2") == f"{REPO}@{tagged.name}"
+    assert hub_commit(f"{REPO}@{tagged.name}") == tagged.name
+    assert pinned("smollm2-135m") == "smollm2-135m"  # one version only
+    assert hub_commit(str(tiny_model_dir)) is None
+
+
+def test_the_cache_listing_has_each_model_its_revisions_and_size(
+    hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    snapshot = fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    tagged = fake_hub_cache(hub_cache, REPO, tiny_model_dir, ref="v2")
+    plain = fake_hub_cache(hub_cache, "other/plain", tiny_model_dir, symlinks=False)
+    (hub_cache / "models--never--started").mkdir()  # no snapshots/: not listed
+    listed = {model.name: model for model in cached_models(hub_cache)}
+    assert sorted(listed) == ["other/plain", REPO]
+    assert listed[REPO].snapshots == {snapshot.name: ["main"], tagged.name: ["v2"]}
+    weights = sum(file.stat().st_size for file in tiny_model_dir.iterdir())
+    assert listed[REPO].size > weights  # the blobs, counted once, and the refs
+    assert listed[REPO].size < 2 * weights  # the two snapshots share their blobs
+    assert listed["other/plain"].snapshots == {plain.name: ["main"]}
+    assert listed["other/plain"].size > weights  # plain copies count
+
+
+def test_a_ref_that_is_a_fifo_marks_its_model_damaged_without_blocking(
+    hub_cache: Path, tiny_model_dir: Path
+) -> None:
+    fake_hub_cache(hub_cache, REPO, tiny_model_dir)
+    ref = hub_cache / "models--tiny-org--tiny-llama" / "refs" / "main"
+    ref.unlink()
+    os.mkfifo(ref)
+    (listed,) = cached_models(hub_cache)
+    assert (
+        listed.problem
+        == f"cannot read cache ref {ref}: not a regular file (a folder, FIFO or device)"
+    )
 
 
 def test_a_hub_name_not_in_the_cache_says_where_it_looked(hub_cache: Path) -> None:

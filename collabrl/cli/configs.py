@@ -1,4 +1,5 @@
-"""`collab config show COMMAND`: a command's resolved config, every field with its help."""
+"""`collab config show COMMAND`: a command's resolved config, every field with its help;
+`collab config list`: the configs that ship with collabrl, which `-c NAME` reads."""
 
 from __future__ import annotations
 
@@ -43,6 +44,29 @@ def show(
     for warning in warnings() if warnings else []:
         print(f"warning: {warning}", file=sys.stderr)
     print(describe_config(resolved, _expanded(resolved)), end="")
+
+
+@app.command("list")
+def list_configs() -> None:
+    """List the shipped configs: `-c NAME` reads one from any folder (a file of that path
+    wins); `collab config show COMMAND -c NAME` prints it resolved."""
+    from rich.table import Table
+
+    from collabrl.cli.console import make_console
+    from collabrl.config import configs_dir, shipped_configs
+
+    console = make_console()
+    table = Table("name", "for", "about")
+    for shipped in shipped_configs():
+        table.add_row(shipped.name, shipped.command, shipped.about)
+    console.print(table)
+    console.print(
+        f"Shipped in {configs_dir()}. Use as `-c NAME` (e.g. `collab eval run math500 -c "
+        "eval/greedy-pass1`); accelerate's by path: `accelerate launch --config_file "
+        f"{configs_dir() / 'accelerate' / 'NAME.yaml'}`.",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _command_check(command: str, config: Any) -> Callable[[], None]:

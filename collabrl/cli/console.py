@@ -23,8 +23,13 @@ LOG_WIDTH = 10_000
 LOG_RULE_WIDTH = 80
 
 # Off in a batch job: the bars of huggingface_hub and transformers ("Loading weights"; both
-# read it when imported) and of datasets.
-LIBRARY_BAR_SWITCHES = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+# read it when imported), of datasets, and every bar drawn with tqdm itself (TQDM_DISABLE,
+# read by each bar as it is made), such as transformers' GGUF de-quantization.
+LIBRARY_BAR_SWITCHES = (
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS",
+    "TQDM_DISABLE",
+)
 
 
 class _Console(Console):
@@ -64,11 +69,13 @@ def make_console(stderr: bool = False, file: IO[str] | None = None) -> Console:
     return _Console(stderr=stderr, file=file)
 
 
-def quiet_library_bars(stream: IO[str]) -> None:
-    """Turn the libraries' progress bars off when `stream` (where tqdm draws: stderr) is not
-    a terminal; our own progress (cli/progress.py) logs lines instead. Set before those
-    libraries are imported, which read it then; a value the user set stays."""
-    if stream.isatty():
+def quiet_library_bars(*streams: IO[str]) -> None:
+    """Turn the libraries' progress bars off when one of `streams` (stdout, where our own
+    progress goes, and stderr, where tqdm draws) is not a terminal: our own progress
+    (cli/progress.py) then logs lines, and a bar redrawn between them, or into a log, is
+    noise. Set before those libraries are imported, which read it then; a value the user
+    set stays."""
+    if all(stream.isatty() for stream in streams):
         return
     for name in LIBRARY_BAR_SWITCHES:
         os.environ.setdefault(name, "1")

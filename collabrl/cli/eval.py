@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 from typer.core import TyperGroup
 
 from collabrl.cli import options as opt
@@ -76,6 +76,10 @@ def run(
     top_p: float = opt.TOP_P,
     seed: int = opt.SEED,
     limit: int = opt.config_option("limit", "--limit"),
+    num_fewshot: int = opt.config_option("num_fewshot", "--num-fewshot"),
+    fewshot_as_multiturn: bool = opt.config_option(
+        "fewshot_as_multiturn", "--fewshot-as-multiturn/--fewshot-in-one-turn"
+    ),
     protocol: str = opt.PROTOCOL,
     tokenizer: str = opt.TOKENIZER,
     prompt: str = opt.PROMPT,
@@ -83,7 +87,7 @@ def run(
     batch_size: int = opt.BATCH_SIZE,
     device: str = opt.DEVICE,
     api_key: str = opt.API_KEY,
-    out: str = opt.config_option("out", "--out"),
+    out: str = opt.OUT,
     judge: str = opt.config_option("judge", "--judge"),
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
@@ -105,6 +109,7 @@ def run(
     with progress_bar(console, f"{cfg.benchmark} · {cfg.model}") as progress:
         result = run_eval(cfg, progress=progress)
     _print_summary(result.metrics, result.out_dir, result.new_samples)
+    _warn_truncated({cfg.benchmark: result.metrics})
 
 
 def _run_suite(cfg: EvalConfig, names: list[str]) -> None:
@@ -123,6 +128,14 @@ def _run_suite(cfg: EvalConfig, names: list[str]) -> None:
         if "stand_in" in result.metrics:
             console.print(f"[yellow]{name}: {result.metrics['stand_in']}[/]")
         console.print(f"{name}: {result.new_samples} new samples · run folder: {result.out_dir}")
+    _warn_truncated({name: result.metrics for name, result in results.items()})
+
+
+def _warn_truncated(metrics: dict[str, dict]) -> None:
+    """A line for each benchmark that lost many samples to --max-tokens (report.py)."""
+    from collabrl.eval.report import truncation_warning
+
+    print_warnings(console, (truncation_warning(name, m) for name, m in metrics.items()))
 
 
 def _suite_row(metrics: dict) -> dict[str, str]:
@@ -158,6 +171,7 @@ def _summary(metrics: dict) -> list[tuple[str, str]]:
         "call_ratio",
         *(k for k in COLLAB_KEYS if metrics.get(k)),  # shown when a protocol used them
         *(TOOL_KEYS if metrics.get("tool_calls_per_sample") else ()),
+        "truncated",
         "mean_completion_tokens",
         "tokens_per_second",
         "generation_seconds",
@@ -196,6 +210,7 @@ def report(
     and benchmark (and against random/perfect routers; --plot draws pass@k curves)."""
     from collabrl.errors import UserError
     from collabrl.eval.report import (
+        comparison_warnings,
         group_rows,
         load_run,
         plot_pass_at_k,
@@ -209,6 +224,9 @@ def report(
     if (student is None) != (teacher is None):
         raise UserError("router baselines need both runs", "pass --student RUN and --teacher RUN")
     loaded = [load_run(r) for r in run_folders(runs)]  # a suite's --out DIR: its runs
+    warnings = comparison_warnings(loaded)
+    # On stderr: stdout stays a table, markdown or JSON that can be piped.
+    print_warnings(make_console(stderr=True), warnings)
     tables = [report_rows(loaded)]
     if student is not None:
         tables.append(router_rows(student, teacher, loaded))
@@ -219,10 +237,33 @@ def report(
         # On stderr: stdout stays a table, markdown or JSON that can be piped.
         make_console(stderr=True).print(f"pass@k plot: {plot}", highlight=False)
     if format == "json":
-        print(json.dumps({"runs": loaded, "tables": tables}, indent=2))
+        print(json.dumps({"runs": loaded, "tables": tables, "warnings": warnings}, indent=2))
         return
+    if format == "table":
+        _print_runs(loaded)
+        tables = tables[1:]
     for header, rows in tables:
         _print_table(header, rows, format)
+
+
+def _print_runs(loaded: list[dict]) -> None:
+    """The runs' metrics, a row per metric and a column per run, in as many tables as
+    the console's width needs; each run's model above them, whole (a path fits no cell)."""
+    from collabrl.eval.report import column_groups, metric_rows, run_names
+
+    models = {name: run["model"] for name, run in zip(run_names(loaded), loaded, strict=True)}
+    lines = (
+        [f"model: {m}" for m in set(models.values())]
+        if len(set(models.values())) == 1
+        else [f"model of {name}: {m}" for name, m in models.items()]
+    )
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    header, rows = metric_rows(loaded)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for group in column_groups(widths[1:], widths[0], console.width):
+        columns = [0, *(index + 1 for index in group)]
+        _print_table([header[i] for i in columns], [[r[i] for i in columns] for r in rows], "table")
 
 
 def _print_table(header: list[str], rows: list[list[str]], format: str) -> None:
@@ -231,7 +272,8 @@ def _print_table(header: list[str], rows: list[list[str]], format: str) -> None:
     if format == "markdown":
         print(to_markdown(header, rows) + "\n")
         return
-    table = Table(*header)
+    # A cell too wide for its column wraps rather than losing its end to `…`.
+    table = Table(*(Column(name, overflow="fold") for name in header))
     for row in rows:
         table.add_row(*row)
     console.print(table)

@@ -17,6 +17,7 @@ from collabrl.cli import eval as eval_cli
 from collabrl.cli import tools as tools_cli
 from collabrl.cli import train as train_cli
 from collabrl.cli.console import make_console, quiet_library_bars
+from collabrl.cli.doctor import doctor
 from collabrl.cli.evolve import evolve
 from collabrl.cli.filter import filter_data
 from collabrl.cli.infer import infer
@@ -86,6 +87,7 @@ app.command("infer", cls=config_command("infer"))(infer)
 app.command("filter", cls=config_command("filter"))(filter_data)
 app.command("evolve", cls=config_command("evolve"))(evolve)
 app.command("view")(view)
+app.command("doctor")(doctor)
 console = make_console()
 err_console = make_console(stderr=True)
 
@@ -119,23 +121,40 @@ def benchmarks() -> None:
 
 @app.command()
 def models() -> None:
-    """List the embedded models and whether their converted weights are cached."""
-    from collabrl.models import EMBEDDED_MODELS, cache_home
+    """List the embedded models (and whether their converted weights are cached) and the
+    models of the local Hugging Face cache, with their revisions and size."""
+    from rich.filesize import decimal
 
-    table = Table("name", "package", "cached", "description")
+    from collabrl.models import EMBEDDED_MODELS, cache_home, cached_models, hf_hub_cache
+
+    table = Table("name", "package", "cached", "description", title="embedded")
     for model in EMBEDDED_MODELS.values():
         cached = (cache_home() / "models" / model.name / "config.json").is_file()
         table.add_row(model.name, model.pip_name, "yes" if cached else "no", model.description)
     console.print(table)
+    cache = hf_hub_cache()
+    hub = Table("name", "revisions (--revision)", "size", title="Hugging Face cache")
+    for cached_model in cached_models(cache):
+        revisions = [" = ".join([*refs, commit]) for commit, refs in cached_model.snapshots.items()]
+        shown = escape("\n".join(revisions)) or "no snapshot"  # folder names: no markup
+        if cached_model.problem:
+            shown = f"[red]damaged: {escape(cached_model.problem)}[/]"
+        hub.add_row(escape(cached_model.name), shown, decimal(cached_model.size))
+    if hub.rows:
+        console.print(hub)
+    # On a line of its own, unwrapped: a path a user copies.
+    where = f"Hugging Face cache {cache} (HF_HUB_CACHE, else HF_HOME/hub)"
+    console.print(where if hub.rows else f"{where}: no models", soft_wrap=True, highlight=False)
     console.print(
-        "Also accepted: a Hugging Face model folder, a .gguf file, a LoRA adapter folder, "
+        "Also accepted: a Hugging Face model folder, a .gguf file, a LoRA adapter folder, a "
+        "hub name in the cache (org/name, --revision or @REVISION for another snapshot), "
         "or an OpenAI-compatible base URL (http://host:port/v1)."
     )
 
 
 def main() -> None:
     """Run the CLI; user errors become one line on stderr and a non-zero exit."""
-    quiet_library_bars(sys.stderr)  # before any command imports transformers
+    quiet_library_bars(sys.stdout, sys.stderr)  # before any command imports transformers
     try:
         code = app(standalone_mode=False)
     except UserError as err:

@@ -14,6 +14,7 @@ so a protocol registered by a plugin gets its options with no change here.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -78,6 +79,12 @@ def config_option(key: str, *decls: str) -> Any:
     return typer.Option(None, *decls, help=_KEY_MARK + key, show_default=False)
 
 
+def config_flag(key: str, name: str) -> Any:
+    """A boolean option that sets config key `key`: `--name` true, `--no-name` false (a
+    config file's true turned off on the command line); None when neither is given."""
+    return config_option(key, f"{name}/--no-{name.removeprefix('--')}")
+
+
 def renamed_option(key: str, old: str) -> Any:
     """A flag's old name, hidden from --help, still setting `key`; the command calls
     `note_renamed` with its value (read until the release `RENAMED_UNTIL` names)."""
@@ -117,11 +124,52 @@ API_KEY = config_option("engine.api_key", "--api-key")
 PROTOCOL_KEY = "protocol.name"
 PROTOCOL = config_option(PROTOCOL_KEY, "--protocol", "-p")
 TOKENIZER = config_option("protocol.tokenizer", "--tokenizer")
-MAX_TOKENS = config_option("sampling.max_tokens", "--max-tokens")
+# After each option's own name, the names users already type for it: lm-eval's and
+# Hugging Face's (`max_new_tokens`), TRL's (`max_completion_length`, `output_dir`, …).
+MAX_TOKENS = config_option(
+    "sampling.max_tokens", "--max-tokens", "--max-new-tokens", "--max-completion-length"
+)
+OUT = config_option("out", "--out", "--output-dir", "--output-path")
 TEMPERATURE = config_option("sampling.temperature", "--temperature")
 TOP_P = config_option("sampling.top_p", "--top-p")
 SEED = config_option("sampling.seed", "--seed")
 PROMPT = config_option("prompt", "--prompt")
+
+
+# The config key of the model each command loads, which `--revision` applies to (`collab
+# filter` loads its teacher; evolve's several models take `org/name@REVISION` each).
+REVISION_KEYS = {
+    **{command: "model" for command in CONFIG_CLASSES if command not in ("filter", "evolve")},
+    "filter": "teacher",
+}
+# The commands whose config reaches a run folder (config.yaml, results.json, the model
+# card): a hub name there is pinned to the commit it loads. `collab serve` saves none,
+# and answers to the model name it was given.
+PINNED = frozenset(REVISION_KEYS) - {"serve"}
+
+
+@functools.cache
+def revision_param(command: str) -> Any:
+    """`--revision` of `command`, built once: click matches a parsed option to its
+    parameter by identity. Its value goes to ctx.meta (`_keep`), where `resolve` reads it."""
+    flag = "--teacher" if REVISION_KEYS[command] == "teacher" else "--model"
+    declared = typer.Option(
+        None,
+        "--revision",
+        help=f"The revision of a hub name (org/name) given as {flag}: a branch, tag or "
+        "commit, as from_pretrained takes it, read from the local Hugging Face cache "
+        f"(the same as {flag} ORG/NAME@REVISION). A run saves the commit it loaded.",
+        show_default=False,
+        expose_value=False,
+        callback=_keep,
+    )
+
+    def command_of_options(revision: str | None = declared) -> None:
+        """Never run: Typer builds the option from this signature."""
+
+    builder = typer.Typer(add_completion=False)
+    builder.command()(command_of_options)
+    return typer.main.get_command(builder).params[0]
 
 
 def config_command(command: str) -> type[TyperCommand]:
@@ -143,6 +191,11 @@ class _ConfigCommand(TyperCommand):
         kept while the registered protocols stay the same, since click matches a parsed
         option to its parameter by identity."""
         params = super().get_params(ctx)
+        if self.config_class in REVISION_KEYS:  # `--revision` after the option it applies to
+            names = [p.name for p in params]
+            key = REVISION_KEYS[self.config_class]
+            at = names.index(key) + 1 if key in names else len(params)
+            params = [*params[:at], revision_param(self.config_class), *params[at:]]
         if self.config_class not in PROTOCOL_OPTIONS:
             return params
         from collabrl.protocols import registry
@@ -176,6 +229,8 @@ class _ConfigCommand(TyperCommand):
             # then. An argument's is left out: a required one's would mislead.
             if _shown_default(defaults.get(key)) and param.param_type_name == "option":
                 param.default, param.show_default = inline_yaml(defaults[key]), True
+                if param.secondary_opts:  # `--lora/--no-lora`: the flag is shown, `no-lora`
+                    param.default = defaults[key]
         super().format_help(ctx, formatter)
 
 
@@ -279,6 +334,9 @@ def protocol_params(command: str, taken: set[str]) -> list[Any]:
         if taken.intersection(decls):
             continue
         taken.update(decls)
+        kind = registry.option_type(spec, key)
+        if kind is bool and "/" not in decls[0]:  # `--no-self-collab`: a file's true, off
+            decls = (f"{decls[0]}/--no-{decls[0].removeprefix('--')}", *decls[1:])
         # Typer's callback wrapper takes only the command function's own parameters: the
         # value goes to ctx.meta (`_keep`), where `cli_layer` and `check` read it.
         declared = typer.Option(
@@ -289,7 +347,6 @@ def protocol_params(command: str, taken: set[str]) -> list[Any]:
             expose_value=False,
             callback=_keep,
         )
-        kind = registry.option_type(spec, key)
         signature.append(
             inspect.Parameter(_param_name(key), keyword, default=declared, annotation=kind)
         )
@@ -351,19 +408,30 @@ def cli_layer(ctx: typer.Context) -> dict[str, Any]:
 
 
 def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> Any:
-    """The running command's config: defaults < `--config` file < options < `--set`."""
-    return load_config(ctx.command.config_class, config, cli_layer(ctx), sets)
+    """The running command's config: defaults < `--config` file < options < `--set`; then
+    `--revision` applied to its model, and a hub name pinned to its commit (`PINNED`)."""
+    command = ctx.command.config_class
+    resolved = load_config(command, config, cli_layer(ctx), sets)
+    if command in REVISION_KEYS:
+        key = REVISION_KEYS[command]
+        from collabrl.models import at_revision, pin_loaded
+
+        ref = at_revision(getattr(resolved, key), option_values(ctx).get("revision"), key)
+        setattr(resolved, key, pin_loaded(ref) if command in PINNED else ref)
+    return resolved
 
 
 def load_config(
     command: str, config: Path | None, layer: dict[str, Any], sets: list[str] | None
 ) -> Any:
-    """`command`'s config from a `--config` file, an options layer and `--set` strings."""
-    from collabrl.config import build_config, check_sections, read_yaml
+    """`command`'s config from a `--config` file (a path, or a shipped config's name), an
+    options layer and `--set` strings."""
+    from collabrl.config import build_config, check_sections, config_file, read_yaml
 
     cls = load_config_class(command)
     layers = []
     if config is not None:
+        config = config_file(config)
         layers.append(read_yaml(config))
         check_sections(cls, config)
     fixed = FIXED_KEYS.get(command, {})

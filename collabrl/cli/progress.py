@@ -20,15 +20,17 @@ LOG_STEPS = 10
 
 @contextmanager
 def progress_bar(
-    console: Console, description: str, shown: bool = True
+    console: Console, description: str, shown: bool = True, stepped: bool = False
 ) -> Iterator[Callable[[int, int], None]]:
     """A transient bar, or log lines when `console` is not a terminal; the block gets a
     `(done, total)` callback to move it. `shown` False: nothing (the other processes of an
-    `accelerate launch`). The description is redacted (`collabrl.redact`): it names the
+    `accelerate launch`). `stepped`: the caller prints a line of its own for each step of
+    the first phase (training's step lines, with the step count and ETA), so a log has
+    no other line for it. The description is redacted (`collabrl.redact`): it names the
     model, which may be a URL with a password, and a log line is read and shared."""
     description = redact_text(description)
     if shown and not console.is_terminal:
-        yield ProgressLog(console, description)
+        yield ProgressLog(console, description, stepped=stepped)
         return
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -46,7 +48,9 @@ def progress_bar(
 class ProgressLog:
     """`(done, total)` callback that prints `DESCRIPTION: 40/120 (33%) 1m12s elapsed, ~2m24s
     left` when another tenth is done, when `every_s` passed since the last line, and at
-    the end."""
+    the end. A new total, or a count that goes back, starts a new phase (training's
+    held-out evaluation after its steps); with `stepped`, the first phase prints nothing:
+    its caller prints a line per step."""
 
     def __init__(
         self,
@@ -54,6 +58,7 @@ class ProgressLog:
         description: str,
         every_s: float = LOG_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        stepped: bool = False,
     ) -> None:
         self.console = console
         self.description = description
@@ -65,13 +70,17 @@ class ProgressLog:
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, int, float] | None = None  # (done, tenth, time) last printed
         self.total: int | None = None  # the phase's total: a new one starts the count again
+        self.done = 0  # the count last told
+        self.quiet = stepped  # in the first phase, whose steps the caller prints
 
     def __call__(self, done: int, total: int) -> None:
         now = self.clock()
-        if total != self.total:  # a new phase (training's held-out evaluation after its steps)
-            if self.total is not None:
-                self.started, self.first, self.last = now, None, None
-            self.total = total
+        if self.total is not None and (total != self.total or done < self.done):
+            self.started, self.first, self.last = now, None, None  # a new phase
+            self.quiet = False
+        self.total, self.done = total, done
+        if self.quiet:
+            return
         if self.first is None:
             self.first = (done, now)
         tenth = done * LOG_STEPS // total if total > 0 else 0

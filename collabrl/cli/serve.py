@@ -24,6 +24,13 @@ def serve(
     tensor_parallel_size: int = opt.config_option(
         "engine.tensor_parallel_size", "--tensor-parallel-size"
     ),
+    gpu_memory_utilization: float = opt.config_option(
+        "engine.gpu_memory_utilization", "--gpu-memory-utilization"
+    ),
+    max_model_len: int = opt.config_option("engine.max_model_len", "--max-model-len"),
+    dtype: str = opt.config_option("engine.dtype", "--dtype"),
+    enforce_eager: bool = opt.config_option("engine.enforce_eager", "--enforce-eager"),
+    trust_remote_code: bool = opt.config_option("trust_remote_code", "--trust-remote-code"),
     batch_size: int = opt.BATCH_SIZE,
     max_batch_size: int = opt.renamed_option("engine.batch_size", "--max-batch-size"),  # 0.1
     device: str = opt.DEVICE,

@@ -29,19 +29,20 @@ def sft(
     ctx: typer.Context,
     model: str = opt.MODEL,
     data: str = opt.config_option("data", "--data"),
-    out: str = opt.config_option("out", "--out"),
-    lora: bool = opt.config_option("lora.enabled", "--lora"),
+    out: str = opt.OUT,
+    lora: bool = opt.config_flag("lora.enabled", "--lora"),
     epochs: float = opt.config_option("epochs", "--epochs"),
     learning_rate: float = opt.config_option("learning_rate", "--learning-rate", "--lr"),
+    batch_size: int = opt.config_option("batch_size", "--batch-size"),
     seed: int = opt.config_option("seed", "--seed"),
-    resume: bool = opt.config_option("resume", "--resume"),
+    resume: bool = opt.config_flag("resume", "--resume"),
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
     """RelayLLM §3.1 warm-up: supervised fine-tuning on prompt/completion rows (from
     `collab build-warmup`), the loss on the completion only. OUT/final is the model."""
     from collabrl.eval.cautions import split_warning
-    from collabrl.train.run import is_main_process
+    from collabrl.train.launch import is_main_process
     from collabrl.train.sft import train_sft
 
     cfg = opt.resolve(ctx, config, set_)
@@ -127,13 +128,14 @@ METHOD_OPTIONS = {
     "rsim": _options(train=(str, opt.config_option("rsim.train", "--train"))),
 }
 RUN_OPTIONS = _options(
-    steps=(int, opt.config_option("steps", "--steps")),
+    steps=(int, opt.config_option("steps", "--steps", "--max-steps")),
     prompts_per_step=(int, opt.config_option("prompts_per_step", "--prompts-per-step")),
     num_generations=(int, opt.config_option("sampling.n", "--num-generations", "--n")),
     max_tokens=(int, opt.MAX_TOKENS),
     temperature=(float, opt.TEMPERATURE),
     top_p=(float, opt.TOP_P),
     learning_rate=(float, opt.config_option("learning_rate", "--learning-rate", "--lr")),
+    beta=(float, opt.config_option("beta", "--beta")),
     seed=(int, opt.config_option("seed", "--seed")),
     eval_data=(str, opt.config_option("eval_data", "--eval-data")),
     eval_limit=(int, opt.config_option("eval_limit", "--eval-limit")),
@@ -141,9 +143,9 @@ RUN_OPTIONS = _options(
     report_to=(str, opt.config_option("report_to", "--report-to")),
     reward_func=(list[str], opt.config_option("reward_funcs", "--reward-func")),
     reward_mode=(str, opt.config_option("reward_mode", "--reward-mode")),
-    lora=(bool, opt.config_option("lora.enabled", "--lora")),
-    out=(str, opt.config_option("out", "--out")),
-    resume=(bool, opt.config_option("resume", "--resume")),
+    lora=(bool, opt.config_flag("lora.enabled", "--lora")),
+    out=(str, opt.OUT),
+    resume=(bool, opt.config_flag("resume", "--resume")),
     config=(Path, opt.CONFIG),
     set_=(list[str], opt.SET),
     dry_run=(bool, DRY_RUN),
@@ -185,15 +187,15 @@ for _method, _help in GRPO_HELP.items():
 @app.command("rollouts")
 def rollouts(
     run: Path = typer.Argument(..., help="A training run folder (it holds rollouts.jsonl)."),
-    step: int = typer.Option(None, "--step", help="The step to show (default: the last)."),
-    every: bool = typer.Option(False, "--all", help="Every step the run kept."),
+    step: int = typer.Option(None, "--step", help="Only this step (default: every step kept)."),
+    last: bool = typer.Option(False, "--last", help="Only the last step kept."),
 ) -> None:
     """Print the episodes a grpo/relay/eapo/rsim run kept of its steps (`save_rollouts`)
     as transcripts, each segment coloured by its author, with their reward, its parts
     and their advantage: `collab view RUN`, which also reads an eval's samples."""
     from collabrl.cli.view import show
 
-    show(run, step, every)
+    show(run, step, last)
 
 
 def _train(
@@ -207,8 +209,8 @@ def _train(
     """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
     config through ctx (cli/options.py); the command's name is the method."""
     from collabrl.train.grpo import train_grpo
+    from collabrl.train.launch import is_main_process
     from collabrl.train.plan import run_warnings
-    from collabrl.train.run import is_main_process
 
     cfg = opt.resolve(ctx, config, set_)
     opt.check(ctx, cfg.check)
@@ -218,11 +220,14 @@ def _train(
     main = is_main_process()  # under accelerate launch, one process draws and reports
     if main:
         print_warnings(console, run_warnings(cfg))
-    with progress_bar(console, f"{cfg.method} · {cfg.model} on {cfg.data}", main) as progress:
+    description = f"{cfg.method} · {cfg.model} on {cfg.data}"
+    # Stepped: in a log, each step's line (`_report`) is its progress.
+    with progress_bar(console, description, main, stepped=True) as progress:
         result = train_grpo(cfg, progress, _report)
     if not main:
         return
-    columns = {"rsim": RSIM_COLUMNS, "eapo": EXPERT_COLUMNS}.get(cfg.method, CALL_COLUMNS)
+    # A column only where the run logged it (eapo's experts cut, not relay's).
+    columns = {n: k for n, k in _step_columns(cfg).items() if any(k in h for h in result.history)}
     table = Table("step", *columns)
     for h in result.history:
         if "reward" in h:
@@ -240,14 +245,8 @@ def _train(
     )
 
 
-# The per-step table's columns: header -> metrics.jsonl key.
-CALL_COLUMNS = {
-    "reward": "reward",
-    "accuracy": "episodes/accuracy",
-    "call ratio": "episodes/call_ratio",
-    "calls": "episodes/calls",
-}
-EXPERT_COLUMNS = {**CALL_COLUMNS, "experts cut": "episodes/expert_truncated"}
+# The per-step table's columns, header -> metrics.jsonl key, of rsim; any other method's
+# are its step line's.
 RSIM_COLUMNS = {
     "reward": "reward",
     "accuracy": "episodes/accuracy",
@@ -255,6 +254,18 @@ RSIM_COLUMNS = {
     "planner reward": "planner/reward",
     "λ": "planner/lambda",
 }
+
+
+def _step_columns(cfg: Any) -> dict[str, str]:
+    """The per-step table's columns: rsim's, or the run's step line's (no calls for a
+    protocol that makes none)."""
+    from collabrl.protocols import registry
+    from collabrl.train.grpo_config import rollout_protocol
+    from collabrl.train.run import step_line_keys
+
+    if cfg.method == "rsim":
+        return RSIM_COLUMNS
+    return step_line_keys(registry.get(rollout_protocol(cfg).name))
 
 
 def _report(line: str) -> None:

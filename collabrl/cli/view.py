@@ -3,7 +3,9 @@
 One reader for both files that hold whole episodes: a training run's rollouts.jsonl
 (each episode with its step, reward, the reward's parts by reward function and its
 advantage: the numbers to read when GRPO misbehaves) and an eval's samples.jsonl (each
-sample with its score). `collab train rollouts RUN` is this command on a training run.
+sample with its score). Every transcript follows its question; a training run shows
+every step it kept unless told one (`--step N`, `--last`). `collab train rollouts RUN` is
+this command on a training run.
 """
 
 from __future__ import annotations
@@ -42,11 +44,9 @@ def view(
         "samples.jsonl.",
     ),
     step: int = typer.Option(
-        None,
-        "--step",
-        help="Training: the step to show (default: the last kept; every step with --problem).",
+        None, "--step", help="Training: only this step (default: every step kept)."
     ),
-    every: bool = typer.Option(False, "--all", help="Training: every step kept."),
+    last: bool = typer.Option(False, "--last", help="Training: only the last step kept."),
     problem: str = typer.Option(None, "--problem", help="Only this problem's episodes (its id)."),
     correct: bool = typer.Option(
         None,
@@ -84,13 +84,13 @@ def view(
         return
     if force:
         raise UserError("--force replaces a file --html names", "drop --force, or add --html FILE")
-    show(path, step, every, problem, correct, limit)
+    show(path, step, last, problem, correct, limit)
 
 
 def show(
     path: Path,
     step: int | None = None,
-    every: bool = False,
+    last: bool = False,
     problem: str | None = None,
     correct: bool | None = None,
     limit: int | None = None,
@@ -98,16 +98,16 @@ def show(
     """Print the selected episodes of `path` (a run folder or its records file)."""
     from collabrl.cli.transcript import print_episode
 
-    if step is not None and every:
-        raise UserError("--step and --all both pick the steps to show", "pass one of them")
+    if step is not None and last:
+        raise UserError("--step and --last both pick the step to show", "pass one of them")
     kept = read_kept(path)
-    if not kept.training and (step is not None or every):
-        raise UserError(f"{kept.path} is an eval's samples: it has no steps", "drop --step/--all")
+    if not kept.training and (step is not None or last):
+        raise UserError(f"{kept.path} is an eval's samples: it has no steps", "drop --step/--last")
     records = [r for r in kept.records if problem is None or _problem(r) == problem]
     if problem is not None and not records:
         raise UserError(f"{kept.path} holds no episode of problem {printable(problem)}")
     if kept.training:
-        records = _at_steps(records, step, every or (problem is not None and step is None))
+        records = _at_steps(records, step, last)
     if correct is not None:
         records = [r for r in records if bool(r.get("correct")) is correct]
     shown = records[:limit]
@@ -116,6 +116,9 @@ def show(
     for record in shown:
         episode = runs.episode_in(record, f"{kept.path}: record {numbers[id(record)]}")
         console.print(rollout_header(record) if kept.training else sample_header(record))
+        question = episode.meta.get("question")
+        if question is not None:  # what the policy was asked, before what it wrote
+            console.print(question_line(question))
         print_episode(console, episode)
     console.print(f"{len(shown)} of {len(kept.records)} episodes in {kept.path}", highlight=False)
 
@@ -159,10 +162,10 @@ def _problem(record: dict[str, Any]) -> Any:
     return record.get("item_id", episode.get("problem_id") if isinstance(episode, dict) else None)
 
 
-def _at_steps(records: list[dict[str, Any]], step: int | None, every: bool) -> list[dict[str, Any]]:
-    """The records of `step` (default: the last kept), or of every step."""
+def _at_steps(records: list[dict[str, Any]], step: int | None, last: bool) -> list[dict[str, Any]]:
+    """The records of `step`, or of the `last` step kept, or (neither) of every step."""
     steps = sorted({r["step"] for r in records if _is_step(r.get("step"))})
-    if every:
+    if step is None and not last:
         return records
     if not steps:
         raise UserError("no record holds a step number", FOLDER_HINT)
@@ -186,6 +189,16 @@ def rollout_header(record: dict[str, Any]) -> Text:
     if "advantage" in record:
         parts.append(f"advantage {_num(record['advantage'], '+.3f')}")
     return _line(parts)
+
+
+def question_line(question: Any) -> Text:
+    """The question an episode answers, as the policy read it (its prompt template
+    aside), through `shown`: a question is data too, and may hold a control byte."""
+    from collabrl.cli.transcript import shown
+
+    text = Text("question ", style="bold")
+    text.append(shown(str(question)))
+    return text
 
 
 def sample_header(record: dict[str, Any]) -> Text:

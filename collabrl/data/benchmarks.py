@@ -7,6 +7,7 @@ problem and an answer column works too (column names are configurable).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -70,6 +71,8 @@ class BenchmarkSpec:
     split: str = "test"  # "train" marks a training set; the rest are evaluation benchmarks
     # Rows kept from the file: column -> the values kept (a subset of a file, by family).
     where: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The registered training set whose rows are its few-shot examples (`--num-fewshot`).
+    fewshot: str | None = None
 
     def keeps(self, row: Row) -> bool:
         return all(
@@ -106,6 +109,7 @@ class Benchmark:
     items: list[Item]
     prompt: str = "relay"
     extract_fallback: tuple[str, ...] = field(default_factory=tuple)
+    fewshot: str | None = None  # see BenchmarkSpec.fewshot
 
 
 def data_dir() -> Path:
@@ -132,6 +136,7 @@ def registry() -> dict[str, BenchmarkSpec]:
             where=tuple(
                 (column, tuple(values)) for column, values in entry.get("where", {}).items()
             ),
+            fewshot=entry.get("fewshot"),
         )
         for name, entry in raw.items()
     }
@@ -156,7 +161,7 @@ def load_benchmark(
     if spec is not None:
         rows = [row for row in _read_jsonl(data_dir() / spec.file) if spec.keeps(row)]
         items = _to_items(rows, Fields(), spec.file, True)
-        return Benchmark(spec.name, items[:limit], spec.prompt, spec.extract_fallback)
+        return Benchmark(spec.name, items[:limit], spec.prompt, spec.extract_fallback, spec.fewshot)
     path = Path(name_or_path).expanduser()
     if not path.exists():
         raise UserError(
@@ -164,7 +169,27 @@ def load_benchmark(
             "run `collab benchmarks` for names, or pass a .jsonl/.parquet file or dataset folder",
         )
     items = _to_items(_read_rows(path, fields.split), fields, str(path), keep_oversized)
-    return Benchmark(path.stem, items[:limit], extract_fallback=("last_number",))
+    return Benchmark(path.stem, items[:limit], extract_fallback=("bold", "last_number"))
+
+
+def fewshot_items(bench: Benchmark, count: int, seed: int) -> list[Item]:
+    """`count` examples for `bench`'s prompts: rows of its training split drawn by `seed`,
+    the same for every problem (so a run's examples are its own, recorded by their ids).
+    A benchmark without a training split is refused: examples from its own test rows
+    would show the model answers it is scored on."""
+    if bench.fewshot is None:
+        with_split = ", ".join(s.name for s in registry().values() if s.fewshot)
+        raise UserError(
+            f"benchmark '{bench.name}' has no training split to draw --num-fewshot examples from",
+            f"drop --num-fewshot, or evaluate one that has: {with_split}",
+        )
+    pool = load_benchmark(bench.fewshot).items
+    if count > len(pool):
+        raise UserError(
+            f"--num-fewshot {count} is more than the {len(pool)} rows of {bench.fewshot}",
+            f"ask for at most {len(pool)}",
+        )
+    return random.Random(seed).sample(pool, count)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from collabrl.config import EngineConfig
 from collabrl.engines.base import (
@@ -33,7 +34,13 @@ from collabrl.engines.base import (
     cut_at_stop,
     encode_prompt,
 )
-from collabrl.engines.continuous import Decoder, PrefixStore, Row, supports_row_caches
+from collabrl.engines.continuous import (
+    Decoder,
+    PrefixStore,
+    Row,
+    cache_argument,
+    supports_row_caches,
+)
 from collabrl.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,8 +49,19 @@ if TYPE_CHECKING:
 
 # transformers' model_max_length when the tokenizer does not know it (int(1e30)).
 _UNSET_LENGTH = 10**12
+# Tokens per forward pass when scoring a sequence: bounds the logits held at once to
+# this many rows of the vocabulary (a 8k-token prompt's at once took 1.6 GB).
+_SCORE_CHUNK = 512
 # Where every parameter's storage is and how often it was modified in place.
 WeightsFingerprint = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class TokenScore:
+    """A token's log-prob given the tokens before it, and the likeliest tokens there."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, log-prob), likeliest first
 
 
 class TransformersEngine:
@@ -377,8 +395,79 @@ class TransformersEngine:
                 lo = mid + 1
         return hi
 
+    # -- scoring -----------------------------------------------------------------
+
+    def score(
+        self,
+        ids: list[int],
+        top: int,
+        start: int = 1,
+        scaled_from: int | None = None,
+        temperature: float = 1.0,
+    ) -> list[TokenScore]:
+        """`ids[i]`'s log-prob given `ids[:i]`, with the `top` likeliest tokens in its
+        place, for each i from `start` on (a prompt's log-probs: an OpenAI `echo`).
+
+        From position `scaled_from` on the logits are divided by `temperature` first: a
+        completion's tokens under the distribution they were sampled from, as `generate`
+        reports their log-probs. The sequence is read in chunks through the KV cache."""
+        import torch
+
+        if not 1 <= start <= len(ids):
+            raise ValueError(f"start must be in 1..{len(ids)}, got {start}")
+        scaled_from = len(ids) if scaled_from is None else scaled_from
+        scores: list[TokenScore] = []
+        cache = DynamicCache()  # filled in place, chunk after chunk
+        with torch.inference_mode():
+            for first in range(0, len(ids) - 1, _SCORE_CHUNK):
+                chunk = ids[first : first + _SCORE_CHUNK]
+                # Row j predicts ids[first + j + 1]; rows before `start` are only read, so
+                # their logits are not computed (the vocabulary's projection is a good
+                # share of a small model's work).
+                targets = range(max(first + 1, start), min(first + 1 + len(chunk), len(ids)))
+                wanted = len(chunk) - (targets.start - first - 1)
+                inputs = torch.tensor([chunk], device=self.model.device)
+                positions = torch.arange(first, first + len(chunk), device=inputs.device)
+                out = self.model(
+                    input_ids=inputs,
+                    position_ids=positions[None, :],
+                    **cache_argument(self.model, cache),
+                    use_cache=True,
+                    logits_to_keep=wanted if targets else 1,  # 0 would keep them all
+                )
+                if targets:
+                    rows = out.logits[0, : len(targets)]  # the last row predicts past the end
+                    scores += _token_scores(
+                        rows.float(), ids, targets, scaled_from, temperature, top
+                    )
+        return scores
+
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
+
+
+def _token_scores(
+    logits: torch.Tensor,
+    ids: list[int],
+    targets: range,
+    scaled_from: int,
+    temperature: float,
+    top: int,
+) -> list[TokenScore]:
+    """The scores of `ids[targets]` from the logits that predict them (one row each)."""
+    import torch
+
+    scale = torch.tensor([temperature if i >= scaled_from else 1.0 for i in targets])
+    logprobs = torch.log_softmax(logits / scale.to(logits.device)[:, None], dim=-1)
+    wanted = torch.tensor([ids[i] for i in targets], device=logits.device)
+    picked = logprobs.gather(-1, wanted[:, None])[:, 0].tolist()
+    best_values, best_ids = logprobs.topk(top, dim=-1) if top else (logprobs[:, :0],) * 2
+    return [
+        TokenScore(value, tuple(zip(row_ids, row_values, strict=True)))
+        for value, row_ids, row_values in zip(
+            picked, best_ids.tolist(), best_values.tolist(), strict=True
+        )
+    ]
 
 
 def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:

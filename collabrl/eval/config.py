@@ -29,6 +29,17 @@ class EvalConfig(DataColumns):
         None, "Prompt template: relay, eapo-eval, plain (default: the benchmark's)."
     )
     limit: int | None = option(None, "Evaluate only the first N problems.")
+    num_fewshot: int = option(
+        0,
+        "Worked examples shown before every problem (lm-eval's --num-fewshot): rows of the "
+        "benchmark's training split drawn by fewshot_seed, the same for every problem.",
+    )
+    fewshot_as_multiturn: bool = option(
+        True,
+        "Show each example as a user turn and an assistant turn (as lm-eval's "
+        "--fewshot_as_multiturn); false: the examples and the problem in one user turn.",
+    )
+    fewshot_seed: int = option(1234, "Seed of the draw of the few-shot examples.")
     out: str | None = option(
         None, "Run folder (default: a new folder under runs/); an existing one is resumed."
     )
@@ -52,6 +63,11 @@ class EvalConfig(DataColumns):
                 f"judge '{self.judge}' is not a base URL",
                 "pass the judge's OpenAI-compatible server, e.g. --judge http://HOST:8000/v1",
             )
+        for key in ("num_fewshot", "fewshot_seed"):
+            if getattr(self, key) < 0:
+                raise UserError(
+                    f"{key} must be >= 0, got {getattr(self, key)}", f"set {key} to 0 or more"
+                )
         self.sampling.check()
         self.engine.check()
         registry.check_protocol_config(self.protocol)

@@ -1,5 +1,7 @@
-"""Compare finished eval runs: one row per run, the metrics side by side, and their
-pass@k curves."""
+"""Compare finished eval runs: one row per run, the metrics side by side (in a terminal,
+one row per metric and a column per run, as many runs to a table as its width holds),
+their pass@k curves, and a warning where runs set side by side are not alike (prompt,
+chat template, data, model revision) or lost many samples to the token budget."""
 
 from __future__ import annotations
 
@@ -17,15 +19,28 @@ from collabrl.eval.routers import paired_outcomes, router_table
 from collabrl.eval.samples import NOT_A_RUN, read_samples, short
 from collabrl.userfiles import read_json
 
-# Columns shown by default, in order; `{n}` is each run's samples per problem. strict-match
-# and flexible-extract are lm-eval's two gradings (metrics.py); older runs have neither.
-# f1@{n} and var_f1 are EAPO's "Pass@32" and "Var" at n = 32 (var is over correctness).
+# Columns shown by default, in order; `{n}` is each run's samples per problem and
+# `pass@{k}` stands for every pass@k a run computed. strict-match and flexible-extract
+# are lm-eval's two gradings (metrics.py); older runs have neither. f1@{n} and var_f1 are
+# EAPO's "Pass@32" and "Var" at n = 32 (var is over correctness). truncated is the share
+# of samples the token budget cut.
 HEADLINE = (
-    *("pass@1", "strict-match", "flexible-extract", "avg@{n}", "maj@{n}", "f1@{n}"),
-    *("var", "var_f1", "stderr", "call_ratio"),
+    *("pass@{k}", "strict-match", "flexible-extract", "avg@{n}", "maj@{n}", "f1@{n}"),
+    *("var", "var_f1", "stderr", "call_ratio", "truncated"),
 )
+PASS_AT_K = re.compile(r"pass@(\d+)")
 # The columns before the metrics: what tells one run from another.
 IDENTITY = ("run", "model", "protocol", "benchmark", "n", "problems")
+# Past this share of truncated samples a run's score says more about --max-tokens than
+# about the model: the run and the report say so.
+TRUNCATION_WARNING = 0.10
+# What two runs of one benchmark must share to be compared, as load_run reads it.
+ALIKE = {
+    "prompt": "prompt (template or examples)",
+    "chat_template": "chat template",
+    "data": "data",
+    "revision": "model revision",
+}
 # The image formats `--plot` writes, by the path's suffix.
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 
@@ -53,11 +68,13 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a folder", NOT_A_RUN)
     path = metrics_path = run_dir / RESULTS
+    recorded: dict[str, str | None] = dict.fromkeys(ALIKE)
     if path.is_file():
         doc = read_results(path)
         if len(doc["results"]) != 1:
             raise UserError(f"{path} holds {len(doc['results'])} benchmarks", NOT_A_RUN)
-        metrics, config = next(iter(doc["results"].values())), doc["config"]
+        metrics, config = ours(next(iter(doc["results"].values()))), doc["config"]
+        recorded = recorded_setup(doc)
     else:
         metrics_path, path = run_dir / runs.METRICS, run_dir / runs.CONFIG
         metrics = _read_metrics(metrics_path)
@@ -73,7 +90,31 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "n": int(metrics["samples_per_problem"]),
         "temperature": _typed(sampling, "temperature", (int, float), None, path),
         "metrics": metrics,
+        "setup": recorded,
     }
+
+
+def ours(results: Any) -> Any:
+    """A benchmark's results without the copies of its means under lm-eval's names
+    (`exact_match,none`, its `alias`): the metrics as metrics.json names them."""
+    if not isinstance(results, dict):
+        return results  # refused by _check_metrics
+    return {k: v for k, v in results.items() if "," not in k and k != "alias"}
+
+
+def recorded_setup(doc: dict[str, Any]) -> dict[str, str | None]:
+    """What a results.json records of its run's prompt, chat template, data and model
+    revision (ALIKE's keys), each as a short hash or name; None where it records none
+    (a file from before it was recorded, an endpoint's template)."""
+    task = next(iter(doc["configs"].values()), {})
+    task = task if isinstance(task, dict) else {}
+    values = {
+        "prompt": task.get("prompt_hash"),
+        "chat_template": doc.get("chat_template_sha"),
+        "data": task.get("data_hash"),
+        "revision": doc.get("model_sha"),
+    }
+    return {k: v[:12] if isinstance(v, str) else None for k, v in values.items()}
 
 
 def _typed(
@@ -131,7 +172,8 @@ def _is_metric(key: str) -> bool:
 
 
 def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Table header and rows: each run's model, protocol, benchmark and headline metrics."""
+    """Table header and rows: each run's model, protocol, benchmark and headline metrics,
+    a mean with its standard error (`0.5000 ± 0.2887`) where the run has one."""
     header = [*IDENTITY, *_metric_labels(runs)]
     rows = []
     for run, name in zip(runs, run_names(runs), strict=True):
@@ -140,9 +182,70 @@ def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
         cells += [str(run["n"]), str(int(m.get("problems", 0)))]
         for label in header[len(IDENTITY) :]:
             key = label.replace("@n", f"@{run['n']}")
-            cells.append(format_value(m.get(key)))
+            cells.append(format_mean(m.get(key), m.get(f"{key}_stderr")))
         rows.append(cells)
     return header, rows
+
+
+def metric_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """report_rows turned on its side, for a terminal: a column per run (its name), a row
+    per identity field and metric. The model is left out: a path does not fit a column
+    (the caller prints each run's model above the table)."""
+    header, rows = report_rows(runs)
+    columns = list(zip(*rows, strict=True))  # one per field of header, across the runs
+    skipped = {"run", "model"}
+    body = [[label, *cells] for label, cells in zip(header, columns, strict=True)]
+    return ["run", *columns[0]], [row for row in body if row[0] not in skipped]
+
+
+def column_groups(widths: list[int], first: int, room: int) -> list[list[int]]:
+    """The runs' columns (of content `widths`) cut into tables that fit `room` columns,
+    each table repeating the label column (`first` wide); a column wider than the room
+    alone gets a table of its own. A rich table spends 3 columns per column (padding and
+    border) and 1 on its left border."""
+    groups: list[list[int]] = []
+    used = room
+    for index, width in enumerate(widths):
+        if used + width + 3 > room:
+            groups.append([])
+            used = 1 + first + 3
+        groups[-1].append(index)
+        used += width + 3
+    return groups
+
+
+def comparison_warnings(loaded: list[dict[str, Any]]) -> list[str]:
+    """One line per run that lost over TRUNCATION_WARNING of its samples to the token
+    budget, and per way in which runs of one benchmark differ (ALIKE): their scores are
+    then not the same measurement."""
+    names = run_names(loaded)
+    warnings = [
+        found
+        for run, name in zip(loaded, names, strict=True)
+        if (found := truncation_warning(name, run["metrics"])) is not None
+    ]
+    by_benchmark: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for run, name in zip(loaded, names, strict=True):
+        by_benchmark.setdefault(run["benchmark"], []).append((name, run))
+    for benchmark, group in by_benchmark.items():
+        for key, what in ALIKE.items():
+            values = {name: run["setup"][key] for name, run in group if run["setup"][key]}
+            if len(set(values.values())) > 1:
+                shown = ", ".join(f"{name} {value}" for name, value in values.items())
+                warnings.append(f"the {benchmark} runs differ in their {what}: {shown}")
+    return warnings
+
+
+def truncation_warning(name: str, metrics: dict[str, Any]) -> str | None:
+    """A line when over TRUNCATION_WARNING of a run's samples hit the token budget: they
+    are scored as they stand, most of them wrong, and the score says so only as a low one."""
+    share = metrics.get("truncated")
+    if not isinstance(share, int | float) or share <= TRUNCATION_WARNING:
+        return None
+    return (
+        f"{name}: {share:.0%} of the samples were cut at the token budget (truncated); "
+        "its scores count them as they stand: raise --max-tokens"
+    )
 
 
 # The per-group columns (`--by`): what a group's samples did, alone and with help.
@@ -218,7 +321,12 @@ def run_names(loaded: list[dict[str, Any]]) -> list[str]:
 
 
 def _metric_labels(runs: list[dict[str, Any]]) -> list[str]:
-    labels = [name.replace("{n}", "n") for name in HEADLINE]
+    ks = sorted(
+        {int(m[1]) for r in runs for key in r["metrics"] if (m := PASS_AT_K.fullmatch(key))}
+    )
+    labels: list[str] = []
+    for name in HEADLINE:
+        labels += [f"pass@{k}" for k in ks] if name == "pass@{k}" else [name.replace("{n}", "n")]
     present = [
         label
         for label in labels
@@ -232,6 +340,13 @@ def format_value(value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def format_mean(value: Any, stderr: Any) -> str:
+    """A metric with its standard error, where it has one: `0.5000 ± 0.2887`."""
+    if value is None or not isinstance(stderr, int | float) or isinstance(stderr, bool):
+        return format_value(value)
+    return f"{format_value(value)} ± {stderr:.4f}"
 
 
 def format_p(p: float) -> str:

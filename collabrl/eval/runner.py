@@ -15,7 +15,7 @@ from typing import Any
 
 from collabrl import runs
 from collabrl.config import EngineConfig
-from collabrl.data.benchmarks import Benchmark, Fields, load_benchmark
+from collabrl.data.benchmarks import Benchmark, Fields, fewshot_items, load_benchmark
 from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines import Engine, SamplingParams, is_url, resolve_kind
 from collabrl.engines.reference import STAND_IN_NOTE
@@ -24,12 +24,13 @@ from collabrl.errors import UserError
 from collabrl.eval.config import RESUMABLE_KEYS, EvalConfig
 from collabrl.eval.judge import judge_answers
 from collabrl.eval.metrics import ProblemSamples, majority_answer, standard_errors, summarize
-from collabrl.eval.results import RESULTS, results_document
+from collabrl.eval.provenance import chat_template, data_hash, sample_hashes, task_hash
+from collabrl.eval.results import RESULTS, Provenance, results_document
 from collabrl.eval.usage import episode_usage, usage_metrics
 from collabrl.models import resolve_model
 from collabrl.protocols import registry
 from collabrl.protocols.base import CollabProtocol
-from collabrl.protocols.build import build_protocol, check_protocol
+from collabrl.protocols.build import DEFAULT_PROMPT, build_protocol, check_protocol
 from collabrl.protocols.sampling import Unit, sample_chunks, units_of
 from collabrl.protocols.saved import unread_protocol_keys
 from collabrl.rewards.score import score_episode
@@ -81,7 +82,7 @@ def plan_eval(config: EvalConfig, check_model: bool = True) -> EvalPlan:
         Fields.of(config),
         config.limit,
     )
-    template = policy_template(config, bench)
+    template = eval_template(config, bench)
     check_protocol(config.protocol, template if config.prompt else None)
     if check_model:  # not at each of a training run's --eval-steps: it asks their servers
         config.check_collaborators()
@@ -99,6 +100,7 @@ def run_plan(
     `policy_engine` gives the policy's engine (None: the protocol loads its own). It is
     called only when samples are missing, so a finished run loads no model.
     """
+    began = time.perf_counter()
     samples_path = out_dir / runs.SAMPLES
     done = finished_units(out_dir)
     units = units_of(plan.bench.items, plan.config.sampling.n)
@@ -106,7 +108,7 @@ def run_plan(
     if todo:
         with runs.RecordWriter(samples_path) as writer:
             sample_units(plan, units, done, policy_engine(), writer.write, progress)
-    return EvalResult(out_dir, score_run(plan, out_dir), todo)
+    return EvalResult(out_dir, score_run(plan, out_dir, began), todo)
 
 
 def finished_units(out_dir: Path) -> set[tuple[str, int]]:
@@ -140,9 +142,10 @@ def sample_units(
         protocol.close()
 
 
-def score_run(plan: EvalPlan, out_dir: Path) -> dict[str, Any]:
+def score_run(plan: EvalPlan, out_dir: Path, began: float | None = None) -> dict[str, Any]:
     """Judge (when asked) and score the samples in `out_dir` into its metrics.json, and
-    into its results.json with their standard errors, the config and the versions."""
+    into its results.json with their standard errors, the config, what it takes to
+    reproduce the run, the versions, and the time since `began` (a perf_counter)."""
     config = plan.config
     if config.judge:
         _judge(config, plan.bench, out_dir)
@@ -152,7 +155,20 @@ def score_run(plan: EvalPlan, out_dir: Path) -> dict[str, Any]:
         metrics["stand_in"] = STAND_IN_NOTE  # a run whose helper read the gold answers
     runs.write_json(out_dir / runs.METRICS, metrics)
     stderrs = standard_errors(problems)
-    document = results_document(config, plan.bench.name, metrics, stderrs, len(plan.bench.items))
+    template = used_template(config, plan.template)
+    provenance = Provenance(
+        prompt=None if template is None else template.record(),
+        data_hash=data_hash(plan.bench.items),
+        fewshot_ids=[shot.id for shot in template.shots] if template else [],
+        fewshot_split=plan.bench.fewshot if config.num_fewshot else None,
+        task_hash=task_hash(kept),
+        chat_template=chat_template(config.model, config.protocol.tokenizer),
+        seconds=None if began is None else round(time.perf_counter() - began, 2),
+    )
+    problem_count = len(plan.bench.items)
+    document = results_document(
+        config, plan.bench.name, metrics, stderrs, problem_count, provenance
+    )
     runs.write_json(out_dir / RESULTS, document)
     return metrics
 
@@ -166,6 +182,31 @@ def policy_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | No
     if registry.get(config.protocol.name).bench_prompt:
         return get_prompt(bench.prompt)
     return None
+
+
+def eval_template(config: EvalConfig, bench: Benchmark) -> PromptTemplate | None:
+    """`policy_template`, showing `--num-fewshot` examples of the benchmark's training
+    split before every problem when asked (in the template a protocol without `--prompt`
+    falls back to; a protocol with its paper's own prompts is refused them)."""
+    template = policy_template(config, bench)
+    if not config.num_fewshot:
+        return template
+    template = used_template(config, template)
+    if template is None:
+        raise UserError(
+            f"the {config.protocol.name} protocol uses its paper's prompts, which show no examples",
+            "drop --num-fewshot for this protocol",
+        )
+    shots = fewshot_items(bench, config.num_fewshot, config.fewshot_seed)
+    return template.with_shots(shots, config.fewshot_as_multiturn)
+
+
+def used_template(config: EvalConfig, template: PromptTemplate | None) -> PromptTemplate | None:
+    """The template the policy was prompted with: the plan's, else the one a protocol
+    without its own prompts falls back to; None for a protocol with its paper's prompts."""
+    if template is not None or registry.get(config.protocol.name).own_prompt:
+        return template
+    return get_prompt(DEFAULT_PROMPT)
 
 
 def prepare_run_folder(config: EvalConfig) -> Path:
@@ -223,10 +264,12 @@ def chunk_size(engine: EngineConfig, model: str) -> int:
 
 def sample_record(unit: Unit, episode: Episode, seconds: float) -> dict[str, Any]:
     """One line of samples.jsonl: the score, the usage counts and the whole episode."""
+    prompt = episode.meta.get("prompt")
     return {
         "item_id": unit.item.id,
         "sample": unit.sample,
-        "prompt": episode.meta.get("prompt"),
+        "prompt": prompt,
+        **sample_hashes(unit.item, prompt, episode.prompt_ids),
         "completion": episode.response_text,
         **score_episode(episode, unit.item.answer, unit.item.answer_type),
         "prompt_tokens": len(episode.prompt_ids),

@@ -45,9 +45,10 @@ from collabrl.evolve.state import (
 )
 from collabrl.evolve.verify import Reviewer, in_parallel, review
 from collabrl.models import resolve_model
-from collabrl.protocols.base import CollabProtocol, Task, hashed_seed
+from collabrl.protocols.base import CollabProtocol, Task
 from collabrl.protocols.build import build_protocol, check_protocol
 from collabrl.protocols.saved import unread_protocol_keys
+from collabrl.protocols.seeds import hashed_seed
 
 CURVE = "curve.png"
 RoundFn = Callable[[dict[str, Any]], None]

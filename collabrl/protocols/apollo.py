@@ -23,18 +23,7 @@ from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols.apollo_config import ApolloConfig
-from collabrl.protocols.base import (
-    Policy,
-    Task,
-    append_if_room,
-    environment,
-    finish,
-    guard,
-    new_episodes,
-    remaining,
-    run_rounds,
-    segment_end,
-)
+from collabrl.protocols.base import Policy, Task, append_if_room, environment, remaining
 from collabrl.protocols.parsing import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -44,6 +33,7 @@ from collabrl.protocols.parsing import (
     parse_tool_call,
     strip_blocks,
 )
+from collabrl.protocols.rounds import finish, guard, new_episodes, run_rounds, segment_end
 from collabrl.protocols.spec import BuildContext, Collaborator, PolicyPrompt, ProtocolSpec
 from collabrl.tools.base import ToolResult, ToolSpec
 from collabrl.tools.toolset import build_tools

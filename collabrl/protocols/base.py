@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import logging
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from collabrl.config import EngineConfig
-from collabrl.data.prompts import PromptTemplate
 from collabrl.engines import create_engine
 from collabrl.engines.base import (
     ChatMessage,
@@ -33,20 +29,10 @@ from collabrl.engines.base import (
 from collabrl.engines.reference import Reference
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import UserError
-from collabrl.rewards.extract import extract_answer_by
-from collabrl.rewards.score import EXTRACTOR_KEY
-from collabrl.tools.base import describe, printable
+from collabrl.protocols.seeds import round_params
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-log = logging.getLogger(__name__)
-
-Pause = TypeVar("Pause")
-Result = TypeVar("Result")
-
-# Characters of an error kept in an episode's meta and its log line.
-ERROR_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -251,195 +237,3 @@ def append_if_room(episode: Episode, segments: list[Segment], params: SamplingPa
     for segment in segments:
         episode.add(segment)
     return True
-
-
-# Random streams of one episode's round: the policy, a planner, its collaborators.
-POLICY_STREAM, PLANNER_STREAM, COLLABORATOR_STREAM = 0, 1, 2
-
-
-def episode_seed(
-    params: SamplingParams, episode: Episode, round_no: int, stream: int = POLICY_STREAM
-) -> int | None:
-    """The seed of one episode's round, from the run's seed (a trainer folds its step
-    in), the problem, the sample index, the round and the random stream.
-
-    vLLM and servers seed each request on its own, so a seed shared by a batch would
-    make the samples of one problem identical (all GRPO advantages 0). Hashed, so every
-    process derives the same seed for the same episode, whatever batch it is in.
-    """
-    if params.seed is None:
-        return None
-    return hashed_seed(
-        params.seed, episode.problem_id, episode.meta.get("sample", 0), round_no, stream
-    )
-
-
-def collaborator_seeds(
-    params: SamplingParams, episode: Episode, round_no: int, calls: int
-) -> tuple[int, ...]:
-    """The seeds of an episode's `calls` collaborator calls in one round (a teacher's
-    one, an expert panel's K): from its COLLABORATOR_STREAM seed and each call's place
-    among the episode's own calls, so that K experts asked alike do not answer alike,
-    whatever else is in the round. Empty when the run is unseeded."""
-    seed = episode_seed(params, episode, round_no, COLLABORATOR_STREAM)
-    if seed is None:
-        return ()
-    return tuple(hashed_seed(seed, call) for call in range(calls))
-
-
-def hashed_seed(seed: int, *key: object) -> int:
-    """A seed for what `key` names, drawn from `seed`: the same in every process (unlike
-    `hash()`), in [0, 2**31) as vLLM and servers take it."""
-    text = "/".join(map(str, (seed, *key)))
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") >> 1
-
-
-def episode_seeds(
-    params: SamplingParams, episodes: list[Episode], round_no: int, stream: int = POLICY_STREAM
-) -> tuple[int, ...]:
-    """`episode_seed` of every episode, in order; empty when the run is unseeded."""
-    if params.seed is None:
-        return ()
-    return tuple(episode_seed(params, e, round_no, stream) for e in episodes)  # type: ignore[misc]
-
-
-def round_params(
-    params: SamplingParams, episodes: list[Episode], round_no: int, **changes: object
-) -> SamplingParams:
-    """The sampling params of the policy's round `round_no` in `episodes`: one sample
-    each, each seeded by its own episode (`episode_seeds`), whatever its batch."""
-    seeds = episode_seeds(params, episodes, round_no)
-    return dataclasses.replace(params, n=1, seeds=seeds, **changes)
-
-
-def describe_error(error: BaseException) -> str:
-    """An exception on one line, cut to ERROR_CHARS: escaped, since its message may carry
-    what the policy wrote (control bytes, a lone surrogate) into logs and transcripts."""
-    return printable(describe(error)).replace("\n", "\\n")[:ERROR_CHARS]
-
-
-def fail(episode: Episode, error: BaseException) -> None:
-    """End an episode at ERROR with the error in its meta, and say so once.
-
-    The policy writes whatever it likes, and a tool, a collaborator or a parser that
-    raises on it must cost that episode, never the batch, the step or the run."""
-    episode.end = EndReason.ERROR
-    episode.meta["error"] = describe_error(error)
-    log.warning(
-        "episode %s (sample %s) failed, the rest of its batch goes on: %s",
-        episode.problem_id,
-        episode.meta.get("sample", 0),
-        episode.meta["error"],
-    )
-
-
-def guard(episode: Episode, work: Callable[..., Result], *args: Any) -> Result | None:
-    """`work(*args)`, done for `episode`: when it raises, the episode fails (`fail`) and
-    None comes back, so that the caller goes on with the other episodes. Only
-    `Exception`s: an interrupt still stops the run."""
-    try:
-        return work(*args)
-    except Exception as error:  # whatever the policy's text set off
-        fail(episode, error)
-        return None
-
-
-def segment_end(segment: Segment) -> EndReason:
-    """How a policy segment that asked for nothing ended: at its EOS, or out of tokens."""
-    return EndReason.EOS if segment.meta.get("finish_reason") == "stop" else EndReason.LENGTH
-
-
-def run_rounds(
-    policy: Policy,
-    episodes: list[Episode],
-    params: SamplingParams,
-    stop: tuple[str, ...],
-    after_policy: Callable[[int, Segment], Pause | None],
-    serve: Callable[[list[tuple[int, Pause]], int], list[int]],
-    banned: tuple[str, ...] = (),
-) -> None:
-    """The loop of every turn-taking protocol: generate → pause → serve → resume.
-
-    Each round, the running episodes continue in one batched policy call that stops at
-    `stop` (kept in the text). `after_policy(i, segment)` sees episode i's new segment,
-    already appended, and returns its pause (what the stop asks for), or None when the
-    episode is over, having set `episode.end`. `serve(pauses, round_no)` answers all the
-    round's pauses together (teacher calls, expert queries, tool runs) and returns the
-    episodes that go on; one left without token budget ends at LENGTH.
-
-    One episode whose segment cannot be read, or whose pause cannot be served, fails
-    (`fail`: EndReason.ERROR) and the others go on: `after_policy` runs guarded, and
-    `serve` guards its per-episode work (`guard`); a `serve` that raises all the same
-    fails the episodes of that round's pauses, not the batch.
-    """
-    active = list(range(len(episodes)))
-    round_no = 0
-    while active:
-        running = [episodes[i] for i in active]
-        segments = policy_turn(
-            policy, running, params, round_no, stop=stop, include_stop=True, banned=banned
-        )
-        pauses: list[tuple[int, Pause]] = []
-        for i, segment in zip(active, segments, strict=True):
-            episodes[i].add(segment)
-            pause = guard(episodes[i], after_policy, i, segment)
-            if pause is not None:
-                pauses.append((i, pause))
-        try:
-            going = serve(pauses, round_no)
-        except Exception as error:  # the round's shared work (one batched call) raised
-            for i, _ in pauses:
-                fail(episodes[i], error)
-            going = []
-        active = []
-        for i in going:
-            if episodes[i].end is not None:  # failed while it was served
-                continue
-            if remaining(episodes[i], params) > 0:
-                active.append(i)
-            else:
-                episodes[i].end = EndReason.LENGTH
-        round_no += 1
-
-
-def finish(
-    episode: Episode, answer_text: Callable[[Episode], str], extractors: tuple[str, ...]
-) -> None:
-    """Close an episode: its answer, read from `answer_text(episode)` (the text its
-    protocol reads answers in), and EMPTY when the policy wrote nothing at all.
-
-    An episode with no policy token has nothing to train on (an all-zero loss mask);
-    its end reason says so, whatever stopped it, and trainers mask it and count it. A
-    failed episode (ERROR, here too when its text cannot be read) keeps no answer, so
-    that no reward can credit one, and stays ERROR: the error is what stopped it.
-    """
-    if episode.end is None:
-        raise RuntimeError(f"protocol bug: episode {episode.problem_id} ended without a reason")
-    text = guard(episode, answer_text, episode) if episode.end is not EndReason.ERROR else None
-    if text is None:
-        return
-    # The extractors never raise on text (rewards.extract), only on an unknown name.
-    episode.answer, extractor = extract_answer_by(text, extractors)
-    if extractor is not None:  # strict or flexible, as rewards.score grades it
-        episode.meta[EXTRACTOR_KEY] = extractor
-    wrote = any(s.token_ids or s.text for s in episode.segments if s.author is Author.POLICY)
-    if not wrote:
-        episode.meta["end_before_empty"] = str(episode.end)
-        episode.end = EndReason.EMPTY
-
-
-def new_episodes(
-    policy: Policy, template: PromptTemplate, tasks: list[Task], protocol: str
-) -> list[Episode]:
-    """An empty episode per task: the template's prompt in policy ids (messages kept)."""
-    episodes = []
-    for task in tasks:
-        messages = template.messages(task.question)
-        meta = {
-            "protocol": protocol,
-            "sample": task.sample,
-            "question": task.question,
-            "prompt": messages,  # text-only policies are sent these; records show them
-        }
-        episodes.append(Episode(task.problem_id, policy.prompt_ids(messages), meta=meta))
-    return episodes

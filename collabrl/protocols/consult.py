@@ -32,15 +32,9 @@ from collabrl.protocols.base import (
     Policy,
     Task,
     append_if_room,
-    collaborator_seeds,
     environment,
-    finish,
-    guard,
-    new_episodes,
     policy_turn,
     remaining,
-    run_rounds,
-    segment_end,
 )
 from collabrl.protocols.collaborators import (
     collaborator_engine,
@@ -58,6 +52,8 @@ from collabrl.protocols.parsing import (
     parse_agent_calls,
     strip_blocks,
 )
+from collabrl.protocols.rounds import finish, guard, new_episodes, run_rounds, segment_end
+from collabrl.protocols.seeds import collaborator_seeds
 from collabrl.protocols.spec import BuildContext, Collaborator, Flag, PolicyPrompt, ProtocolSpec
 
 if TYPE_CHECKING:  # the pool brings in the HTTP client: not needed to check a config

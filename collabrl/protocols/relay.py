@@ -35,17 +35,7 @@ from collabrl.engines.base import ChatMessage, SamplingParams
 from collabrl.engines.reference import is_stand_in
 from collabrl.episode import ROLLED_BACK, TRAINED, Author, EndReason, Episode, Segment
 from collabrl.errors import MissingInput, UserError
-from collabrl.protocols.base import (
-    Policy,
-    Task,
-    collaborator_seeds,
-    finish,
-    guard,
-    new_episodes,
-    remaining,
-    run_rounds,
-    segment_end,
-)
+from collabrl.protocols.base import Policy, Task, remaining
 from collabrl.protocols.collaborators import (
     collaborator_engine,
     collaborator_params,
@@ -53,6 +43,8 @@ from collabrl.protocols.collaborators import (
 )
 from collabrl.protocols.parsing import CALL_CLOSE, CALL_OPEN, parse_relay_call, strip_call_commands
 from collabrl.protocols.relay_config import RelayConfig
+from collabrl.protocols.rounds import finish, guard, new_episodes, run_rounds, segment_end
+from collabrl.protocols.seeds import collaborator_seeds
 from collabrl.protocols.spec import BuildContext, Collaborator, PolicyPrompt, ProtocolSpec
 
 if TYPE_CHECKING:

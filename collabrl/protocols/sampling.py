@@ -2,7 +2,7 @@
 chunks: how `collab eval` and the data builders sample.
 
 Every chunk runs with the run's seed, and the protocol seeds each episode by its own
-problem and sample (`protocols.base.episode_seed`), so a unit's seeds are the same
+problem and sample (`protocols.seeds.episode_seed`), so a unit's seeds are the same
 whatever chunk it is in. Chunk boundaries are fixed over the whole list of units; a
 chunk partly done is sampled again whole, and only its missing units are handed back,
 so a run interrupted and resumed samples exactly what an uninterrupted one does (with

@@ -10,14 +10,9 @@ from __future__ import annotations
 from collabrl.data.prompts import PromptTemplate
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Episode
-from collabrl.protocols.base import (
-    Policy,
-    Task,
-    finish,
-    new_episodes,
-    round_params,
-    segment_end,
-)
+from collabrl.protocols.base import Policy, Task
+from collabrl.protocols.rounds import finish, new_episodes, segment_end
+from collabrl.protocols.seeds import round_params
 from collabrl.protocols.spec import BuildContext, ProtocolSpec
 
 

@@ -35,20 +35,10 @@ from collabrl.engines import is_url
 from collabrl.engines.base import SamplingParams
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.errors import MissingInput, UserError
-from collabrl.protocols.base import (
-    PLANNER_STREAM,
-    Policy,
-    Task,
-    episode_seeds,
-    fail,
-    finish,
-    guard,
-    new_episodes,
-    policy_turn,
-    remaining,
-    segment_end,
-)
+from collabrl.protocols.base import Policy, Task, policy_turn, remaining
 from collabrl.protocols.collaborators import collaborator_engine
+from collabrl.protocols.rounds import fail, finish, guard, new_episodes, segment_end
+from collabrl.protocols.seeds import PLANNER_STREAM, episode_seeds
 from collabrl.protocols.spec import BuildContext, Collaborator, Flag, PolicyPrompt, ProtocolSpec
 from collabrl.protocols.strategies import PlannerContext, observe_step
 from collabrl.protocols.strategy_config import StrategyConfig

@@ -1,15 +1,17 @@
 """Pull the final answer out of a model completion.
 
-Three extractors, each `str -> str | None`, tried in a caller-chosen order by
+Four extractors, each `str -> str | None`, tried in a caller-chosen order by
 `extract_answer`:
 
 - `boxed`: the last `\\boxed{...}` / `\\fbox{...}` (MATH-style prompts),
-- `answer_line`: the text after the last `Answer:` line (EAPO-style prompts) or
-  Minerva's `The final answer is $…$. I hope it is correct.`,
+- `answer_line`: the answer after the last answer marker: an `Answer:` line (EAPO-style
+  prompts), Minerva's `The final answer is $…$. I hope it is correct.`, GSM8K's `#### X`,
+  or a sentence such as `The answer is 2.` (see `answer_line` for when it counts),
+- `bold`: the last bold `**X**` holding a number or inline math (Markdown-writing models),
 - `last_number`: the last number in the text (GSM8K fallback).
 
-`boxed` and `answer_line` read the answer format a prompt asks for (lm-eval's
-"strict-match"); `last_number` finds an answer in any text, asked for or not (lm-eval's
+`boxed` and `answer_line` read an answer the model states as its answer (lm-eval's
+"strict-match"); `bold` and `last_number` find one in any text, stated or not (lm-eval's
 "flexible-extract"), so `extract_answer_by` says which extractor answered (see
 `rewards.score` for what each grading credits).
 
@@ -26,10 +28,16 @@ from collections.abc import Callable, Sequence
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # The argument of `\boxed 5` (brace-less form): one token, ending at a space or `$`.
 _BARE_TOKEN_RE = re.compile(r"[^\s$]+")
-# `Answer:`, `**Answer:**`, `**Answer**:`, `Final Answer:` (the `Final` needs no special case),
-# and Minerva's `The final answer is $…$` (with or without its `Final Answer:` in front).
+# Labels after which the rest of the line is the answer, whatever it holds: `Answer:`,
+# `**Answer:**`, `**Answer**:`, `Final Answer:` (the `Final` needs no special case),
+# Minerva's `The final answer is $…$` (with or without its `Final Answer:` in front) and
+# GSM8K's `#### 72` at the start of a line. A `phrase` (`the answer is 2`) also occurs
+# mid-sentence (`the answer is not obvious`, `the answer is 2 more than x`), so it counts
+# only where an answer-shaped text follows it (`_phrase_answer`).
 _ANSWER_RE = re.compile(
-    r"\banswer\b(?:\s*\*\*)?\s*:(?:\s*\*\*)?|\bfinal answer is\b\s*:?", re.IGNORECASE
+    r"(?P<label>\banswer\b(?:\s*\*\*)?\s*:(?:\s*\*\*)?|\bfinal answer is\b\s*:?|^[ \t]*####)"
+    r"|(?P<phrase>\banswer is\b\s*:?)",
+    re.IGNORECASE | re.MULTILINE,
 )
 # Minerva's sign-off after its answer, and whatever follows it on the line: lm-eval's
 # `minerva_math` reads the answer up to it.
@@ -40,6 +48,17 @@ _LEADING_MATH_RE = re.compile(r"\$\$?((?:\\.|[^$\\])+)\$")
 # A number: thousands with commas first (so `1,234` is one number), then plain ints/decimals.
 # The minus sign only counts when it is not a binary minus (`3-5` ends in 5, not -5).
 _NUMBER_RE = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)")
+# A phrase's number and the end of its sentence: at most two words after it (`72 clips.`),
+# none holding a digit (`2 more than 6` is no answer).
+_PHRASE_NUMBER_RE = re.compile(
+    rf"(?P<number>{_NUMBER_RE.pattern})\**(?:\s+[A-Za-z]+){{0,2}}\s*\**\s*(?:[.!?;,](?:\s|$)|\.?$)"
+)
+# The start of an answer written in math: inline math, a macro, a bracket.
+_MATH_START = ("$", "\\", "(", "[", "{")
+# The end of a sentence (a decimal point is none).
+_SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)")
+# Bold text on one line; its content is read by `last_bold`.
+_BOLD_RE = re.compile(r"\*\*([^*\n]+?)\*\*")
 
 
 def _nonempty(text: str | None) -> str | None:
@@ -113,27 +132,78 @@ def _strip_answer(text: str) -> str:
 
 
 def answer_line(text: str) -> str | None:
-    """The answer after the last `Answer:` marker, up to the end of its line.
+    """The answer after the last answer marker, up to the end of its line.
 
-    Accepts `Answer:`, `**Answer:**`, `**Answer**:` and `Final Answer:` in any case, and
+    Accepts `Answer:`, `**Answer:**`, `**Answer**:` and `Final Answer:` in any case,
     Minerva's `Final Answer: The final answer is $…$. I hope it is correct.` (the sign-off
-    and the `Final Answer:` are optional). Surrounding `$`, `*`, whitespace and a trailing
-    period are stripped, and a line opening with `$…$` gives what is inside; if the line
-    holds a `\\boxed{}`, its content is returned instead. When the marker ends its line
-    (`Answer:\\n42`), the next non-empty line is used.
-    """
-    markers = list(_ANSWER_RE.finditer(text))
-    if not markers:
-        return None
-    # lstrip skips blank lines after the marker; the answer is the first non-blank line.
-    rest = text[markers[-1].end() :].lstrip()
-    line = rest.split("\n", 1)[0]
+    and the `Final Answer:` are optional) and GSM8K's `#### 72`. Surrounding `$`, `*`,
+    whitespace and a trailing period are stripped, and a line opening with `$…$` gives what
+    is inside; if the line holds a `\\boxed{}`, its content is returned instead. When the
+    marker ends its line (`Answer:\\n42`), the next non-empty line is used.
 
+    `The answer is X` (`The answer is: 2`, `So the answer is **72** clips.`) counts only
+    when X is a number ending its sentence within two words, or math (`$…$`, a macro, a
+    bracket); otherwise (`the answer is not obvious`, `the answer is 2 more than 6`) the
+    marker before it is read.
+    """
+    for marker in reversed(list(_ANSWER_RE.finditer(text))):
+        # lstrip skips blank lines after the marker; the answer is the first non-blank line.
+        rest = text[marker.end() :].lstrip()
+        if marker.lastgroup == "label":
+            return _line_answer(rest)
+        answer = _phrase_answer(rest)
+        if answer is not None:
+            return answer
+    return None
+
+
+def _line_answer(rest: str) -> str | None:
+    """The answer on the first line of `rest`: its box's content, or the line undecorated."""
+    line = rest.split("\n", 1)[0]
     boxes = list(_BOX_RE.finditer(line))
     if boxes:
         # Match braces in the whole remainder: a boxed matrix may span several lines.
         return _box_argument(rest, boxes[-1].end())
+    if not _LEADING_MATH_RE.match(line.lstrip("* \t")):
+        # `Answer: 8. Note that …`: the sentence after the answer is no part of it.
+        line = _SENTENCE_END_RE.split(line, 1)[0]
     return _nonempty(_strip_answer(line))
+
+
+def _phrase_answer(rest: str) -> str | None:
+    """The answer a `the answer is` phrase gives, or None where what follows it is prose."""
+    line = rest.split("\n", 1)[0].lstrip("* \t")
+    number = _PHRASE_NUMBER_RE.match(line)
+    if number:
+        return number.group("number").replace(",", "")
+    if not line.startswith(_MATH_START):
+        return None
+    if _BOX_RE.match(line) or _LEADING_MATH_RE.match(line):
+        return _line_answer(line)
+    # Math without delimiters (`\\frac{1}{2}.`, `(1, 2), so`): up to the sentence's end.
+    return _nonempty(_strip_answer(_clause(_SENTENCE_END_RE.split(line, 1)[0])))
+
+
+def _clause(text: str) -> str:
+    """`text` up to its first `, ` outside brackets: `(1, 2), as shown` gives `(1, 2)`."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth <= 0 and text.startswith(", ", i):
+            return text[:i]
+    return text
+
+
+def last_bold(text: str) -> str | None:
+    """The content of the last bold `**X**` that is an answer: a number, or inline math
+    (`**$\\frac12$**`). Headings and list markers (`**Step 2:**`, `**1.**`) are skipped."""
+    for bold in reversed(list(_BOLD_RE.finditer(text))):
+        content = bold.group(1).strip()
+        if content.startswith(("$", "\\(")):
+            return _nonempty(_strip_answer(content))
+        if _NUMBER_RE.fullmatch(content.removeprefix("\\$").removeprefix("$")):
+            return content.removeprefix("\\$").removeprefix("$").replace(",", "")
+    return None
 
 
 def last_number(text: str) -> str | None:
@@ -150,13 +220,14 @@ def last_number(text: str) -> str | None:
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "boxed": last_boxed,
     "answer_line": answer_line,
+    "bold": last_bold,
     "last_number": last_number,
 }
 
 # The extractors that answer from any text, in no format a prompt asks for: a response cut
 # by the token budget inside a numbered list ("1. First, … 2. 1 bolt … 3") has an answer by
 # them. Templates and benchmarks list them after the strict ones.
-FLEXIBLE = frozenset({"last_number"})
+FLEXIBLE = frozenset({"bold", "last_number"})
 
 
 def extract_answer_by(text: str, methods: Sequence[str]) -> tuple[str | None, str | None]:

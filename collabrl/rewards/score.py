@@ -18,7 +18,7 @@ from collabrl.rewards.extract import FLEXIBLE
 from collabrl.rewards.f1 import token_f1
 from collabrl.rewards.verify import AnswerType, is_equivalent
 
-# Where `protocols.base.finish` records the extractor that found the episode's answer.
+# Where `protocols.rounds.finish` records the extractor that found the episode's answer.
 EXTRACTOR_KEY = "extractor"
 
 

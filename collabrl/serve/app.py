@@ -1,9 +1,14 @@
 """The embedded OpenAI-compatible server (FastAPI) for machines without a GPU.
 
-Endpoints: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
+Endpoints: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions`, and
+vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info` and `/metrics` (Prometheus).
 Sampling fields follow the OpenAI API plus vLLM's extensions that the toolkit
 sends (`top_k`, `include_stop_str_in_output`, `bad_words`, `chat_template_kwargs`,
-`return_token_ids`, `return_tokens_as_token_ids`), answered in vLLM's shape.
+`return_token_ids`, `return_tokens_as_token_ids`), answered in vLLM's shape. A
+completion's prompt may be text, texts, token ids or lists of them; `echo` with
+`logprobs` returns the prompt's log-probs (the first null), with `max_tokens` 0 too, so
+that a harness (lm-eval's `local-completions`) scores choices through the server.
+Every error, a 404 for a path no route serves included, is in OpenAI's shape.
 `stream=true` answers in server-sent events, token by token where the engine decodes
 token by token (continuous batching). `tools` reach the chat template when it renders
 them; a parameter this server cannot honour (`logit_bias`, `response_format`, ...) is a
@@ -21,21 +26,24 @@ at its next token if no other request shares its batch.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO, runtime_checkable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
+from starlette.exceptions import HTTPException
 
 from collabrl.engines.base import (
     Completion,
@@ -45,7 +53,11 @@ from collabrl.engines.base import (
     encode_prompt,
 )
 from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
+from collabrl.serve.metrics import CONTENT_TYPE, ServerMetrics
 from collabrl.serve.stops import StopLimits, StopScan, settled
+
+if TYPE_CHECKING:
+    from collabrl.engines.hf import TokenScore
 
 DEFAULT_MAX_TOKENS = 1024  # when a chat request names none (OpenAI's default is "until the end")
 # vLLM's bounds on `seed`: a 64-bit signed integer (torch's seeds), checked before queueing;
@@ -56,6 +68,7 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 # a 400, so that a client's typo is not read as a prompt.
 ChatRole = Literal["system", "developer", "user", "assistant", "tool"]
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids
+MAX_LOGPROBS = 20  # most alternatives per token a request may ask for (vLLM's --max-logprobs)
 # OpenAI and vLLM parameters this server cannot honour, with the values that change
 # nothing; any other value is a 400 naming the parameter (they used to be dropped without
 # a word, so a client asking for JSON or a penalty got neither and was not told).
@@ -70,8 +83,7 @@ UNHONOURED: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
-    "top_logprobs": (None, 0),  # only the sampled token's log-prob is returned
-    "echo": (False,),
+    "top_logprobs": (None, 0),  # chat: only the sampled token's log-prob is returned
     "suffix": (None, ""),
     "best_of": (None, 1),
     "min_p": (0,),
@@ -160,8 +172,13 @@ class _SamplingFields(BaseModel):
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[str] | list[int]
-    logprobs: int | None = None
+    # vLLM's and OpenAI's forms: a text, texts, token ids, lists of token ids.
+    prompt: str | list[str] | list[int] | list[list[int]]
+    # 0 only with `echo`: the prompt's log-probs, nothing generated.
+    max_tokens: int | None = Field(None, ge=0)
+    # The sampled token's log-prob (0), with the `logprobs` likeliest tokens besides.
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False  # the prompt comes back before the completion, with its log-probs
 
 
 class ChatMessage(BaseModel):
@@ -171,9 +188,10 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]]
 
 
-class ChatRequest(_SamplingFields):
+class _ChatFields(BaseModel):
+    """How messages become a prompt: the chat endpoint's, and /tokenize's chat form."""
+
     messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: bool = False
     # Rendered by the chat template when it knows them (see `_chat_prompt`); tool calls
     # come back as the model's text: there is no tool-call parser.
     tools: list[dict[str, Any]] | None = None
@@ -183,6 +201,52 @@ class ChatRequest(_SamplingFields):
     add_generation_prompt: bool = True
     # vLLM's: options for the chat template, e.g. {"enable_thinking": false} (Qwen3).
     chat_template_kwargs: dict[str, Any] | None = None
+
+
+class ChatRequest(_SamplingFields, _ChatFields):
+    logprobs: bool = False
+
+
+class TokenizeText(BaseModel):
+    """vLLM's /tokenize of a text."""
+
+    model_config = ConfigDict(extra="forbid")  # a chat field here is a mistyped request
+
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True  # vLLM's default: a BOS where the tokenizer adds one
+    return_token_strs: bool = False
+
+
+class TokenizeChat(_ChatFields):
+    """vLLM's /tokenize of chat messages, rendered as /v1/chat/completions renders them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    add_special_tokens: bool = False  # the chat template writes them
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    tokens: list[int]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """An engine that scores a sequence's tokens (`TransformersEngine.score`)."""
+
+    def score(
+        self,
+        ids: list[int],
+        top: int,
+        start: int = 1,
+        scaled_from: int | None = None,
+        temperature: float = 1.0,
+    ) -> list[TokenScore]: ...
 
 
 class APIError(Exception):
@@ -224,9 +288,7 @@ class ModelLimits:
             ids = encode_prompt(self.tokenizer, prompt, options)
         except (TemplateError, TypeError, ValueError) as err:
             raise _bad_request(f"cannot render the prompt: {err}", param) from err
-        vocab = len(self.tokenizer)
-        if any(not 0 <= i < vocab for i in ids):
-            raise _bad_request(f"token ids must be in 0..{vocab - 1} (the vocabulary)", param)
+        self.check_ids(ids, param)
         if self.context is not None and len(ids) >= self.context:
             raise _bad_request(
                 f"This model's maximum context length is {self.context} tokens; the prompt "
@@ -234,6 +296,12 @@ class ModelLimits:
                 param,
             )
         return ids
+
+    def check_ids(self, ids: list[int], param: str) -> None:
+        """A 400 naming `param` when an id is not in the vocabulary."""
+        vocab = len(self.tokenizer)
+        if any(not 0 <= i < vocab for i in ids):
+            raise _bad_request(f"token ids must be in 0..{vocab - 1} (the vocabulary)", param)
 
     def max_tokens(self, asked: int | None, default: int, prompt_tokens: int) -> int:
         """The completion's budget: what was asked, if the context has room for it."""
@@ -277,37 +345,52 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="collabrl embedded server", lifespan=lifespan)
-    if access_log is not None:
-        app.add_middleware(RequestLog, out=access_log)
     # What /v1/models lists is exactly what `model` may name (a 404 lists the same).
     names = list(dict.fromkeys((served_name, *aliases)))
     auth = [Depends(_auth_checker(api_key))]
     tokenizer = limits.tokenizer
+    scorer = batcher.engine if isinstance(batcher.engine, Scorer) else None
 
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, err: APIError) -> JSONResponse:
-        return _error(err.status, err.message, err.kind, err.param)
+    async def _api_error(request: Request, err: APIError) -> JSONResponse:
+        return _error(request, err.status, err.message, err.kind, err.param)
 
     @app.exception_handler(ShuttingDown)
-    async def _shutting_down(_: Request, err: ShuttingDown) -> JSONResponse:
-        return _error(503, str(err), "ServiceUnavailableError")
+    async def _shutting_down(request: Request, err: ShuttingDown) -> JSONResponse:
+        return _error(request, 503, str(err), "ServiceUnavailableError")
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         # OpenAI and vLLM answer 400 (not FastAPI's 422) to a malformed request.
         first = err.errors()[0] if err.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         message = f"{where}: {first.get('msg', err)}" if where else str(first.get("msg", err))
-        return _error(400, f"invalid request: {message}", "BadRequestError", where or None)
+        return _error(request, 400, f"invalid request: {message}", "BadRequestError", where or None)
+
+    @app.exception_handler(HTTPException)
+    async def _no_route(request: Request, err: HTTPException) -> JSONResponse:
+        # Starlette's own answers (a path no route serves, a method a route does not
+        # take) in OpenAI's shape too, naming what is served.
+        kinds = {404: "NotFoundError", 405: "MethodNotAllowedError"}
+        kind = kinds.get(err.status_code, "BadRequestError")
+        message = f"{err.detail}: {request.method} {request.url.path}; served: {', '.join(served)}"
+        return _error(request, err.status_code, message, kind, headers=err.headers)
 
     @app.exception_handler(Exception)
-    async def _internal(_: Request, err: Exception) -> JSONResponse:
+    async def _internal(request: Request, err: Exception) -> JSONResponse:
         # Starlette still logs the traceback on the server; the client gets one line.
-        return _error(500, f"internal error: {type(err).__name__}: {err}", "InternalServerError")
+        message = f"internal error: {type(err).__name__}: {err}"
+        return _error(request, 500, message, "InternalServerError")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        # No key, as /health and vLLM's /metrics: a scraper sees counts, never a prompt.
+        body = metrics.exposition(batcher.running, batcher.waiting)
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/v1/models", dependencies=auth)
     async def models() -> dict[str, Any]:
@@ -319,36 +402,78 @@ def create_app(
             ],
         }
 
+    @app.post("/tokenize", dependencies=auth)
+    async def tokenize(req: TokenizeText | TokenizeChat, request: Request) -> dict[str, Any]:
+        _check_model(req.model, names, request)
+        if isinstance(req, TokenizeChat):
+            if req.add_special_tokens:
+                raise _bad_request(
+                    "add_special_tokens: the chat template writes the special tokens; only false",
+                    "add_special_tokens",
+                )
+            messages = _messages_of(req)
+            _check_continuation(req, messages)
+            ids = _chat_prompt(req, messages, limits)
+        else:  # any length: on a thread, while the loop serves the others
+            special = req.add_special_tokens
+            ids = await asyncio.to_thread(_encode_text, tokenizer, req.prompt, special)
+        strings = tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
+        return {
+            "count": len(ids),
+            "max_model_len": limits.context,
+            "tokens": ids,
+            "token_strs": strings,
+        }
+
+    @app.post("/detokenize", dependencies=auth)
+    async def detokenize(req: DetokenizeRequest, request: Request) -> dict[str, str]:
+        _check_model(req.model, names, request)
+        limits.check_ids(req.tokens, "tokens")
+        return {"prompt": tokenizer.decode(req.tokens)}
+
+    @app.get("/tokenizer_info", dependencies=auth)
+    async def tokenizer_info() -> dict[str, Any]:
+        return _tokenizer_info(tokenizer)
+
     @app.post("/v1/completions", dependencies=auth, response_model=None)
     async def completions(
         req: CompletionRequest, request: Request
     ) -> dict[str, Any] | StreamingResponse:
         _check(req, names, request)
-        if req.logprobs not in (None, 0, 1):
-            raise _bad_request(
-                "logprobs: only the sampled token's log-prob is returned (0 or 1)", "logprobs"
-            )
-        prompts = [limits.encode(p, None, "prompt") for p in _prompts_of(req.prompt)]
-        longest = max(len(p) for p in prompts)
-        max_tokens = limits.max_tokens(_asked(req), 16, longest)
-        params = _params(req, max_tokens, req.logprobs is not None, stop_limits)
-        if req.stream:
-            _check_stream(req, params)
-            events = _streamed(batcher, request, prompts, params, tokenizer)
-            return _sse(events, "text_completion", served_name, req, len(prompts))
-        outputs = await _generate(batcher, request, prompts, params)
-        choices = [
-            _completion_choice(i * params.n + j, c, req, tokenizer, prompts[i])
-            for i, group in enumerate(outputs)
-            for j, c in enumerate(group)
-        ]
+        given = _prompts_of(req.prompt)
+        prompts = [limits.encode(p, None, "prompt") for p in given]
+        asked = _asked(req)
+        if req.stream and req.echo:
+            raise _bad_request("echo is not streamed by the embedded server", "echo")
+        if asked == 0 and not req.echo:
+            raise _bad_request("max_tokens: 0 only with echo (the prompt alone)", "max_tokens")
+        # The prompt's log-probs, or the likeliest tokens beside the sampled ones, take
+        # a forward pass over the sequence once it is generated.
+        scored = req.logprobs is not None and (req.echo or req.logprobs > 0)
+        if scored and scorer is None:
+            raise _bad_request("logprobs: this engine does not score tokens", "logprobs")
+        params = None
+        if asked == 0:  # nothing to generate: the prompts, echoed
+            outputs = [[Completion("", [], [], prompt_tokens=len(p))] * req.n for p in prompts]
+        else:
+            max_tokens = limits.max_tokens(asked, 16, max(len(p) for p in prompts))
+            params = _params(req, max_tokens, req.logprobs is not None, stop_limits)
+            if req.stream:
+                _check_stream(req, params)
+                events = _streamed(batcher, request, prompts, params, tokenizer)
+                return _sse(events, "text_completion", served_name, req, len(prompts))
+            outputs = await _generate(batcher, request, prompts, params)
+        choices = await _completion_choices(
+            req, given, prompts, outputs, params, tokenizer, batcher, scorer if scored else None
+        )
         request.state.usage = usage = _usage(outputs)  # the request log line reads it
+        request.state.finished = [c.finish_reason for group in outputs for c in group]
         return _envelope("cmpl", "text_completion", served_name, choices, usage)
 
     @app.post("/v1/chat/completions", dependencies=auth, response_model=None)
     async def chat(req: ChatRequest, request: Request) -> dict[str, Any] | StreamingResponse:
         _check(req, names, request)
-        messages = [{"role": m.role, "content": _text_of(m.content)} for m in req.messages]
+        messages = _messages_of(req)
         _check_continuation(req, messages)
         prompt = _chat_prompt(req, messages, limits)
         max_tokens = limits.max_tokens(_asked(req), DEFAULT_MAX_TOKENS, len(prompt))
@@ -360,20 +485,56 @@ def create_app(
         outputs = await _generate(batcher, request, [prompt], params)
         choices = [_chat_choice(j, c, req, tokenizer) for j, c in enumerate(outputs[0])]
         request.state.usage = usage = _usage(outputs)  # the request log line reads it
+        request.state.finished = [c.finish_reason for c in outputs[0]]
         reply = _envelope("chatcmpl", "chat.completion", served_name, choices, usage)
         if req.return_token_ids:
             reply["prompt_token_ids"] = prompt  # vLLM puts the chat prompt's ids here
         return reply
 
+    served = [route.path for route in app.routes if isinstance(route, APIRoute)]
+    metrics = ServerMetrics(served_name, served)
+    app.add_middleware(RequestRecord, metrics=metrics, out=access_log)
     return app
 
 
-class RequestLog:
-    """One line per request, as uvicorn's access log and vLLM's server write it, plus the
-    model, the token counts and the latency (to the last byte, a stream's included)."""
+async def _completion_choices(
+    req: CompletionRequest,
+    given: list[Prompt],
+    prompts: list[list[int]],
+    outputs: list[list[Completion]],
+    params: SamplingParams | None,
+    tokenizer: Any,
+    batcher: DynamicBatcher,
+    scorer: Scorer | None,
+) -> list[dict[str, Any]]:
+    """The choices, prompt-major; with a `scorer`, each sequence is scored first (on the
+    generation thread): the prompt when echoed, the completion otherwise, the completion
+    under the temperature its tokens were sampled at."""
+    temperature = params.temperature if params is not None and not params.greedy else 1.0
+    choices = []
+    for i, group in enumerate(outputs):
+        echoed = _echoed(given[i], prompts[i], tokenizer) if req.echo else None
+        for j, c in enumerate(group):
+            scores = None
+            if scorer is not None and req.logprobs is not None:
+                ids, start = prompts[i] + c.token_ids, 1 if req.echo else len(prompts[i])
+                scores = await batcher.call(
+                    scorer.score, ids, req.logprobs, start, len(prompts[i]), temperature
+                )
+            choice = _completion_choice(i * req.n + j, c, req, tokenizer, prompts[i], echoed)
+            if req.logprobs is not None:
+                choice["logprobs"] = _completion_logprobs(c, req, tokenizer, prompts[i], scores)
+            choices.append(choice)
+    return choices
 
-    def __init__(self, app: Any, out: TextIO) -> None:
-        self.app, self.out = app, out
+
+class RequestRecord:
+    """Each request in the metrics and, when `out` is given, one line in the log, as
+    uvicorn's access log and vLLM's server write it, plus the model, the token counts,
+    the latency (to the last byte, a stream's included) and an error's reason."""
+
+    def __init__(self, app: Any, metrics: ServerMetrics, out: TextIO | None) -> None:
+        self.app, self.metrics, self.out = app, metrics, out
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -392,8 +553,11 @@ class RequestLog:
         try:
             await self.app(scope, receive, sending)
         finally:
-            print(_log_line(scope, status, state, time.perf_counter() - start), file=self.out)
-            self.out.flush()
+            seconds = time.perf_counter() - start
+            self.metrics.observe(scope["method"], scope["path"], status, state, seconds)
+            if self.out is not None:
+                print(_log_line(scope, status, state, seconds), file=self.out)
+                self.out.flush()
 
 
 def _log_line(scope: dict, status: int, state: dict, seconds: float) -> str:
@@ -410,6 +574,8 @@ def _log_line(scope: dict, status: int, state: dict, seconds: float) -> str:
     if state.get("abandoned"):
         fields.append("client closed the stream")
     fields.append(f"latency={seconds:.3f}s")
+    if "error" in state:  # why it was refused, as its client was told
+        fields.append(f'error="{_loggable(state["error"])}"')
     return " ".join(fields)
 
 
@@ -494,6 +660,7 @@ async def _streamed(
             update.cancel()
     request.state.usage = _usage(outputs)
     finished = [c for group in outputs for c in group]
+    request.state.finished = [c.finish_reason for c in finished]
     for row, completion in enumerate(finished):
         yield row, texts[row].finish(completion.text), completion
 
@@ -615,14 +782,7 @@ def _auth_checker(api_key: str | None):
 def _check(req: _SamplingFields, names: list[str], request: Request) -> None:
     """Refuse a model not served, a parameter not honoured, a stream option without a
     stream; the request log names the model from here on."""
-    if req.model not in names:
-        raise APIError(
-            404,
-            f"model '{req.model}' does not exist; served: {', '.join(names)}",
-            "NotFoundError",
-            "model",
-        )
-    request.state.model = req.model
+    _check_model(req.model, names, request)
     for name, value in (req.model_extra or {}).items():
         if name in UNHONOURED and value not in UNHONOURED[name]:
             raise _bad_request(
@@ -634,6 +794,21 @@ def _check(req: _SamplingFields, names: list[str], request: Request) -> None:
         raise _bad_request("stream_options needs stream=true", "stream_options")
 
 
+def _check_model(model: str | None, names: list[str], request: Request) -> None:
+    """A 404 for a model not served (None: the served one, as vLLM's /tokenize takes it);
+    the request log names the model from here on."""
+    if model is None:
+        return
+    if model not in names:
+        raise APIError(
+            404,
+            f"model '{model}' does not exist; served: {', '.join(names)}",
+            "NotFoundError",
+            "model",
+        )
+    request.state.model = model
+
+
 def _check_stream(req: _SamplingFields, params: SamplingParams) -> None:
     """What a stream does not carry is refused rather than left out."""
     for param, asked in (("logprobs", params.logprobs), ("return_token_ids", req.return_token_ids)):
@@ -641,8 +816,12 @@ def _check_stream(req: _SamplingFields, params: SamplingParams) -> None:
             raise _bad_request(f"{param} is not streamed by the embedded server", param)
 
 
+def _messages_of(req: _ChatFields) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": _text_of(m.content)} for m in req.messages]
+
+
 def _chat_prompt(
-    req: ChatRequest, messages: list[dict[str, str]], limits: ModelLimits
+    req: _ChatFields, messages: list[dict[str, str]], limits: ModelLimits
 ) -> list[int]:
     """The chat prompt's ids, with `tools` rendered by the chat template. A template that
     ignores them (SmolLM2's) would leave the model unaware of them: a 400, not a prompt
@@ -671,7 +850,7 @@ def _chat_prompt(
     return prompt
 
 
-def _check_continuation(req: ChatRequest, messages: list[dict[str, str]]) -> None:
+def _check_continuation(req: _ChatFields, messages: list[dict[str, str]]) -> None:
     """The engines continue a final assistant message; say so rather than guess."""
     if req.continue_final_message != continues_assistant(messages):
         raise _bad_request(
@@ -681,14 +860,16 @@ def _check_continuation(req: ChatRequest, messages: list[dict[str, str]]) -> Non
         )
 
 
-def _prompts_of(prompt: str | list[str] | list[int]) -> list[Prompt]:
+def _prompts_of(prompt: str | list[str] | list[int] | list[list[int]]) -> list[Prompt]:
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
         raise _bad_request("prompt is empty", "prompt")
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]  # one prompt given as token ids
-    return list(prompt)  # a batch of text prompts
+    if any(isinstance(p, list) and not p for p in prompt):
+        raise _bad_request("prompt: a list of token ids is empty", "prompt")
+    return list(prompt)  # a batch of texts, or of token-id lists (lm-eval's default)
 
 
 def _text_of(content: str | list[dict[str, Any]]) -> str:
@@ -698,7 +879,7 @@ def _text_of(content: str | list[dict[str, Any]]) -> str:
 
 
 def _asked(req: _SamplingFields) -> int | None:
-    return req.max_completion_tokens or req.max_tokens
+    return req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
 
 
 def _params(
@@ -726,28 +907,30 @@ def _params(
         raise _bad_request(str(err)) from err
 
 
-def _token_texts(c: Completion, req: _SamplingFields, tokenizer: Any) -> list[str]:
+def _token_texts(ids: list[int], req: _SamplingFields, tokenizer: Any) -> list[str]:
     """The log-prob entries' tokens: their text, or vLLM's "token_id:N" when asked."""
     if req.return_tokens_as_token_ids:
-        return [f"{TOKEN_ID_PREFIX}{i}" for i in c.token_ids]
-    return [tokenizer.decode([i]) for i in c.token_ids]
+        return [f"{TOKEN_ID_PREFIX}{i}" for i in ids]
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def _echoed(given: Prompt, ids: list[int], tokenizer: Any) -> str:
+    """The prompt's text before an echoed completion: as sent, or its ids decoded."""
+    return given if isinstance(given, str) else tokenizer.decode(ids)
 
 
 def _completion_choice(
-    index: int, c: Completion, req: CompletionRequest, tokenizer: Any, prompt: list[int]
+    index: int,
+    c: Completion,
+    req: CompletionRequest,
+    tokenizer: Any,
+    prompt: list[int],
+    echoed: str | None,
 ) -> dict[str, Any]:
-    logprobs = None
-    if req.logprobs is not None and c.logprobs is not None:
-        logprobs = {
-            "tokens": _token_texts(c, req, tokenizer),
-            "token_logprobs": c.logprobs,
-            "top_logprobs": None,
-            "text_offset": None,
-        }
     choice = {
         "index": index,
-        "text": c.text,
-        "logprobs": logprobs,
+        "text": c.text if echoed is None else echoed + c.text,
+        "logprobs": None,
         "finish_reason": c.finish_reason,
         "stop_reason": c.stop_reason,
     }
@@ -757,12 +940,59 @@ def _completion_choice(
     return choice
 
 
+def _completion_logprobs(
+    c: Completion,
+    req: CompletionRequest,
+    tokenizer: Any,
+    prompt: list[int],
+    scores: list[TokenScore] | None,
+) -> dict[str, Any] | None:
+    """The legacy `logprobs` object: each token (the prompt's first when echoed), its
+    log-prob (null for the first prompt token: nothing precedes it), a map of the
+    likeliest tokens there plus the token itself, and where its text starts in the
+    choice's text. `scores` are the scored places, from the prompt's second token when
+    echoed, else from the completion's first; without them only the sampled tokens are
+    known."""
+    if c.logprobs is None:
+        return None
+    ids: list[int] = []
+    values: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    if req.echo:
+        assert scores is not None
+        scored_prompt, scores = scores[: len(prompt) - 1], scores[len(prompt) - 1 :]
+        ids += prompt
+        values += [None, *(s.logprob for s in scored_prompt)]
+        tops += [None]
+        for score, token in zip(scored_prompt, prompt[1:], strict=True):
+            tops.append(_top_map(score, token, score.logprob, req, tokenizer))
+    # The completion's tokens keep their log-probs as sampled.
+    for k, (token, value) in enumerate(zip(c.token_ids, c.logprobs, strict=True)):
+        ids.append(token)
+        values.append(value)
+        tops.append(_top_map(scores[k] if scores else None, token, value, req, tokenizer))
+    texts = _token_texts(ids, req, tokenizer)
+    offsets = [0, *itertools.accumulate(len(t) for t in texts)][: len(texts)]
+    return {"tokens": texts, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _top_map(
+    score: TokenScore | None, token: int, value: float, req: _SamplingFields, tokenizer: Any
+) -> dict[str, float]:
+    """The likeliest tokens at a place with their log-probs, and the token there with
+    its own, written last so that it wins where two ids share a text."""
+    top = [*(score.top if score is not None else ()), (token, value)]
+    texts = _token_texts([i for i, _ in top], req, tokenizer)
+    return dict(zip(texts, (lp for _, lp in top), strict=True))
+
+
 def _chat_choice(index: int, c: Completion, req: ChatRequest, tokenizer: Any) -> dict[str, Any]:
     logprobs = None
     if req.logprobs and c.logprobs is not None:
+        tokens = _token_texts(c.token_ids, req, tokenizer)
         content = [
             {"token": token, "logprob": lp, "bytes": list(token.encode()), "top_logprobs": []}
-            for token, lp in zip(_token_texts(c, req, tokenizer), c.logprobs, strict=True)
+            for token, lp in zip(tokens, c.logprobs, strict=True)
         ]
         logprobs = {"content": content}
     choice = {
@@ -801,10 +1031,49 @@ def _usage(outputs: list[list[Completion]]) -> dict[str, int]:
     }
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(
-        status_code=status,
-        content={
-            "error": {"message": _printable(message), "type": kind, "param": param, "code": status}
-        },
-    )
+def _error(
+    request: Request,
+    status: int,
+    message: str,
+    kind: str,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An error in OpenAI's shape; the request's log line gives its message."""
+    request.state.error = message
+    error = {"message": _printable(message), "type": kind, "param": param, "code": status}
+    return JSONResponse(status_code=status, content={"error": error}, headers=headers)
+
+
+def _encode_text(tokenizer: Any, text: str, special: bool) -> list[int]:
+    return tokenizer(text, add_special_tokens=special)["input_ids"]
+
+
+def _tokenizer_info(tokenizer: Any) -> dict[str, Any]:
+    """vLLM's /tokenizer_info: the tokenizer's settings as its tokenizer_config.json holds
+    them (files' paths aside), its class, special tokens and chat template."""
+    info = {
+        key: _json_value(value)
+        for key, value in (getattr(tokenizer, "init_kwargs", None) or {}).items()
+        if not key.endswith("_file")
+    }
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        info[name] = getattr(tokenizer, name, None)
+    info["tokenizer_class"] = type(tokenizer).__name__
+    if getattr(tokenizer, "chat_template", None):
+        info["chat_template"] = tokenizer.chat_template
+    return info
+
+
+def _json_value(value: Any) -> Any:
+    """`value` as JSON can hold it: a special token as its text, anything else unknown
+    as its repr."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if hasattr(value, "content"):  # transformers' AddedToken
+        return value.content
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return repr(value)

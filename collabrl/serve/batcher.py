@@ -21,8 +21,10 @@ import bisect
 import contextlib
 import itertools
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from collabrl.engines.base import (
     Completion,
@@ -33,6 +35,8 @@ from collabrl.engines.base import (
     Streaming,
     TokenCallback,
 )
+
+T = TypeVar("T")
 
 
 class ShuttingDown(Exception):
@@ -109,6 +113,28 @@ class DynamicBatcher:
         job = _Job(prompts, params, asyncio.get_running_loop().create_future(), on_tokens)
         self._queue.put_nowait(job)
         return await job.future  # cancelling this await cancels the job's future
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the generation thread, after the batch in progress (scoring a
+        prompt uses the model too, which is not meant to run twice at once)."""
+        if self._stopping.is_set():
+            raise ShuttingDown("the server is shutting down")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+        except asyncio.CancelledError:
+            if self._stopping.is_set():  # `stop` cancelled it before it ran
+                raise ShuttingDown("the server is shutting down") from None
+            raise
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued, not yet generating."""
+        return self._queue.qsize() + sum(not job.future.done() for job in self._pending)
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch being generated."""
+        return sum(not job.future.done() for job in self._running)
 
     async def _loop(self) -> None:
         while True:

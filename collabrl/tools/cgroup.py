@@ -46,6 +46,8 @@ def _mounts() -> dict[str, Path]:
     """Mount point of each v1 controller ("memory", "pids") and of v2 (""), at the root
     of its hierarchy as this process sees it (its cgroup namespace)."""
     found: dict[str, Path] = {}
+    # Read by hand: psutil.disk_partitions lists mounts without mountinfo's root field
+    # (fields[3]), which tells a hierarchy's root from a bind of a sub-cgroup.
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         dash = fields.index("-")
@@ -64,6 +66,7 @@ def _mounts() -> dict[str, Path]:
 def _own_paths() -> dict[str, str]:
     """This process's cgroup path per controller ("memory", "pids"; v2: "")."""
     paths: dict[str, str] = {}
+    # Read by hand: psutil has no reading of a process's cgroups.
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:

@@ -132,6 +132,8 @@ def volunteer_for_oom_killer() -> None:
     outside RLIMIT_AS. Written while root, this also raises the floor the code could
     lower it back to (the kernel's oom_score_adj_min).
     """
+    # By hand: the jail runs on the standard library alone (module docstring), and
+    # psutil has no setter for oom_score_adj anyway.
     with open("/proc/self/oom_score_adj", "w") as adj:
         adj.write("1000")
 

@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from collabrl.config import option
 from collabrl.errors import UserError
 from collabrl.tools.cgroup import PER_PROCESS_ONLY, RunGroup
@@ -305,16 +307,15 @@ def _wait_until_gone(uid: int, timeout: float = 5.0) -> None:
 
 
 def _live_processes(uid: int) -> list[int]:
-    """Pids of the processes of `uid` that are not zombies (Linux /proc)."""
-    live = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
-            live.append(int(status.parent.name))
-    return live
+    """Pids of the processes whose real uid is `uid` and that are not zombies."""
+    return [
+        proc.pid
+        for proc in psutil.process_iter(["uids", "status"])
+        # A process gone between the listing and the read has info None (ad_value).
+        if proc.info["uids"] is not None
+        and proc.info["uids"].real == uid
+        and proc.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 # Run as the throwaway uid: kill(-1) reaches every process of that uid but itself.

@@ -44,20 +44,12 @@ from collabrl.train.grpo_config import (
     unread_keys,
 )
 from collabrl.train.held_out import held_out_config
+from collabrl.train.launch import is_main_process, num_processes, outside_zero3, solo_environment
 from collabrl.train.model_card import grpo_facts, write_model_card
 from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
 from collabrl.train.rsim import PLANNER_DIR
-from collabrl.train.run import (
-    EVALUATION,
-    FINAL,
-    is_main_process,
-    num_processes,
-    outside_zero3,
-    quiet_trl_notices,
-    solo_environment,
-    started_run,
-)
+from collabrl.train.run import EVALUATION, FINAL, quiet_trl_notices, started_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 

@@ -5,11 +5,18 @@ tags, license) and a body saying what was trained, from what, on what data, for 
 steps, with which settings, how it scored on the held-out set, with which collabrl, and
 how to load it. The folder can be uploaded as it is (`hf upload USER/NAME OUT/final`).
 
-Written with huggingface_hub's `ModelCard`, offline. The Hub checks the front matter
-when a card is pushed, so it holds only what is valid there: `base_model` only when the
-run started from a Hub repo id (a local folder or an embedded name is named in the body
-instead), `license` only when the base model's own card states one, and no `datasets`
-(the registry knows no Hub ids of its data sets; the body names the data).
+Written with huggingface_hub's `ModelCard`, `ModelCardData` and `EvalResult`, offline.
+The Hub checks the front matter when a card is pushed, so it holds only what is valid
+there: `base_model` only when the run started from a Hub repo (a hub name, or an embedded
+model, named by the repo it was quantized from; a local folder is named in the body
+instead), `license` only when the base model states one (an embedded model's, or the card
+of a local folder or a cached snapshot), `datasets` only for data copied from a Hub
+dataset (`HUB_DATASETS`; the body names any data), and `model-index` with the held-out
+scores of the trained model when the run evaluated one.
+
+TRL's trainers write a draft card of their own into the checkpoints folder at every
+save, its fields `[None]` where a run leaves TRL's hub settings unset:
+`keep_trl_card_out` stops it, so `final/README.md` is the run's only card.
 
 Every value the user gave (model, data, collaborators, paths) reaches the body on one
 line and redacted (`collabrl.redact`: a teacher's URL may carry a password), as a code
@@ -74,34 +81,90 @@ def write_model_card(final: Path, facts: TrainingFacts) -> Path:
     return path
 
 
+# The Hub datasets the shipped data sets were copied from (data/README.md gives each one's
+# provenance): the card's `datasets` and its model-index name them. The generated arith
+# sets, and the benchmarks whose copies came from elsewhere, have none.
+HUB_DATASETS = {
+    "gsm8k": "openai/gsm8k",
+    "gsm8k_train": "openai/gsm8k",
+    "math500": "HuggingFaceH4/MATH-500",
+    "math_train": "DigitalLearningGmbH/MATH-lighteval",
+    "dapo_math_17k": "BytedTsinghua-SIA/DAPO-Math-17k",
+}
+# The held-out scores the model-index reports: the trained model's, not its answer length.
+INDEXED = ("pass@1", "call_ratio")
+
+
 def card_data(facts: TrainingFacts) -> Any:
     """The front matter: only values the Hub accepts (see the module docstring)."""
     from huggingface_hub import ModelCardData
 
     method_tags = [facts.method] if facts.method == "sft" else ["grpo", facts.method]
+    dataset = HUB_DATASETS.get(facts.data)
+    results = eval_results(facts)
     return ModelCardData(
         base_model=hub_repo(facts.base_model),
+        datasets=None if dataset is None else [dataset],
         library_name="peft" if facts.adapter else "transformers",
         license=base_license(facts.base_model),
         tags=list(dict.fromkeys(["collabrl", "trl", *method_tags])),
+        model_name=title(facts) if results else None,
+        eval_results=results or None,
     )
 
 
-def hub_repo(ref: str) -> str | None:
-    """The Hub repository `ref` names (its revision left out), or None for a local file
-    or folder, an embedded name or a URL."""
-    from collabrl.models import hub_name
+def eval_results(facts: TrainingFacts) -> list[Any]:
+    """The trained model's held-out scores (greedy, at the end of the run) as the Hub's
+    model-index holds them; none when the run evaluated nothing."""
+    from huggingface_hub import EvalResult
 
+    final = facts.evaluation.get("final")
+    if not (facts.eval_data and final):
+        return []
+    name = runs.one_line(redact_text(facts.eval_data))
+    return [
+        EvalResult(
+            task_type="text-generation",
+            dataset_type=HUB_DATASETS.get(facts.eval_data, name),
+            dataset_name=name,
+            metric_type=key,
+            metric_name=f"{key} (greedy)",
+            metric_value=final[key],
+        )
+        for key in INDEXED
+        if key in final
+    ]
+
+
+def hub_repo(ref: str) -> str | None:
+    """The Hub repository `ref` names (its revision left out) or an embedded model was
+    made from; None for a local file or folder, or a URL."""
+    from collabrl.models import EMBEDDED_MODELS, hub_name
+
+    if ref in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[ref].hub_repo
     hub = hub_name(ref)
     return None if hub is None else hub["repo"]
 
 
 def base_license(base_model: str) -> str | None:
-    """The license the base model's own card states, where it is a local folder with a
-    card (none is looked up on the Hub)."""
+    """The license the base model states: an embedded model's own, or its card's where it
+    is a local folder or a hub name's cached snapshot with one (none is looked up on the
+    Hub)."""
     from huggingface_hub import ModelCard
 
-    readme = Path(base_model).expanduser() / CARD
+    from collabrl.errors import UserError
+    from collabrl.models import EMBEDDED_MODELS, hub_name, resolve_model
+
+    if base_model in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[base_model].license
+    folder = Path(base_model).expanduser()
+    if hub_name(base_model) is not None:
+        try:
+            folder = resolve_model(base_model).source
+        except UserError:  # no longer in the cache: no license known
+            return None
+    readme = folder / CARD
     if not readme.is_file():
         return None
     try:
@@ -112,9 +175,8 @@ def base_license(base_model: str) -> str | None:
 
 def card_body(facts: TrainingFacts, final: Path) -> str:
     """The card's text: what the run was, its settings, its scores, how to load it."""
-    name = Path(redact_text(facts.base_model).rstrip("/")).name or facts.base_model
     lines = [
-        f"# {markdown_text(name)} · collabrl {facts.method}",
+        f"# {markdown_text(title(facts))}",
         "",
         f"{code(facts.base_model)} trained with collabrl "
         f"{runs.installed_versions()['collabrl']} "
@@ -143,6 +205,26 @@ def card_body(facts: TrainingFacts, final: Path) -> str:
         *load_lines(facts, final),
     ]
     return "\n".join(lines) + "\n"
+
+
+def title(facts: TrainingFacts) -> str:
+    """The card's heading and model-index name: the base model's name (a hub name's
+    without its revision) and the method."""
+    from collabrl.models import hub_name
+
+    hub = hub_name(facts.base_model)
+    base = hub["repo"] if hub is not None else redact_text(facts.base_model).rstrip("/")
+    return runs.one_line(f"{Path(base).name or facts.base_model} · collabrl {facts.method}")
+
+
+def keep_trl_card_out(trainer: Any) -> None:
+    """Stop TRL's trainer writing its draft card into the checkpoints folder at each save
+    (`_save_checkpoint` calls `create_model_card`): the run writes final/README.md."""
+
+    def no_card(*args: Any, **kwargs: Any) -> None:
+        """The card is the run's own, written once the model is final."""
+
+    trainer.create_model_card = no_card
 
 
 def score_lines(facts: TrainingFacts) -> list[str]:

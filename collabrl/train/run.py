@@ -14,11 +14,9 @@ after that checkpoint are dropped first, because the resumed run logs those step
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
+import math
 import time
 import warnings
-import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,11 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from collabrl import runs
 from collabrl.errors import UserError
+from collabrl.train.checkpoints import checkpoint_step, last_checkpoint
+from collabrl.train.launch import is_main_process
 
 if TYPE_CHECKING:
-    from transformers import Trainer, TrainerCallback
+    from matplotlib.figure import Figure
+    from transformers import TrainerCallback
 
-    from collabrl.train.lora import LoraSettings
+    from collabrl.protocols.spec import ProtocolSpec
 
 T = TypeVar("T")
 
@@ -77,76 +78,6 @@ REFUSED_TRL_KEYS = {
         _EVAL,
     ),
 }
-
-
-# Read from the launcher's environment, not from accelerate's `PartialState()`: that is a
-# singleton whose first construction sets up the process group, so building it before
-# TRL's arguments do would fix the group's timeout at accelerate's default and drop
-# `trl.ddp_timeout` (transformers passes it only to the first construction).
-
-
-def num_processes() -> int:
-    """The processes of this launch (1 without `accelerate launch`)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def is_main_process() -> bool:
-    """Under `accelerate launch`, whether this is the process that evaluates and prints."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-# What joins a process to its launch: torch's elastic agent (under `accelerate launch`)
-# sets these, accelerate its ACCELERATE_* and FSDP_* settings (ACCELERATE_USE_DEEPSPEED
-# among them), TRL's colocated vLLM rewrites RANK and WORLD_SIZE. A process started
-# without them runs alone.
-LAUNCH_VARIABLES = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-        "ROLE_RANK",
-        "ROLE_NAME",
-        "ROLE_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-)
-LAUNCH_PREFIXES = ("ACCELERATE_", "FSDP_", "TORCHELASTIC_")
-
-
-def solo_environment() -> dict[str, str]:
-    """This process's environment less what joins it to its launch: a child started
-    with it is a single process (engines and `from_pretrained` see no group to join)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name not in LAUNCH_VARIABLES and not name.startswith(LAUNCH_PREFIXES)
-    }
-
-
-@contextmanager
-def outside_zero3() -> Iterator[None]:
-    """Load models on this process alone during a DeepSpeed ZeRO-3 launch. accelerate
-    registers its DeepSpeed config with transformers for the whole process, and while it
-    is registered every `from_pretrained` (PEFT's too) builds the model inside
-    `deepspeed.zero.Init`, which partitions it with collectives every process must join:
-    a process loading alone (the main one, after training) waits in them for ever. The
-    config is unregistered for the block and registered again after it, for the trainer
-    that still holds it. Without DeepSpeed nothing is registered, and nothing changes."""
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    # transformers keeps a weak reference only; its object, to register again after.
-    ref = hf_deepspeed._hf_deepspeed_config_weak_ref
-    registered = ref() if ref is not None else None
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        if registered is not None:
-            hf_deepspeed.set_hf_deepspeed_config(registered)
 
 
 def trl_args(args_class: type[T], settings: dict[str, Any]) -> T:
@@ -223,113 +154,29 @@ def resumed_config(config: T, out: Path) -> T | None:
     return runs.saved_config(type(config), out)
 
 
-def last_checkpoint(checkpoints: Path, resume: bool) -> str | None:
-    """The checkpoint to resume from; a fresh run must not overwrite another's checkpoints."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    if resume and last is None:
-        raise UserError(f"no checkpoint to resume in {checkpoints}", "run without --resume")
-    if not resume and last is not None:
-        raise UserError(
-            f"{checkpoints.parent} already holds checkpoints of a run",
-            "pass --resume to continue it, or use a new --out folder",
-        )
-    if last is not None:
-        check_checkpoint(Path(last))
-    return last
-
-
-def check_checkpoint(checkpoint: Path) -> None:
-    """Refuse a checkpoint transformers could not load (a kill or a full disk while it
-    was saved, a file overwritten), before any model loads, offering the sound one
-    before it: transformers would fail with a traceback once the model and data are
-    loaded. The resume picks the last checkpoint, so the user moves the broken one."""
-    problem = checkpoint_problem(checkpoint)
-    if problem is None:
-        return
-    step = checkpoint_step(str(checkpoint))
-    earlier = sorted(
-        (c for c in checkpoint.parent.glob("checkpoint-*") if c.is_dir() and c != checkpoint),
-        key=lambda c: checkpoint_step(str(c)),
-    )
-    sound = [c for c in earlier if checkpoint_step(str(c)) < step and not checkpoint_problem(c)]
-    fix = (
-        f"move or delete {checkpoint} to resume from {sound[-1].name}, the one before it"
-        if sound
-        else f"move or delete {checkpoint} and run without --resume, or use a new --out folder"
-    )
-    raise UserError(f"checkpoint {checkpoint} is broken: {problem}", fix)
-
-
-def checkpoint_problem(checkpoint: Path) -> str | None:
-    """What is wrong with a checkpoint folder, or None. Cheap checks, no tensor is read:
-    the trainer state parses, each safetensors header matches its file's size, and each
-    torch file (optimizer, scheduler, RNG states) has zip's end record, which a cut or
-    overwritten file lacks."""
-    from collabrl.userfiles import read_json
-
-    try:
-        state = read_json(checkpoint / TRAINER_STATE, "trainer state")
-    except UserError as err:
-        return err.problem
-    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
-        return f"{TRAINER_STATE} holds no global_step"
-    for path in sorted(checkpoint.iterdir()):
-        if path.suffix == ".safetensors" and not _whole_safetensors(path):
-            return f"{path.name} is cut short or is not safetensors"
-        if path.suffix in TORCH_SUFFIXES and not zipfile.is_zipfile(path):
-            return f"{path.name} is cut short or is not a torch file"
-    return None
-
-
-TRAINER_STATE = "trainer_state.json"
-# What `torch.save` writes a checkpoint's optimizer, scheduler and RNG states to: zip files.
-TORCH_SUFFIXES = (".pt", ".pth", ".bin")
-
-
-def _whole_safetensors(path: Path) -> bool:
-    """Whether the file's header parses and its tensors end where the file does (the
-    library checks both when it opens a file, mapping it, not reading it)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt"):
-            return True
-    except Exception:  # safetensors raises its own error types, and OSError
-        return False
-
-
-def checkpoint_step(checkpoint: str) -> int:
-    """TRL names a checkpoint after its optimizer step: checkpoint-<step>."""
-    return int(Path(checkpoint).name.rsplit("-", 1)[1])
-
-
 def keep_metrics_until(path: Path, step: int) -> None:
     """Drop the logs after `step` (0: all of them): a resumed run logs those steps again."""
-    kept = [r for r in runs.read_records(path) if r.get("step", 0) <= step]
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)  # a rewrite cut short earlier left one: never append to it
-    with runs.RecordWriter(tmp) as writer:
-        for record in kept:
-            writer.write(record)
-    os.replace(tmp, path)
+    runs.write_records(path, [r for r in runs.read_records(path) if r.get("step", 0) <= step])
 
 
 def recorder(
     writer: runs.RecordWriter,
     progress: Callable[[int, int], None] | None = None,
     report: Callable[[str], None] | None = None,
+    keys: dict[str, str] | None = None,
 ) -> TrainerCallback:
     """A callback writing every TRL log to metrics.jsonl, moving a progress bar and
-    handing `report` one line per logged step (`step_line`: what a batch log keeps when
-    no bar is drawn). Built here so that importing this module does not import
-    transformers; add it after the callbacks that put values into the logs."""
+    handing `report` one line per logged step (`step_line` of `keys`, default
+    STEP_LINE_KEYS: what a batch log keeps when no bar is drawn). Built here so that
+    importing this module does not import transformers; add it after the callbacks that
+    put values into the logs."""
     from transformers import TrainerCallback
 
     class Recorder(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.began, self.first_step = time.perf_counter(), state.global_step
+            if progress is not None:  # the steps' phase begins, a resumed run's too
+                progress(state.global_step, state.max_steps)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if progress is not None:
@@ -344,120 +191,116 @@ def recorder(
             done = state.global_step - self.first_step
             if report is not None and done > 0 and "train_runtime" not in logs:
                 per_step = (time.perf_counter() - self.began) / done
-                report(step_line(logs, state.global_step, state.max_steps, per_step))
+                line = step_line(logs, state.global_step, state.max_steps, per_step, keys)
+                report(line)
 
     return Recorder()
 
 
 # What a step's line shows of its logs, when they have it: name -> TRL log key. GRPO's
 # loss says little (advantages are centred), so it shows where no reward is logged (SFT).
-STEP_LINE_KEYS = {
-    "reward": "reward",
-    "accuracy": "episodes/accuracy",
+SCORE_KEYS = {"reward": "reward", "accuracy": "episodes/accuracy"}
+# The calls for help, which every episode logs: shown only where the protocol has a
+# collaborator whose tokens count as help (`step_line_keys`).
+CALL_KEYS = {
     "call ratio": "episodes/call_ratio",
     "calls": "episodes/calls",
     "experts cut": "episodes/expert_truncated",  # eapo: replies cut at the expert's cap
 }
+STEP_LINE_KEYS = SCORE_KEYS | CALL_KEYS
 
 
-def step_line(logs: dict[str, Any], step: int, max_steps: int, per_step: float) -> str:
-    """`step 3/20 · reward 0.250 · accuracy 0.250 · 41.2 s/step · ETA 11m 40s`."""
+def step_line_keys(spec: ProtocolSpec) -> dict[str, str]:
+    """What the step line of a run on `spec`'s protocol shows: the calls only where they
+    can happen (a relay teacher, consult's experts), not a solo, tool or planner run's
+    constant 0.000."""
+    from collabrl.episode import HELPERS
+
+    helped = any(c.author in HELPERS for c in spec.collaborators)
+    return STEP_LINE_KEYS if helped else SCORE_KEYS
+
+
+def step_line(
+    logs: dict[str, Any],
+    step: int,
+    max_steps: int,
+    per_step: float,
+    keys: dict[str, str] | None = None,
+) -> str:
+    """`step 3/20 · reward 0.250 · accuracy 0.250 · 41.2 s/step · ETA 11m 40s`: of `keys`
+    (default STEP_LINE_KEYS), those the step logged."""
     parts = [f"step {step}/{max_steps}"]
     if "reward" not in logs and "loss" in logs:
         parts.append(f"loss {logs['loss']:.3f}")
-    parts += [f"{name} {logs[key]:.3f}" for name, key in STEP_LINE_KEYS.items() if key in logs]
+    shown = STEP_LINE_KEYS if keys is None else keys
+    parts += [f"{name} {logs[key]:.3f}" for name, key in shown.items() if key in logs]
     eta = round(per_step * max(max_steps - step, 0))
     parts += [f"{per_step:.1f} s/step", f"ETA {eta // 60}m {eta % 60:02d}s"]
     return " · ".join(parts)
 
 
-def save_final(
-    trainer: Trainer, final: Path, lora: LoraSettings | None = None, dtype: str = "auto"
-) -> None:
-    """Save the model and tokenizer as one Hugging Face folder that every engine loads
-    (vLLM included); a LoRA adapter is merged into the base weights first unless
-    `lora.merge` is off (then final/ is the adapter folder). Every process calls it: the
-    trainer gathers sharded weights (DeepSpeed ZeRO-3, FSDP) and writes on the main
-    process. `dtype` other than auto rewrites the weights in it (the trainer holds
-    float32 master weights). Written aside and renamed into place, so a kill while
-    saving leaves no half model in `final`.
-
-    The merge reads the adapter back from disk, saved as the trainer saves any model,
-    and merges it into the base weights loaded anew on the CPU: merging the live model
-    would meet ZeRO-3's partitioned parameters (each process holds a slice; the merged
-    weights would be empty or wrong). The same path serves every launch. The main
-    process loads the base and the saved weights alone, `outside_zero3`."""
-    tmp = final.with_name(final.name + ".tmp")
-    saved_adapter = final.with_name(final.name + ".adapter")
-    main = trainer.is_world_process_zero()
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    model.config.use_cache = True  # training turns the cache off; generation wants it
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(saved_adapter, ignore_errors=True)
-    adapter = lora is not None and lora.enabled  # what the trainer trained
-    merge = adapter and lora.merge
-    # With the tokenizer (the trainer's processing_class).
-    trainer.save_model(str(saved_adapter if merge else tmp))
-    if main and merge:
-        from collabrl.models import load_model
-
-        # float32 on the CPU (load_model's defaults), as the trainer holds the weights;
-        # loaded by this process alone, so outside ZeRO-3.
-        with outside_zero3():
-            load_model(str(saved_adapter)).save_pretrained(tmp)
-        trainer.processing_class.save_pretrained(tmp)
-        shutil.rmtree(saved_adapter)
-    if main and dtype != "auto" and not (adapter and not lora.merge):  # an adapter stays
-        cast_saved(tmp, dtype)
-    if main:
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+def logged_number(value: Any) -> float | None:
+    """A logged value as a finite float, or None (absent, text, NaN, a bool): a run
+    folder's records are read as written by anything, so nothing else is plotted."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
-def cast_saved(folder: Path, dtype: str) -> None:
-    """Rewrite the weights saved in `folder` in `dtype` (read whole, then written anew);
-    the main process does it alone, `outside_zero3`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    cast = folder.with_name(folder.name + ".cast")
-    shutil.rmtree(cast, ignore_errors=True)
-    with outside_zero3():
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
-        model.save_pretrained(cast)
-    del model
-    for weights in [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]:
-        weights.unlink()
-    for path in cast.iterdir():
-        os.replace(path, folder / path.name)
-    cast.rmdir()
+def series(history: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    """(step, value) of every record that logged `key` and its step as finite numbers."""
+    return [
+        (step, value)
+        for h in history
+        if (step := logged_number(h.get("step"))) is not None
+        and (value := logged_number(h.get(key))) is not None
+    ]
 
 
-def plot_curves(
-    history: list[dict[str, Any]], path: Path, keys: tuple[str, ...], title: str
-) -> None:
-    """One panel per key the run logged other than as zeros throughout (a grpo run's call
-    counts), against the optimizer step (the Agg backend: no display needed)."""
+def curve_keys(history: list[dict[str, Any]], keys: tuple[str, ...]) -> list[str]:
+    """The `keys` drawn as curves: each the run logged other than as zeros throughout
+    (a grpo run's call counts where nothing could call)."""
+    return [k for k in keys if any(y for _, y in series(history, k))]
+
+
+def curves_figure(
+    history: list[dict[str, Any]], keys: tuple[str, ...], title: str | None = None
+) -> Figure | None:
+    """One panel per `curve_keys` key against the optimizer step (the Agg backend: no
+    display needed), or None when there is none. The one drawing of a run's curves:
+    train_curves.png (`plot_curves`) and the run page (`collab view --html`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drawn = [k for k in keys if any(h.get(k) for h in history)]
+    drawn = curve_keys(history, keys)
     if not drawn:
-        return
+        return None
     cols = min(len(drawn), 4)  # a wide run (rsim logs eight series) wraps into rows
     rows = -(-len(drawn) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
     for ax in axes.flat[len(drawn) :]:
-        ax.axis("off")
+        fig.delaxes(ax)
     for ax, key in zip(axes.flat, drawn, strict=False):
-        points = [(h["step"], h[key]) for h in history if key in h]
+        points = series(history, key)
         ax.plot([s for s, _ in points], [v for _, v in points], marker=".", color="tab:blue")
         ax.set_title(key)
         ax.set_xlabel("step")
-    fig.suptitle(title)
+    if title is not None:
+        fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(
+    history: list[dict[str, Any]], path: Path, keys: tuple[str, ...], title: str
+) -> None:
+    """`curves_figure` saved as the PNG at `path`; nothing when it draws no panel."""
+    fig = curves_figure(history, keys, title)
+    if fig is None:
+        return
+    import matplotlib.pyplot as plt  # after curves_figure chose the Agg backend
+
     fig.savefig(path, dpi=100)
     plt.close(fig)

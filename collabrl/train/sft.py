@@ -31,11 +31,14 @@ from collabrl.config import option
 from collabrl.devices import check_dtype
 from collabrl.errors import MissingInput, UserError, require
 from collabrl.models import load_model, load_tokenizer, resolve_model
+from collabrl.train.checkpoints import checkpoint_step
 from collabrl.train.compat import checkpointing_args
+from collabrl.train.final import save_final
 from collabrl.train.lora import RENAMED_LORA_KEYS, LoraSettings
 from collabrl.train.model_card import (
     TrainingFacts,
     batches,
+    keep_trl_card_out,
     learning_rate_settings,
     lora_setting,
     write_model_card,
@@ -46,11 +49,9 @@ from collabrl.train.run import (
     FINAL,
     METRICS,
     check_trl_keys,
-    checkpoint_step,
     plot_curves,
     quiet_trl_notices,
     recorder,
-    save_final,
     started_run,
     trl_args,
 )
@@ -359,6 +360,7 @@ def _trainer(
         peft_config=config.lora.peft_config(),
     )
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
+    keep_trl_card_out(trainer)
     return trainer
 
 

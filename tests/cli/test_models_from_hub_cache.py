@@ -85,7 +85,9 @@ def test_a_damaged_cached_model_is_one_line_and_leaves_no_run_folder(
     blob.write_bytes(blob.read_bytes()[:4096])  # a download cut off
     args = ["eval", "run", "arith", "--model", REPO, "--limit", "1", "--out", "run"]
     result = collab(*args, cwd=tmp_path, env={"HF_HUB_CACHE": str(tmp_path / "hub")})
-    assert_one_line_error(result, f"'{REPO}': model.safetensors in", "is cut short")
+    # Named with the commit the run pinned it to: the snapshot that is damaged.
+    where = f"'{REPO}@{snapshot.name}': model.safetensors in"
+    assert_one_line_error(result, where, "is cut short")
     assert not (tmp_path / "run").exists()
 
 

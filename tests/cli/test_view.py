@@ -28,7 +28,7 @@ def view(*args: str) -> str:
 
 
 def _rollout(step: int, problem: str, correct: bool, advantage: float) -> dict:
-    episode = Episode(problem, prompt_ids=[1])
+    episode = Episode(problem, prompt_ids=[1], meta={"question": f"What is {problem}?\x1b[2J"})
     episode.add(Segment(Author.POLICY, f"policy writes {problem} ", [2]))
     episode.add(Segment(Author.TEACHER, "teacher writes ", [3]))
     reward = float(correct) - 0.25
@@ -57,27 +57,36 @@ def run(tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
-def test_a_training_run_shows_reward_parts_and_advantage_of_the_last_step(run: Path) -> None:
+def test_a_training_run_shows_every_step_with_reward_parts_and_advantage(run: Path) -> None:
     shown = view(str(run))
-    assert shown.count("step 2 · correct") == 2 and "step 1 ·" not in shown
+    assert shown.count("step 1 · correct") == 2 and shown.count("step 2 · correct") == 2
     header = "step 2 · correct True · gold [7] · reward 0.750 (relay_simple 0.750 · brevity n/a)"
     assert header in shown
     assert "advantage +0.707" in shown and "advantage -0.707" in shown
-    assert "2 of 4 episodes in " in shown
+    assert "4 of 4 episodes in " in shown
     # `collab train rollouts` is the same reader.
     alias = CliRunner().invoke(app, ["train", "rollouts", str(run)])
     assert alias.exit_code == 0 and alias.output == shown
 
 
+def test_each_transcript_follows_its_question_shown_safely(run: Path) -> None:
+    lines = view(str(run), "--step", "1").splitlines()
+    for problem in ("p1", "p2"):
+        at = lines.index(f"question What is {problem}?\\x1b[2J")  # the ESC as its escape
+        assert lines[at - 1].startswith("step 1 · correct") and lines[at + 1] == "authors: " + (
+            "policy teacher expert guidance tool environment "
+        )
+
+
 def test_filters_select_steps_problems_correctness_and_a_count(run: Path) -> None:
-    assert view(str(run), "--all").count(" · correct ") == 4
     assert view(str(run), "--step", "1").count("step 1 · correct") == 2
-    # A problem is followed over every step kept, unless a step is named.
+    last = view(str(run), "--last")
+    assert last.count("step 2 · correct") == 2 and "step 1 ·" not in last
     assert view(str(run / ROLLOUTS), "--problem", "p2").count("step ") == 2
     assert view(str(run), "--problem", "p2", "--step", "2").count("step 2 · ") == 1
-    wrong = view(str(run), "--all", "--wrong")
+    wrong = view(str(run), "--wrong")
     assert wrong.count("correct False") == 2 and "correct True" not in wrong
-    assert view(str(run), "--all", "--correct", "--limit", "1").count("correct True") == 1
+    assert view(str(run), "--correct", "--limit", "1").count("correct True") == 1
 
 
 def test_an_eval_run_shows_each_sample_with_its_score(
@@ -124,8 +133,8 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         ('{"item_id": "p", "sample": 0}\n', ["metrics.jsonl", "--step", "1"], "has no steps"),
         ('{"step": 1, "episode": {}}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
         ('{"step": 1, "episode": "s"}\n', ["metrics.jsonl"], "record 1 holds no readable episode"),
-        ('{"step": [1], "episode": {}}\n', ["metrics.jsonl"], "no record holds a step number"),
-        ('{"step": 1, "episode": {}}\n', ["metrics.jsonl", "--step", "1", "--all"], "pass one"),
+        ('{"step": [1], "episode": {}}\n', ["metrics.jsonl", "--last"], "no record holds a step"),
+        ('{"step": 1, "episode": {}}\n', ["metrics.jsonl", "--step", "1", "--last"], "pass one"),
     ],
     ids=[
         "missing",
@@ -137,7 +146,7 @@ def test_each_author_has_its_colour_on_a_terminal(run: Path) -> None:
         "bad episode",
         "string episode",
         "list step",
-        "step and all",
+        "step and last",
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, make: str | None, args: list[str], error: str):
@@ -217,7 +226,7 @@ def test_a_malformed_record_is_refused_or_shown_never_a_traceback(
     records = runs.read_records(folder / ROLLOUTS)
     records[-1] = _malformed(records[-1], where, value)  # of the last step: shown by both
     (folder / ROLLOUTS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    for args in ([str(folder), "--all"], [str(folder), "--html", str(tmp_path / "p.html")]):
+    for args in ([str(folder)], [str(folder), "--html", str(tmp_path / "p.html")]):
         result = CliRunner().invoke(app, ["view", *args])
         if result.exit_code != 0:
             assert isinstance(result.exception, UserError), result.exception

@@ -111,8 +111,8 @@ def test_a_where_entry_keeps_its_families_in_file_order(subset: str, whole: str)
     assert [i.id.split("-")[2] for i in kept[:8]] == [*families, *families]  # --limit 8: 2 each
 
 
-def test_gsm8k_falls_back_to_the_last_number() -> None:
-    assert load_benchmark("gsm8k", limit=1).extract_fallback == ("last_number",)
+def test_gsm8k_falls_back_to_a_bold_answer_then_the_last_number() -> None:
+    assert load_benchmark("gsm8k", limit=1).extract_fallback == ("bold", "last_number")
     assert load_benchmark("aime24", limit=1).extract_fallback == ()
 
 
@@ -167,7 +167,7 @@ def test_jsonl_with_custom_field_names(tmp_path: Path) -> None:
     assert bench.name == "mine"
     assert bench.items == _expected_items(ROWS)
     assert bench.prompt == "relay"
-    assert bench.extract_fallback == ("last_number",)
+    assert bench.extract_fallback == ("bold", "last_number")
 
 
 def test_jsonl_limit_and_blank_lines(tmp_path: Path) -> None:

@@ -94,6 +94,7 @@ def test_report_rows_line_up_metrics_of_different_n(two_runs: list[Path]) -> Non
         "n",
         "problems",
         "pass@1",
+        "pass@4",  # every pass@k some run has: the other's cell is "-"
         "avg@n",
         "maj@n",
         "f1@n",
@@ -109,6 +110,7 @@ def test_report_rows_line_up_metrics_of_different_n(two_runs: list[Path]) -> Non
         "1",
         "30",
         "0.1000",
+        "-",
         "0.1000",
         "0.1000",
         "0.2500",
@@ -124,6 +126,7 @@ def test_report_rows_line_up_metrics_of_different_n(two_runs: list[Path]) -> Non
         "4",
         "30",
         "0.3000",
+        "0.5000",
         "0.3000",
         "0.4000",
         "0.4500",
@@ -206,7 +209,8 @@ def test_report_of_a_real_run(tiny_model_dir, tiny_engine, tmp_path: Path) -> No
     assert run["n"] == 2 and run["model"] == str(tiny_model_dir)
     header, rows = report_rows([run])
     assert {"pass@1", "avg@n", "maj@n", "f1@n", "var", "stderr", "call_ratio"} <= set(header)
-    assert rows[0][header.index("avg@n")] == f"{result.metrics['avg@2']:.4f}"
+    stderr = run["metrics"]["avg@2_stderr"]
+    assert rows[0][header.index("avg@n")] == f"{result.metrics['avg@2']:.4f} ± {stderr:.4f}"
     assert rows[0][header.index("problems")] == "2"
     # results.json's metrics: metrics.json's, each mean with its standard error beside it.
     saved = json.loads((out / runs.METRICS).read_text())

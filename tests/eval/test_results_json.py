@@ -50,11 +50,14 @@ def test_a_run_writes_results_json_beside_its_samples(tiny_model_dir, tiny_engin
 
     assert {
         *("results", "higher_is_better", "n-samples", "configs", "config", "versions"),
-        *("date", "git_hash", "samples", "model", "protocol", "format"),
-    } == set(doc)
+        *("date", "git_hash", "samples", "model", "protocol", "format", "n-shot"),
+        *("task_hashes", "chat_template", "chat_template_sha", "total_evaluation_time_seconds"),
+    } <= set(doc)
     entry = doc["results"]["gsm8k"]
-    # metrics.json stays beside it: the same metrics, without the standard errors.
-    assert {k: v for k, v in entry.items() if not k.endswith("_stderr")} == result.metrics
+    # metrics.json stays beside it: the same metrics, without the standard errors and
+    # lm-eval's copies of them (`exact_match,none`, its alias).
+    ours = {k: v for k, v in entry.items() if "," not in k and k != "alias"}
+    assert {k: v for k, v in ours.items() if not k.endswith("_stderr")} == result.metrics
     assert list(entry)[:4] == ["pass@1", "pass@1_stderr", "pass@2", "pass@2_stderr"]
     # pass@1's standard error: the sample deviation of the problems' shares right, / sqrt(2).
     samples = runs.samples_by_item(out, 2)
@@ -62,7 +65,7 @@ def test_a_run_writes_results_json_beside_its_samples(tiny_model_dir, tiny_engin
     assert entry["pass@1_stderr"] == pytest.approx(statistics.stdev(shares) / math.sqrt(2))
     assert doc["higher_is_better"]["gsm8k"] == dict.fromkeys(
         ("pass@1", "pass@2", "avg@2", "maj@2", "strict-match", "flexible-extract", "f1@2"), True
-    )
+    ) | {"exact_match": True, "f1": True}
     assert doc["n-samples"]["gsm8k"] == {"effective": 2, "scored": 2}
     configs = doc["configs"]["gsm8k"]
     assert (configs["n"], configs["k"], configs["limit"]) == (2, [1, 2], 2)
@@ -149,7 +152,8 @@ def test_report_reads_results_json_alone(tiny_model_dir, tiny_engine, tmp_path) 
     assert run["metrics"]["pass@1"] == metrics["pass@1"]
     assert "pass@1_stderr" in run["metrics"]
     header, rows = report_rows([run])
-    assert rows[0][header.index("pass@1")] == f"{metrics['pass@1']:.4f}"
+    stderr = run["metrics"]["pass@1_stderr"]
+    assert rows[0][header.index("pass@1")] == f"{metrics['pass@1']:.4f} ± {stderr:.4f}"
 
 
 def test_a_suite_writes_one_results_json_the_report_expands(tiny_model_dir, tmp_path) -> None:

@@ -18,16 +18,11 @@ from collabrl.engines.base import Completion, Prompt, SamplingParams
 from collabrl.engines.pool import ExpertPool
 from collabrl.engines.reference import REFERENCE, Reference
 from collabrl.episode import Episode
-from collabrl.protocols.base import (
-    COLLABORATOR_STREAM,
-    POLICY_STREAM,
-    Policy,
-    Task,
-    episode_seed,
-)
+from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.consult import ConsultConfig, ConsultProtocol
 from collabrl.protocols.parsing import AGENT_CALLS_CLOSE, AGENT_CALLS_OPEN
 from collabrl.protocols.relay import RelayConfig, RelayProtocol
+from collabrl.protocols.seeds import COLLABORATOR_STREAM, POLICY_STREAM, episode_seed
 from collabrl.protocols.solo import SoloProtocol
 from tests.protocols.scripted import ScriptedEngine
 

@@ -14,7 +14,6 @@ from collabrl.data.benchmarks import load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.protocols import apollo, consult
-from collabrl.protocols.base import finish
 from collabrl.protocols.parsing import (
     AGENT_CALLS_CLOSE,
     AGENT_CALLS_OPEN,
@@ -28,6 +27,7 @@ from collabrl.protocols.parsing import (
     TOOL_RESPONSE_OPEN,
     strip_call_commands,
 )
+from collabrl.protocols.rounds import finish
 
 GSM8K = load_benchmark("gsm8k", limit=1)
 EXTRACTORS = get_prompt(GSM8K.prompt).extractors(GSM8K.extract_fallback)

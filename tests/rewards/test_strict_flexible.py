@@ -14,7 +14,7 @@ from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.episode import Author, EndReason, Episode, Segment
 from collabrl.eval.runner import compute_metrics, sample_record
-from collabrl.protocols.base import finish
+from collabrl.protocols.rounds import finish
 from collabrl.protocols.sampling import Unit
 from collabrl.train.rollout import episode_extras
 

@@ -858,3 +858,197 @@ def test_tools_reach_a_chat_template_that_renders_them(tools_client):
     with pytest.raises(openai.BadRequestError) as err:  # a forced call needs a parser
         prompt_tokens(tools=[WEATHER_TOOL], tool_choice="required")
     assert err.value.body["param"] == "tool_choice"
+
+
+# --- what vLLM's server answers besides: prompt forms, echo, tokenizer, metrics, errors ------
+
+
+def _prompt_logprobs_here(engine, ids: list[int]) -> list[float]:
+    """Each token's log-prob after those before it, from one forward pass in this process."""
+    import torch
+
+    with torch.inference_mode():
+        logits = engine.model(torch.tensor([ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits, -1)
+    return [logprobs[i - 1, ids[i]].item() for i in range(1, len(ids))]
+
+
+def test_every_prompt_form_vllm_takes(client, tiny_engine):
+    """A text, texts, token ids, lists of token ids (lm-eval's default) are the same prompts."""
+    ids = tiny_engine.encode("Once upon a time")
+
+    def texts(prompt) -> list[str]:
+        reply = client.completions.create(
+            model="expert", prompt=prompt, max_tokens=4, temperature=0
+        )
+        return [c.text for c in sorted(reply.choices, key=lambda c: c.index)]
+
+    [alone] = texts("Once upon a time")
+    assert texts(["Once upon a time", "Once upon a time"]) == [alone, alone]
+    assert texts(ids) == [alone]
+    assert texts([ids, ids[:2]])[0] == alone
+    with pytest.raises(openai.BadRequestError) as err:
+        texts([ids, []])
+    assert err.value.body["param"] == "prompt"
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_vllm_does(client, tiny_engine):
+    """lm-eval's loglikelihood request: the prompt's tokens, each with its log-prob (the
+    first null) and a map of the likeliest tokens that holds the token itself."""
+    ids = tiny_engine.encode("The capital of France is Paris")
+    reply = client.completions.create(
+        model="expert", prompt=[ids], echo=True, logprobs=1, max_tokens=1, temperature=0
+    )
+    [choice] = reply.choices
+    logprobs = choice.logprobs
+    assert len(logprobs.tokens) == len(ids) + 1  # the prompt, then the one generated token
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    here = _prompt_logprobs_here(tiny_engine, ids)
+    assert logprobs.token_logprobs[1 : len(ids)] == pytest.approx(here, abs=1e-4)
+    for token, value, top in zip(
+        logprobs.tokens[1:], logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True
+    ):
+        assert top[token] == value and 1 <= len(top) <= 2
+        assert max(top.values()) >= value
+    assert choice.text.startswith("The capital of France is Paris")
+    assert logprobs.text_offset[:2] == [0, len(logprobs.tokens[0])]
+
+
+def test_echo_without_generation(client):
+    reply = client.completions.create(
+        model="expert", prompt="Hello there", echo=True, logprobs=0, max_tokens=0
+    )
+    [choice] = reply.choices
+    assert choice.text == "Hello there" and reply.usage.completion_tokens == 0
+    assert choice.logprobs.token_logprobs[0] is None and len(choice.logprobs.tokens) == 2
+    with pytest.raises(openai.BadRequestError) as err:  # nothing to answer without echo
+        client.completions.create(model="expert", prompt="Hello", max_tokens=0)
+    assert err.value.body["param"] == "max_tokens"
+
+
+def test_logprobs_of_a_completion_carry_the_likeliest_tokens(client):
+    reply = client.completions.create(
+        model="expert", prompt="Hello", max_tokens=4, logprobs=3, temperature=0.8, seed=3
+    )
+    logprobs = reply.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.top_logprobs) >= 1
+    for token, value, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert top[token] == value and len(top) <= 4
+
+
+AUTH = {"Authorization": "Bearer sk-test"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"logprobs": 21}, "logprobs"),  # vLLM's --max-logprobs
+        ({"echo": True, "stream": True}, "echo"),
+    ],
+)
+def test_what_vllm_also_refuses_is_a_400(server, extra, param):
+    body = {"model": "expert", "prompt": "Hi", "max_tokens": 2, **extra}
+    reply = httpx.post(server.url + "/completions", json=body, headers=AUTH, timeout=30)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == param
+
+
+def test_tokenize_and_detokenize_as_vllm(server, tiny_engine):
+    root = server.url.removesuffix("/v1")
+    text = "Hello world"
+    reply = httpx.post(
+        root + "/tokenize",
+        json={"prompt": text, "add_special_tokens": False, "return_token_strs": True},
+        headers=AUTH,
+    ).json()
+    ids = tiny_engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert reply == {
+        "count": len(ids),
+        "max_model_len": tiny_engine.context_length,
+        "tokens": ids,
+        "token_strs": tiny_engine.tokenizer.convert_ids_to_tokens(ids),
+    }
+    chat = [{"role": "user", "content": "Hi"}]
+    rendered = httpx.post(root + "/tokenize", json={"messages": chat}, headers=AUTH).json()
+    assert rendered["tokens"] == tiny_engine.encode(chat)  # as /v1/chat/completions renders it
+    back = httpx.post(root + "/detokenize", json={"tokens": ids}, headers=AUTH).json()
+    assert back == {"prompt": text}
+    wrong = httpx.post(root + "/detokenize", json={"model": "nope", "tokens": ids}, headers=AUTH)
+    assert wrong.status_code == 404 and wrong.json()["error"]["param"] == "model"
+    assert httpx.post(root + "/tokenize", json={"prompt": text}).status_code == 401
+
+
+def test_tokenizer_info_as_vllm(server, tiny_engine):
+    info = httpx.get(server.url.removesuffix("/v1") + "/tokenizer_info", headers=AUTH).json()
+    tokenizer = tiny_engine.tokenizer
+    assert info["eos_token"] == tokenizer.eos_token and info["bos_token"] == tokenizer.bos_token
+    assert info["tokenizer_class"] == type(tokenizer).__name__
+    assert info["chat_template"] == tokenizer.chat_template
+    assert not any(key.endswith("_file") for key in info)  # no paths of the server's files
+
+
+def test_a_path_no_route_serves_is_a_404_in_openais_shape(server):
+    reply = httpx.post(server.url + "/embeddings", json={}, headers=AUTH)
+    assert reply.status_code == 404
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "NotFoundError" and error["code"] == 404
+    assert "/v1/completions" in error["message"]  # it names what is served
+    wrong_method = httpx.get(server.url + "/completions", headers=AUTH)
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == 405
+
+
+def test_a_refused_request_logs_its_reason(client, server):
+    marker = f"no-such-model-{uuid.uuid4().hex}"
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model=marker, prompt="x", max_tokens=1)
+    deadline = time.monotonic() + 10
+    while not any(marker in line for line in server.lines):
+        assert time.monotonic() < deadline, "".join(server.lines[-5:])
+        time.sleep(0.1)
+    [line] = [line for line in server.lines if marker in line]
+    assert '"POST /v1/completions HTTP/1.1" 404 latency=' in line
+    assert f"error=\"model '{marker}' does not exist; served: expert" in line
+
+
+def test_metrics_in_prometheus_text(client, server):
+    """`curl /metrics`: vLLM's names, no key needed (as /health and vLLM's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[str, float]:
+        reply = httpx.get(server.url.removesuffix("/v1") + "/metrics", timeout=10)
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+        return {
+            sample.name + str(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(reply.text)
+            for sample in family.samples
+        }
+
+    def value(samples: dict[str, float], name: str, **labels: str) -> float:
+        return samples.get(name + str(sorted(labels.items())), 0.0)
+
+    before = scrape()
+    reply = client.completions.create(model="expert", prompt="Once", max_tokens=3, n=2)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    after = scrape()
+    model = {"model_name": "expert"}
+    for name, grown in (
+        ("vllm:prompt_tokens_total", reply.usage.prompt_tokens),
+        ("vllm:generation_tokens_total", reply.usage.completion_tokens),
+        ("vllm:e2e_request_latency_seconds_count", 1),
+    ):
+        assert value(after, name, **model) - value(before, name, **model) == grown, name
+    finished = sum(
+        value(after, "vllm:request_success_total", finished_reason=reason, **model)
+        - value(before, "vllm:request_success_total", finished_reason=reason, **model)
+        for reason in ("stop", "length")
+    )
+    assert finished == 2  # one per choice
+    http = {"handler": "/v1/completions", "method": "POST"}
+    assert value(after, "http_requests_total", status="4xx", **http) > value(
+        before, "http_requests_total", status="4xx", **http
+    )
+    assert value(after, "vllm:num_requests_waiting", **model) == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.hf import TransformersEngine
 from collabrl.serve.batcher import DynamicBatcher, ShuttingDown
@@ -208,3 +210,37 @@ def test_a_generation_nobody_waits_for_stops_at_its_next_token(tiny_engine):
         return waited
 
     assert _run(main()) < 1.0
+
+
+def test_a_call_runs_on_the_generation_thread_between_batches(tiny_engine):
+    """Scoring uses the model too: on the one generation thread it waits for the batch in
+    progress, never runs beside it."""
+    import threading
+
+    params = SamplingParams(max_tokens=24)
+
+    def score_on(thread: list[str], ids: list[int]):
+        thread.append(threading.current_thread().name)
+        return tiny_engine.score(ids, 2)
+
+    async def main():
+        batcher = DynamicBatcher(tiny_engine, max_batch_size=4, wait_s=0.01)
+        batcher.start()
+        generating = asyncio.ensure_future(batcher.submit(["Once upon a time"], params))
+        while batcher.running == 0:  # the batch is on the generation thread
+            await asyncio.sleep(0.001)
+        queued = asyncio.ensure_future(batcher.submit(["q"], params))
+        await asyncio.sleep(0.05)
+        waiting = batcher.waiting
+        thread: list[str] = []
+        scores = await batcher.call(score_on, thread, tiny_engine.encode("Hello there"))
+        await asyncio.gather(generating, queued)
+        await batcher.stop()
+        with pytest.raises(ShuttingDown):
+            await batcher.call(len, [])
+        return waiting, scores, thread, (batcher.running, batcher.waiting)
+
+    waiting, scores, thread, after = _run(main())
+    assert waiting == 1 and after == (0, 0)
+    assert len(scores) == 1 and len(scores[0].top) == 2
+    assert thread[0].startswith("generate")

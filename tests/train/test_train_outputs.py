@@ -126,7 +126,8 @@ def test_a_hub_id_is_the_cards_base_model_and_a_local_base_lends_its_license(
 ) -> None:
     assert card_data(_facts("Qwen/Qwen3-1.7B")).base_model == "Qwen/Qwen3-1.7B"
     assert card_data(_facts("Qwen/Qwen3-1.7B@abc123")).base_model == "Qwen/Qwen3-1.7B"
-    assert card_data(_facts("smollm2-135m")).base_model is None  # embedded: named in the body
+    # The embedded model: the Hub repo its GGUF was quantized from.
+    assert card_data(_facts("smollm2-135m")).base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     base = tmp_path / "base"
     base.mkdir()
     (base / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a model\n")

@@ -30,9 +30,10 @@ import pytest
 
 from collabrl.config import DecodingConfig
 from collabrl.errors import UserError
+from collabrl.train.final import save_final
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.launch import LAUNCH_VARIABLES, solo_environment
 from collabrl.train.lora import LoraSettings
-from collabrl.train.run import LAUNCH_VARIABLES, save_final, solo_environment
 
 # The least DeepSpeed config of a ZeRO-3 launch, as accelerate builds it from zero3.yaml.
 ZERO3 = {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}
