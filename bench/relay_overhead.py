@@ -41,7 +41,7 @@ from collabrl.engines.base import Completion, SamplingParams  # noqa: E402
 from collabrl.engines.hf import TransformersEngine  # noqa: E402
 from collabrl.engines.pool import ExpertPool  # noqa: E402
 from collabrl.episode import Author, Episode  # noqa: E402
-from collabrl.protocols.base import Policy, Task  # noqa: E402
+from collabrl.protocols.base import Policy, Task
 from collabrl.protocols.relay import RelayConfig, RelayProtocol  # noqa: E402
 
 TARGET = 1.2

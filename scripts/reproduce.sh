@@ -213,8 +213,11 @@ eapo_probe() {
       "$COLLAB" build-warmup consult --model smollm2-135m --data "$out/train.jsonl" \
         --expert reference@0.7 "${rows[@]}" --set prompt=plain --max-tokens 64 \
         --temperature 0.7 --engine transformers --out "$dir/warmup"
+      # 8 rows a step as issue 36's warm-up, in two halves: one step of 8 rows of ~700
+      # tokens held 18 GB (activations and eager attention, float32) and was killed for
+      # memory beside other work on 24 GB.
       "$COLLAB" train sft --model smollm2-135m --data "$dir/warmup" --epochs 1 --lr 5e-5 \
-        --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
+        --set batch_size=4 --set gradient_accumulation_steps=2 --set warmup_ratio=0 \
         --set activation_checkpointing=false --out "$dir/sft"
     }
     local evals=() condition

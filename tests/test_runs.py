@@ -192,3 +192,53 @@ def test_every_rank_of_a_launch_binds_the_same_folder_at_once(tmp_path: Path) ->
     assert [rank.exitcode for rank in ranks] == [0, 0]
     assert failures.get(timeout=5) + failures.get(timeout=5) == 0
     assert [p.name for p in tmp_path.iterdir()] == [runs.CONFIG]  # no temp file left
+
+
+# -- replacing a file whole (runs.replacing, write_atomic, write_records) ----------------
+
+
+def test_a_write_cut_short_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    runs.write_json(path, {"round": 1})
+    with pytest.raises(RuntimeError), runs.replacing(path) as tmp:
+        tmp.write_text('{"round": ')
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == '{\n  "round": 1\n}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_each_writer_gets_its_own_temporary_file(tmp_path: Path) -> None:
+    """Ranks of one launch replace the same file at once: none writes into another's."""
+    path = tmp_path / "config.yaml"
+    with runs.replacing(path) as first, runs.replacing(path) as second:
+        assert first != second and first.parent == second.parent == tmp_path
+        first.write_text("a: 1\n")
+        second.write_text("a: 2\n")
+    assert path.read_text() == "a: 1\n"  # the last rename (the outer one) wins, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+
+
+def test_a_link_at_the_path_is_replaced_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "page.html").symlink_to(victim)
+    runs.write_atomic(tmp_path / "page.html", b"<p>page</p>")
+    assert victim.read_text() == "keep me"
+    assert not (tmp_path / "page.html").is_symlink()
+    assert (tmp_path / "page.html").read_bytes() == b"<p>page</p>"
+
+
+def test_a_replaced_file_is_made_as_write_text_makes_one(tmp_path: Path) -> None:
+    """Readable by whoever the umask lets read (mkstemp's 0600 would hide a run's results)."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    runs.write_atomic(tmp_path / "atomic.txt", "x", durable=False)
+    assert (tmp_path / "atomic.txt").stat().st_mode == plain.stat().st_mode
+
+
+def test_records_replace_a_json_lines_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    runs.write_records(path, [{"id": 1, "text": "é\u2028"}, {"id": 2}])
+    assert runs.read_records(path) == [{"id": 1, "text": "é\u2028"}, {"id": 2}]
+    runs.write_records(path, iter([{"id": 3}]))
+    assert path.read_text(encoding="utf-8") == '{"id": 3}\n'

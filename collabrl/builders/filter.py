@@ -37,7 +37,6 @@ sent to the teacher nor kept, counted as `oversized` in stats.json and noted by 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +162,7 @@ def build_filter(
         skipped, cleaned = len(bench.items) - len(items), None
         if config.decontaminate:
             cleaned = decontaminate(items, evaluation_sets())
-            write_lines(out / DROPPED, dropped_rows(cleaned))
+            runs.write_records(out / DROPPED, dropped_rows(cleaned))
             items = cleaned.kept
         new, failures, rates = keep_rows(config, bench, items, folder, progress)
         rows = folder.export()
@@ -184,7 +183,7 @@ def keep_rows(
     """Write the rows kept, every item without a teacher; the samples written now, the
     failed calls and the pass rates."""
     if config.teacher is None:
-        write_lines(folder.rows_path, [data_row(item) for item in items])
+        runs.write_records(folder.rows_path, [data_row(item) for item in items])
         return 0, [], []
     samples_path = folder.path / runs.SAMPLES
     new, failures = sample_teacher(config, bench, items, samples_path, progress)
@@ -196,10 +195,10 @@ def keep_rows(
             "fix the teacher, then re-run the same command (samples already written are kept)",
         )
     rates = pass_rates(items, runs.read_records(samples_path), config)
-    write_lines(folder.path / PASS_RATES, rates)
+    runs.write_records(folder.path / PASS_RATES, rates)
     by_id = {item.id: item for item in items}
     kept = [data_row(by_id[r["item_id"]], r["pass_rate"]) for r in rates if r["kept"]]
-    write_lines(folder.rows_path, kept)
+    runs.write_records(folder.rows_path, kept)
     return new, failures, rates
 
 
@@ -315,17 +314,6 @@ def dropped_rows(cleaned: Decontamination) -> list[dict[str, Any]]:
         {**data_row(d.item), "benchmark": d.benchmark, "how": d.how, "eval_id": d.eval_id}
         for d in cleaned.dropped
     ]
-
-
-def write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Replace a JSON-lines file whole (temp file + rename): these files are rewritten
-    from the samples on every run, and a kill must leave the previous version."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.unlink(missing_ok=True)
-    with runs.RecordWriter(tmp) as writer:
-        for row in rows:
-            writer.write(row)
-    os.replace(tmp, path)
 
 
 def filter_stats(

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from collabrl import runs
 from collabrl.engines.base import Prompt, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -61,19 +59,12 @@ class ResponseCache:
         return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Write atomically (temp file + rename): readers never see half an entry."""
+        """Replace the entry atomically (`runs.write_atomic`): readers never see half of
+        one. Not synced to disk: a cut-short entry is a miss (`get`), not worth an fsync
+        on every answer."""
         path = self.path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        except OSError as err:
-            log.warning("response cache: cannot write under %s: %s", path.parent, err)
-            return
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, ensure_ascii=False)
-            os.replace(tmp, path)
+            runs.write_atomic(path, json.dumps(entry, ensure_ascii=False), durable=False)
         except OSError as err:  # a full disk must not fail the call that was answered
             log.warning("response cache: cannot write %s: %s", path, err)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)

@@ -11,8 +11,6 @@ killed in between redoes only that round.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,9 +142,6 @@ def save_round(
     out_dir: Path, state: dict[str, Any], candidates: list[Candidate], summary: dict[str, Any]
 ) -> None:
     """Store a finished round: its candidates, then the index that lists it."""
-    path = round_path(out_dir, summary["round"])
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in candidates))
-    os.replace(tmp, path)
+    runs.write_records(round_path(out_dir, summary["round"]), (c.to_dict() for c in candidates))
     state["rounds"].append(summary)
     runs.write_json(out_dir / STATE, state)

@@ -18,7 +18,6 @@ scripts that score answers from threads need the usual `if __name__ == "__main__
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import logging
 import math
 import multiprocessing
@@ -26,14 +25,17 @@ import multiprocessing.util
 import os
 import re
 import threading
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import CancelledError
 from fractions import Fraction
 from typing import Literal, get_args
 
+from pebble import ProcessExpired, ProcessPool
+
 log = logging.getLogger(__name__)
 
-# Slack on top of math-verify's own timeouts for the worker's start-up (imports sympy)
-# and for the pickling round trip.
+# Slack on top of math-verify's own timeouts: a job runs a parse of each answer and a
+# comparison, each under its own alarm, plus the pickling round trip. (The worker's
+# start-up, which imports sympy, is not timed: pebble starts the clock at the job.)
 _POOL_SLACK_S = 10.0
 
 # How a problem's answer is graded, named by its data row's `answer_type` column:
@@ -218,22 +220,25 @@ def _warm_worker() -> None:
     import math_verify  # noqa: F401
 
 
-# One worker process shared by every thread; created lazily, replaced when broken.
-_pool: concurrent.futures.ProcessPoolExecutor | None = None
+# One worker process shared by every thread, created lazily. pebble's pool restarts a
+# worker that died or that it killed, and times each job from when the worker takes it
+# (a job queued behind others is not timed out for waiting); the stdlib's
+# ProcessPoolExecutor has neither, nor a public way to kill a stuck worker.
+_pool: ProcessPool | None = None
 _pool_pid: int | None = None
 _pool_lock = threading.Lock()
 
 
-def _get_pool() -> concurrent.futures.ProcessPoolExecutor:
+def _get_pool() -> ProcessPool:
     """The verifier pool, created on first use (and anew in a forked child)."""
     global _pool, _pool_pid
     with _pool_lock:
         # A forked child inherits the parent's pool object but not its worker or threads.
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = concurrent.futures.ProcessPoolExecutor(
+        if _pool is None or _pool_pid != os.getpid() or not _pool.active:
+            _pool = ProcessPool(
                 max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),
                 initializer=_warm_worker,
+                context=multiprocessing.get_context("spawn"),
             )
             if _pool_pid != os.getpid():
                 # Inside a multiprocessing child atexit never runs, and the child's exit
@@ -243,49 +248,22 @@ def _get_pool() -> concurrent.futures.ProcessPoolExecutor:
         return _pool
 
 
-def _discard_pool(pool: concurrent.futures.ProcessPoolExecutor, kill: bool) -> None:
-    """Drop `pool` (if it is still the current one) so the next call makes a fresh one.
-
-    `kill` ends a worker that may be stuck in C code that no alarm can interrupt.
-    """
-    global _pool
-    with _pool_lock:
-        if _pool is pool:
-            _pool = None
-    if kill:
-        # ProcessPoolExecutor has no public way to kill its workers before Python 3.14.
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            try:
-                proc.kill()
-            except Exception:  # already gone
-                pass
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
 def _verify_in_worker(pred: str, gold: str, timeout_s: int, timeout: float) -> bool:
-    """Run `_math_verify` in the worker process; retry once on a fresh pool if it broke."""
-    for attempt in range(2):
-        pool = _get_pool()
-        try:
-            future = pool.submit(_math_verify, pred, gold, timeout_s)
-            return future.result(timeout=timeout + _POOL_SLACK_S)
-        except (BrokenProcessPool, concurrent.futures.CancelledError):
-            # The worker died, or another thread discarded the pool under our queued job.
-            _discard_pool(pool, kill=False)
-        except concurrent.futures.TimeoutError:
-            # The worker is stuck past its own alarms: kill it so later jobs are not queued
-            # behind it forever.
-            _discard_pool(pool, kill=True)
-            return False
-        except RuntimeError:
-            # "cannot schedule new futures after shutdown": another thread discarded this
-            # pool between our _get_pool and submit, so try the fresh one ...
-            with _pool_lock:
-                discarded = _pool is not pool
-            if not (discarded and attempt == 0):
-                # ... unless the interpreter is exiting and refuses new processes.
-                return _math_verify(pred, gold, None)
-    log.warning("math-verify worker process failed twice; scoring as not equivalent")
+    """Run `_math_verify` in the worker process; False if it outlives its alarms (pebble
+    kills it and starts another) or dies on this job."""
+    try:
+        job = _get_pool().schedule(
+            _math_verify, args=(pred, gold, timeout_s), timeout=timeout + _POOL_SLACK_S
+        )
+        return job.result()
+    except TimeoutError:
+        log.warning("math-verify worker stuck past its alarms; killed, scored as not equivalent")
+    except ProcessExpired as err:
+        log.warning("math-verify worker died (%s); scored as not equivalent", err)
+    except (RuntimeError, CancelledError):
+        # The pool refused or dropped the job: another thread (or the interpreter
+        # exiting) is shutting it down. math-verify without alarms is all that is left.
+        return _math_verify(pred, gold, None)
     return False
 
 
@@ -328,7 +306,8 @@ def shutdown_verifier_pool() -> None:
     with _pool_lock:
         pool, _pool = _pool, None
     if pool is not None and _pool_pid == os.getpid():
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.stop()
+        pool.join()
 
 
 atexit.register(shutdown_verifier_pool)

@@ -3,10 +3,12 @@ header), the held-out start against the trained policy (eval.json), the curves, 
 per-step table (metrics.jsonl) and the episodes of its first and last kept step
 (rollouts.jsonl) coloured by author, with their reward, its parts and their advantage.
 
-The page opens from disk with no network: CSS inline, curves as inline SVG drawn here
-from metrics.jsonl (so a run still training has curves too, before train_curves.png is
-written), no script at all. Every string read from the folder is escaped, since the
-policy writes anything (`<script>` in a completion stays text); the page's
+The page opens from disk with no network: CSS inline, the curves inline SVG drawn from
+metrics.jsonl by the same code as train_curves.png (`curves_figure`; a run still training
+has curves too, before that file is written), no script at all. It is rendered by Jinja2
+from templates/run_page.html.j2 (shipped in the package) with autoescaping on: every
+string read from the folder reaches the template as plain text and leaves it escaped,
+since the policy writes anything (`<script>` in a completion stays text). The page's
 Content-Security-Policy forbids scripts and fetches as a second line of defence.
 
 The page is made to be shared: the config and its command line are shown redacted
@@ -17,21 +19,30 @@ tag, GENERATOR) unless the caller forces it.
 
 from __future__ import annotations
 
-import html
-import math
+import io
 import os
-import secrets
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from collabrl import __version__, runs
 from collabrl.episode import Author
 from collabrl.errors import UserError
 from collabrl.redact import redact_command_line, redact_config, redact_text
 from collabrl.train.held_out import LOGGED
-from collabrl.train.run import EVALUATION, METRICS, ROLLOUTS, STEP_LINE_KEYS
+from collabrl.train.run import (
+    EVALUATION,
+    METRICS,
+    ROLLOUTS,
+    STEP_LINE_KEYS,
+    curve_keys,
+    curves_figure,
+    logged_number,
+)
 from collabrl.train.trainer import CURVE_KEYS
 from collabrl.userfiles import MAX_CONFIG_BYTES, parse_yaml, read_json, read_user_text
 
@@ -73,24 +84,25 @@ INPUTS = (runs.CONFIG, METRICS, ROLLOUTS, EVALUATION, runs.SAMPLES)
 # No script, no network: styles and data: images only.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
-CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1f2328; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; }
-pre { background: #f6f8fa; padding: 8px 10px; font-size: 12px; white-space: pre-wrap;
-  word-break: break-word; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { border-bottom: 1px solid #d0d7de; padding: 3px 10px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.curves { display: flex; flex-wrap: wrap; gap: 12px; }
-.curve text { font: 11px system-ui, sans-serif; fill: #57606a; }
-.curve .title { font-size: 12px; fill: #1f2328; font-weight: 600; }
-.episode { border: 1px solid #d0d7de; border-radius: 6px; margin: 12px 0; padding: 8px 12px; }
-.episode h3 { font-size: 14px; margin: 0 0 4px; }
-.facts { color: #57606a; font-size: 13px; }
-.transcript { background: none; border-left: 3px solid #d0d7de; font-size: 13px; }
-.question { margin: 4px 0; }
-.ok { color: #1a7f37; } .wrong { color: #cf222e; }
-"""
+# Matplotlib's SVG, made the same on every render: clip-path ids from a fixed salt (not a
+# random one), no date, and text as SVG text in the page's font rather than glyph paths.
+SVG_STYLE = {"svg.hashsalt": "collabrl run page", "svg.fonttype": "none"}
+
+
+@cache
+def _template() -> Any:
+    """The page's template (package data, templates/run_page.html.j2), autoescaped and
+    strict: a name the template uses that the page did not pass fails, never renders
+    as nothing."""
+    environment = Environment(
+        loader=PackageLoader("collabrl.train", "templates"),
+        autoescape=select_autoescape(default_for_string=True, default=True),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return environment.get_template("run_page.html.j2")
 
 
 def run_html(run: Path) -> str:
@@ -110,22 +122,19 @@ def run_html(run: Path) -> str:
     history = [r for r in runs.read_records(run / METRICS) if "train_runtime" not in r]
     rollouts = runs.read_records(run / ROLLOUTS)
     evaluation = _read_evaluation(run / EVALUATION) if (run / EVALUATION).is_file() else None
-    title = _title(run, config if isinstance(config, dict) else {})
-    body = [
-        f"<h1>{_e(title)}</h1>",
-        _provenance(config_text, config),
-        _evaluation(evaluation) if evaluation else "",
-        _curves(history),
-        _steps(history),
-        _transcripts(rollouts, run / ROLLOUTS),
-        f'<p class="facts">written by collabrl {_e(__version__)} from {_e(str(run))}</p>',
-    ]
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{GENERATOR}'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
-        + "\n".join(part for part in body if part)
-        + "\n</body></html>\n"
+    return _template().render(
+        # Our own constants, markup by design; nothing read from the run is marked safe.
+        generator=Markup(GENERATOR),
+        csp=Markup(CSP),
+        title=_title(run, config if isinstance(config, dict) else {}),
+        header=_header(config_text),
+        config_yaml=yaml.safe_dump(redact_config(config), sort_keys=False, allow_unicode=True),
+        evaluation=_evaluation(evaluation) if evaluation else None,
+        curves=_curves(history),
+        steps=_steps(history),
+        transcripts=_transcripts(rollouts, run / ROLLOUTS),
+        version=__version__,
+        run=str(run),
     )
 
 
@@ -135,16 +144,11 @@ def write_run_html(run: Path, out: Path, force: bool = False) -> Path:
     `force`, an existing file that is not an earlier page."""
     page = run_html(run)
     _check_target(run, out, force)
-    # Written beside it, then renamed over it: a link at `out` is replaced, never followed.
-    # The temporary name is new (O_EXCL, random): no link planted there is followed either.
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            f.write(page.encode("utf-8"))
-        os.replace(tmp, out)
+        # Renamed over `out` (runs.replacing): a link at `out` is replaced, never followed.
+        runs.write_atomic(out, page)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise UserError(
             f"cannot write {out}: {err.strerror or err}", "pass --html a file path you can write"
         ) from err
@@ -198,12 +202,6 @@ def _read_evaluation(path: Path) -> dict[str, Any]:
     return evaluation
 
 
-def _e(value: object) -> str:
-    """Any value read from the run folder, as HTML text (quotes too: it may sit in an
-    attribute)."""
-    return html.escape(str(value), quote=True)
-
-
 def _title(run: Path, config: dict[str, Any]) -> str:
     """`grpo · SmolLM2-135M on arith_train`, from what the config holds (SFT has no method)."""
     method = config.get("method", "sft")
@@ -212,17 +210,13 @@ def _title(run: Path, config: dict[str, Any]) -> str:
     return f"{method} · {model} on {redact_text(str(config.get('data', '?')))} · {run.name}"
 
 
-def _provenance(config_text: str, config: Any) -> str:
-    """The config header (command, date, versions, commit) and the config itself, folded,
-    both redacted: the config as read, written again as YAML (its comments aside), so
-    that no secret survives in a form a line-by-line redaction would miss."""
-    header = [
+def _header(config_text: str) -> str:
+    """The config's header (command, date, versions, commit), redacted. The config itself
+    is shown as read and written again as YAML (its comments aside), so that no secret
+    survives in a form a line-by-line redaction would miss."""
+    return "\n".join(
         _redact_header(line[2:]) for line in config_text.splitlines() if line.startswith("# ")
-    ]
-    shown = yaml.safe_dump(redact_config(config), sort_keys=False, allow_unicode=True)
-    return (
-        f"<pre>{_e(chr(10).join(header))}</pre>" if header else ""
-    ) + f"<details><summary>config.yaml</summary><pre>{_e(shown)}</pre></details>"
+    )
 
 
 def _redact_header(line: str) -> str:
@@ -233,17 +227,11 @@ def _redact_header(line: str) -> str:
     return redact_text(line)
 
 
-def _number(value: Any) -> float | None:
-    """A logged value as a finite float, or None (absent, text, NaN, a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _format(value: Any) -> str:
-    number = _number(value)
+    """A logged value as the page shows it; text as it is (the template escapes it)."""
+    number = logged_number(value)
     if number is None:
-        return "" if value is None else _e(value)
+        return "" if value is None else str(value)
     if isinstance(value, int):
         return str(value)  # counts: problems solved, lost
     if number and abs(number) < 1e-3:
@@ -251,32 +239,19 @@ def _format(value: Any) -> str:
     return f"{number:.3f}"
 
 
-def _evaluation(evaluation: dict[str, Any]) -> str:
-    """Held-out metrics of the starting and the trained policy, and the paired change."""
+def _evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """Held-out metrics of the starting and the trained policy (rows of metric, start,
+    trained, change), and the paired change."""
     start, final = evaluation.get("start") or {}, evaluation.get("final") or {}
     rows = []
     for key in (*LOGGED, "problems"):
         if key in start or key in final:
-            a, b = _number(start.get(key)), _number(final.get(key))
+            a, b = logged_number(start.get(key)), logged_number(final.get(key))
             change = f"{b - a:+.3f}" if a is not None and b is not None else ""
-            rows.append(
-                f"<tr><td>{_e(key)}</td><td>{_format(start.get(key))}</td>"
-                f"<td>{_format(final.get(key))}</td><td>{change}</td></tr>"
-            )
+            rows.append((key, _format(start.get(key)), _format(final.get(key)), change))
     paired = evaluation.get("paired") or {}
-    note = (
-        f"<p>newly solved {_format(paired.get('gained'))} · lost {_format(paired.get('lost'))}"
-        f" · sign test p = {_format(paired.get('p_value'))}</p>"
-        if paired
-        else ""
-    )
-    return (
-        '<h2>Held-out: start against trained</h2><table class="evaluation">'
-        "<tr><th>metric</th><th>start</th><th>trained</th><th>change</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + note
-    )
+    shown = {key: _format(paired.get(key)) for key in ("gained", "lost", "p_value")}
+    return {"rows": rows, "paired": shown if paired else None}
 
 
 def _by_step(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -284,165 +259,99 @@ def _by_step(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     without a step number is no row."""
     merged: dict[float, dict[str, Any]] = {}
     for record in history:
-        step = _number(record.get("step"))
+        step = logged_number(record.get("step"))
         if step is not None:
             merged.setdefault(step, {}).update(record)
     return list(merged.values())
 
 
-def curve_keys(history: list[dict[str, Any]]) -> list[str]:
-    """What `plot_curves` draws of this run: a GRPO-based run's CURVE_KEYS, SFT's loss;
-    each only where it was logged other than as zeros throughout."""
+def _curves(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The panels train_curves.png draws of this run (a GRPO-based run's CURVE_KEYS, SFT's
+    loss) as inline SVG, with the keys drawn; None where there is none."""
+    import matplotlib
+
     keys = CURVE_KEYS if any("reward" in h for h in history) else ("loss",)
-    return [k for k in keys if any(y for _, y in _series(history, k))]
+    with matplotlib.rc_context(SVG_STYLE):
+        # No title: the page's heading says whose curves these are.
+        figure = curves_figure(history, keys)
+        if figure is None:
+            return None
+        svg = io.StringIO()
+        figure.savefig(svg, format="svg", metadata={"Date": None})
+    import matplotlib.pyplot as plt  # after curves_figure chose the Agg backend
+
+    plt.close(figure)
+    # Markup from our own plot code: its only text is our CURVE_KEYS and numbers (no
+    # title, no key of the run's), and the XML prologue goes (HTML has none inline).
+    text = svg.getvalue()
+    return {"svg": Markup(text[text.index("<svg") :]), "drawn": curve_keys(history, keys)}
 
 
-def _series(history: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
-    """(step, value) of every record that logged `key` as a finite number."""
-    return [
-        (float(h["step"]), v)
-        for h in history
-        if _number(h.get("step")) is not None and (v := _number(h.get(key))) is not None
-    ]
-
-
-def _curves(history: list[dict[str, Any]]) -> str:
-    panels = [_svg(key, history) for key in curve_keys(history)]
-    if not panels:
-        return ""
-    return f'<h2>Curves</h2><div class="curves">{"".join(panels)}</div>'
-
-
-# A curve panel's size and its plot area's margins, in pixels.
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 300, 190, 48, 12, 24, 28
-
-
-def _svg(key: str, history: list[dict[str, Any]]) -> str:
-    """One panel: `key` against the step, as `plot_curves` draws it, in inline SVG."""
-    points = _series(history, key)  # not empty: curve_keys drew it
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-
-    def scale(value: float, low: float, high: float, start: float, end: float) -> float:
-        # A single point or a flat series sits in the middle.
-        return (
-            (start + end) / 2
-            if high == low
-            else start + (value - low) / (high - low) * (end - start)
-        )
-
-    plot = [
-        (
-            scale(x, x0, x1, LEFT, WIDTH - RIGHT),
-            scale(y, y0, y1, HEIGHT - BOTTOM, TOP),
-        )
-        for x, y in points
-    ]
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in plot)
-    dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="#1f77b4"/>' for x, y in plot)
-    bottom, right = HEIGHT - BOTTOM, WIDTH - RIGHT
-    return (
-        f'<svg class="curve" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'role="img" aria-label="{_e(key)}">'
-        f'<text class="title" x="{WIDTH / 2}" y="15" text-anchor="middle">{_e(key)}</text>'
-        f'<rect x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}" '
-        'fill="none" stroke="#d0d7de"/>'
-        f'<polyline points="{line}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>{dots}'
-        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{_format(y1)}</text>'
-        f'<text x="{LEFT - 4}" y="{bottom}" text-anchor="end">{_format(y0)}</text>'
-        f'<text x="{LEFT}" y="{bottom + 14}">{x0:g}</text>'
-        f'<text x="{right}" y="{bottom + 14}" text-anchor="end">{x1:g}</text>'
-        f'<text x="{(LEFT + right) / 2}" y="{HEIGHT - 2}" text-anchor="middle">step</text>'
-        "</svg>"
-    )
-
-
-def _steps(history: list[dict[str, Any]]) -> str:
+def _steps(history: list[dict[str, Any]]) -> dict[str, Any]:
     """The per-step table: TABLE_KEYS the run logged, one row per step."""
     steps = _by_step(history)
-    if not steps:
-        return "<h2>Steps</h2><p>No step logged yet.</p>"
     columns = {name: key for name, key in TABLE_KEYS.items() if any(key in s for s in steps)}
-    head = "".join(f"<th>{_e(name)}</th>" for name in columns)
-    rows = "".join(
-        f'<tr class="step"><td>{_e(s.get("step"))}</td>'
-        + "".join(f"<td>{_format(s.get(key))}</td>" for key in columns.values())
-        + "</tr>"
-        for s in steps
-    )
-    return f'<h2>Steps</h2><table class="steps"><tr><th>step</th>{head}</tr>{rows}</table>'
+    rows = [[str(s.get("step")), *(_format(s.get(key)) for key in columns.values())] for s in steps]
+    return {"columns": list(columns), "rows": rows}
 
 
-def _transcripts(rollouts: list[dict[str, Any]], path: Path) -> str:
+def _transcripts(rollouts: list[dict[str, Any]], path: Path) -> dict[str, Any] | None:
     """The kept episodes of the first and the last step rollouts.jsonl holds."""
     if not rollouts:
-        return ""
+        return None
     # Steps as trainers write them; a record without one is of no step to show.
-    steps = sorted({r["step"] for r in rollouts if _number(r.get("step")) is not None})
+    steps = sorted({r["step"] for r in rollouts if logged_number(r.get("step")) is not None})
     if not steps:
-        return f"<h2>Transcripts</h2><p>No record of {_e(path)} holds a step number.</p>"
+        return {"note": f"No record of {path} holds a step number."}
     shown = [r for step in dict.fromkeys((steps[0], steps[-1])) for r in _of_step(rollouts, step)]
-    legend = " ".join(_authored(author, author) for author in AUTHOR_COLOURS)
-    return f'<h2>Transcripts</h2><p class="legend">authors: {legend}</p>' + "".join(
-        _episode(record, path) for record in shown
-    )
+    return {
+        "note": None,
+        "legend": [_authored(author, author.value) for author in AUTHOR_COLOURS],
+        "episodes": [_episode(record, path) for record in shown],
+    }
 
 
 def _of_step(rollouts: list[dict[str, Any]], step: Any) -> list[dict[str, Any]]:
     return [r for r in rollouts if r.get("step") == step][:EPISODES_PER_STEP]
 
 
-def _episode(record: dict[str, Any], path: Path) -> str:
+def _episode(record: dict[str, Any], path: Path) -> dict[str, Any]:
     """One kept episode: what it scored, the question, then its segments by author."""
     episode = runs.episode_in(record, f"{path}: a step {record.get('step')} record")
-    correct = record.get("correct")
-    verdict = (
-        '<span class="ok">correct</span>'
-        if correct
-        else '<span class="wrong">wrong</span>'
-        if correct is not None
-        else ""
-    )
+    advantage = logged_number(record.get("advantage"))
     facts = [
-        verdict,
-        f"answer {_e(episode.answer)}" if episode.answer is not None else "no answer",
-        f"gold {_e(record['gold'])}" if "gold" in record else "",
-        f"end {_e(episode.end)}" if episode.end is not None else "",
+        f"answer {episode.answer}" if episode.answer is not None else "no answer",
+        f"gold {record['gold']}" if "gold" in record else "",
+        f"end {episode.end}" if episode.end is not None else "",
         f"reward {_format(record['reward'])}" if record.get("reward") is not None else "",
         _parts(record.get("rewards")),
-        f"advantage {_number(record['advantage']):+.3f}"
-        if _number(record.get("advantage")) is not None
-        else "",
+        f"advantage {advantage:+.3f}" if advantage is not None else "",
         f"call ratio {episode.call_ratio_realised():.3f}" if episode.calls else "",
     ]
-    question = episode.meta.get("question")
-    segments = "".join(_authored(s.author, s.shown_text) for s in episode.segments)
-    return (
-        '<div class="episode">'
-        f"<h3>step {_e(record.get('step'))} · {_e(episode.problem_id)} · "
-        f"sample {_e(episode.meta.get('sample', '?'))}</h3>"
-        f'<div class="facts">{" · ".join(f for f in facts if f)}</div>'
-        + (f'<div class="question"><b>question</b> {_e(question)}</div>' if question else "")
-        + f'<pre class="transcript">{segments}</pre></div>'
-    )
+    correct = record.get("correct")
+    return {
+        "step": record.get("step"),
+        "problem_id": episode.problem_id,
+        "sample": episode.meta.get("sample", "?"),
+        "correct": None if correct is None else bool(correct),
+        "facts": [fact for fact in facts if fact],
+        "question": episode.meta.get("question"),
+        "segments": [_authored(s.author, s.shown_text) for s in episode.segments],
+    }
 
 
 def _parts(parts: Any) -> str:
-    """The reward's parts by function, `(accuracy 1.000, format 0.100)`; a part that did
-    not apply (None) shows as n/a."""
+    """The reward's parts by function, `parts (accuracy 1.000, format 0.100)`; a part that
+    did not apply (None) shows as n/a."""
     if not isinstance(parts, dict) or not parts:
         return ""
     shown = ", ".join(
-        f"{_e(name)} {_format(value) if value is not None else 'n/a'}"
-        for name, value in parts.items()
+        f"{name} {_format(value) if value is not None else 'n/a'}" for name, value in parts.items()
     )
     return f"parts ({shown})"
 
 
-def _authored(author: Author, text: str) -> str:
-    """`text` in its author's colours; an author without colours fails here, loudly."""
+def _authored(author: Author, text: str) -> dict[str, str]:
+    """`text` with its author's colours; an author without colours fails here, loudly."""
     colour, background = AUTHOR_COLOURS[author]
-    return (
-        f'<span class="author-{author}" title="{_e(author)}" '
-        f'style="color: {colour}; background: {background}">{_e(text)}</span>'
-    )
+    return {"author": author.value, "colour": colour, "background": background, "text": text}

@@ -4,8 +4,8 @@ The benches are code that nothing else imports, so an API change breaks them sil
 (eval_throughput.py crashed for a while after the KV-cache keyword changed). Each
 script in bench/ is a test case here, found by globbing, so a new bench without a
 smoke setting below fails. A smoke run checks that the script exits 0 and prints its
-ratio line(s); the numbers themselves mean nothing at these sizes. The cheapest two
-run in the default suite (~10 s together: the default run has a 15-minute budget), the
+ratio line(s); the numbers themselves mean nothing at these sizes. The cheapest three
+run in the default suite (~16 s together: the default run has a 15-minute budget), the
 rest with `-m slow`.
 """
 
@@ -59,6 +59,10 @@ SMOKES = {
         ),
         (rf"^ratio collab / trl per step: {RATIO}", rf"^ratio collab / trl peak RSS: {RATIO}"),
         slow=True,
+    ),
+    "library_swaps.py": Smoke(
+        ("--rounds", "1", "--jobs", "2", "--sandbox-runs", "1"),
+        (rf"^verifier: per job, 4 threads\s.*{RATIO}$", rf"^sandbox: one scan .*{RATIO}$"),
     ),
     "memory_estimate.py": Smoke(
         (

@@ -1,10 +1,13 @@
 """Equivalence checking, above all: same verdicts off the main thread as on it."""
 
+import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
 
 import pytest
+from pebble import ProcessExpired
 
 from collabrl.rewards import verify as verify_mod
 from collabrl.rewards.verify import clean, is_equivalent, is_number, normalize
@@ -73,7 +76,7 @@ def test_timeout_in_thread_returns_false() -> None:
 
 
 def test_stuck_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Make the caller give up almost at once, as if the worker hung past its alarms.
+    # Make the pool give up almost at once, as if the worker hung past its alarms.
     monkeypatch.setattr(verify_mod, "_POOL_SLACK_S", -0.99)
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(is_equivalent, "10^{10^{10}}", "1", 1.0).result() is False
@@ -82,14 +85,24 @@ def test_stuck_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
         assert pool.submit(is_equivalent, r"\sqrt{25}", "5").result() is True
 
 
-def test_broken_pool_is_recreated() -> None:
+def test_a_dead_worker_is_restarted() -> None:
+    """A worker that dies (here: exits mid-job) costs that job alone; the next is answered."""
     verify_mod.shutdown_verifier_pool()
     pool = verify_mod._get_pool()
-    pool.submit(int).result()  # start the worker
-    for proc in list(pool._processes.values()):
-        proc.kill()
+    with pytest.raises(ProcessExpired):
+        pool.schedule(os._exit, args=(1,)).result()
     with ThreadPoolExecutor(max_workers=1) as threads:
         assert threads.submit(is_equivalent, r"\sqrt{16}", "4").result() is True
+    assert verify_mod._pool is pool  # the same pool, with a fresh worker
+
+
+def test_a_job_waiting_behind_another_is_not_timed_out() -> None:
+    """Jobs queue for the one worker: each is timed from when it starts, so four slow
+    ones from four threads all finish, none killed for its wait."""
+    verify_mod.shutdown_verifier_pool()
+    pool = verify_mod._get_pool()
+    jobs = [pool.schedule(time.sleep, args=(0.6,), timeout=1.0) for _ in range(4)]
+    assert [job.result() for job in jobs] == [None] * 4
 
 
 def _check_in_child() -> tuple[bool, bool]:

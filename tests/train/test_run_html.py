@@ -6,8 +6,10 @@ a screenshot that is not blank."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,30 @@ def _rollout(step: int, sample: int, text: str, scored: bool = True) -> dict[str
     }
 
 
+class _Parsed(HTMLParser):
+    """The elements a browser's parser makes of a page, and its text with the entities
+    read: what the page shows, however the escaping spelled it."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.texts: list[str] = []
+        self.feed(page)
+        self.close()
+        self.text = "".join(self.texts)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.texts.append(data)
+
+
+def _panels(page: str) -> int:
+    """The curve panels of the page's figure (matplotlib names each axes' group)."""
+    return len(re.findall(r'<g id="axes_\d+"', page))
+
+
 def _lines(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
@@ -125,10 +151,11 @@ def test_the_page_holds_the_steps_curves_evaluation_and_transcripts(run: Path) -
     assert page.count('<tr class="step">') == 3  # the held-out line joins its step's row
     assert "<th>held-out pass@1</th>" in page and "<td>0.250</td>" in page
     assert "train_runtime" not in page
-    # Curves: the keys logged other than as zeros; calls (all 0) is left out, as plot_curves does.
-    curves = page.count('<svg class="curve"')
-    assert curves == 6 and 'aria-label="episodes/calls"' not in page
-    assert 'aria-label="eval/pass@1"' in page
+    # Curves, drawn as train_curves.png is: the keys logged other than as zeros (calls,
+    # all 0, is left out), in one inline SVG figure whose caption names them.
+    assert page.count("<svg") == 1 and _panels(page) == 6
+    caption = page.split("<figcaption>")[1].split("</figcaption>")[0]
+    assert "eval/pass@1" in caption and "episodes/calls" not in caption
     assert "<td>pass@1</td><td>0.250</td><td>0.500</td><td>+0.250</td>" in page
     assert "newly solved 1 · lost 0" in page
     # The first and the last step's episodes; step 2's are not shown.
@@ -154,7 +181,13 @@ def test_model_written_text_stays_text(run: Path) -> None:
     shown, never run or parsed."""
     page = run_html(run)
     assert "<script" not in page.lower() and "<img" not in page.lower()
-    assert "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt;" in page
+    parsed = _Parsed(page)
+    assert not {"script", "img"} & set(parsed.tags)  # no element of the run's text
+    assert HOSTILE in parsed.text  # shown in the transcript as written
+    assert HOSTILE.replace('"', "'") in parsed.text  # the config's prompt too
+    # No key of the run's reaches the curves: the figure holds our CURVE_KEYS only.
+    figure = page.split("<svg", 1)[1].split("</svg>")[0]
+    assert "pwned" not in figure and "onerror" not in figure
     assert "default-src 'none'" in page  # the CSP: no script, no fetch, even if escaping failed
 
 
@@ -180,11 +213,12 @@ def test_the_page_shows_no_secret_of_the_config_or_its_command(run: Path) -> Non
     page = run_html(run)
     for secret in ("hunter2", "t0k", "sk-ARG", "hf_SET", "sk-KEY", "hf_TRL", "ghp_TOKEN"):
         assert secret not in page
-    redacted = "&lt;redacted&gt;"
-    assert f"--api-key &#x27;{redacted}&#x27;" in page
-    assert f"api_key: {redacted}" in page and f"hub_token: {redacted}" in page
-    assert f"model: http://me:{redacted}@host/v1?token={redacted}" in page
-    assert "data: arith_train" in page and "method: relay" in page  # the rest as it is
+    shown = _Parsed(page).text
+    redacted = "<redacted>"
+    assert f"--api-key '{redacted}'" in shown
+    assert f"api_key: {redacted}" in shown and f"hub_token: {redacted}" in shown
+    assert f"model: http://me:{redacted}@host/v1?token={redacted}" in shown
+    assert "data: arith_train" in shown and "method: relay" in shown  # the rest as it is
 
 
 def test_a_run_that_has_not_logged_a_step_yet(tmp_path: Path) -> None:
@@ -197,7 +231,7 @@ def test_an_sft_run_draws_its_loss(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("model: m\ndata: runs/warmup\n")
     _lines(tmp_path / "metrics.jsonl", [{"step": s, "loss": 2.0 / s} for s in (1, 2, 3)])
     page = run_html(tmp_path)
-    assert page.count('<svg class="curve"') == 1 and 'aria-label="loss"' in page
+    assert _panels(page) == 1 and "<figcaption>loss</figcaption>" in page
     assert "<h1>sft · m on runs/warmup" in page
 
 
@@ -252,10 +286,11 @@ def test_a_real_runs_page_renders_in_headless_chromium(
     from PIL import Image, ImageStat
 
     from collabrl.train.grpo import train_grpo
+    from collabrl.train.resolve import resolve_run
     from tests.train.test_grpo import _config
 
     out = tmp_path / "run"
-    train_grpo(_config(tiny_model_dir, out, eval_data="arith", eval_limit=3))
+    train_grpo(resolve_run(_config(tiny_model_dir, out, eval_data="arith", eval_limit=3)))
     kept = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert {r["step"] for r in kept} == {1, 2}
     # The last episode kept, as a policy might have written it.
@@ -268,7 +303,7 @@ def test_a_real_runs_page_renders_in_headless_chromium(
     assert "<title>grpo · " in dom and "pwned" not in dom.split("</title>")[0]  # no script ran
     assert dom.count('<tr class="step">') == 2
     assert dom.count('class="episode"') == shown
-    assert dom.count('<svg class="curve"') >= 2 and "<polyline" in dom
+    assert _panels(dom) >= 2 and "<path" in dom
     assert "<td>pass@1</td>" in dom  # the held-out start against trained
     assert "advantage " in dom  # what the rollout log records of TRL's scoring
     assert "&lt;script&gt;document.title" in dom and "<img" not in dom  # text, not elements
