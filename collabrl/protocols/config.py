@@ -3,6 +3,12 @@
 Config only, as TRL's configs are: it imports each method's options module and nothing
 of the registry or a protocol, so it loads no engine code. What depends on which protocol
 runs (its setup check, its collaborators) is asked of its spec: `registry.check_protocol_config`.
+
+The built-in protocols' options are typed sections here (`protocol.relay`, …) because
+they are the config file's layout (YAML files, `--set` keys, saved run folders) and must
+load without the registry; a protocol claims one by its spec's `section`, which the
+registry checks as it checks any spec. A plugin's options (`protocol.options`) are read
+by its own class once the registry knows which protocol runs.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from collabrl.protocols.apollo_config import ApolloConfig
 from collabrl.protocols.consult_config import ConsultConfig
 from collabrl.protocols.relay_config import RelayConfig
 from collabrl.protocols.strategy_config import StrategyConfig
+
+# The fields every protocol reads, or where a plugin's options live: no protocol declares
+# one as its own key (a run folder keeps them whichever protocol runs: protocols/saved.py).
+COMMON_FIELDS = ("name", "tokenizer", "chat_template_kwargs", "options")
 
 
 @dataclass

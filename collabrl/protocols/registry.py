@@ -6,11 +6,13 @@ answers in, the setup it refuses (`check_protocol_config`), the collaborators it
 (the CLI's flags, the dry run's listing, eval's probe), whether `collab train grpo` may
 roll out on it, the extras a trainer reads of its episodes and the help of `--protocol`.
 
-A protocol is one module that defines `SPEC` next to its class. The five built-in ones are
-imported explicitly below; a third-party protocol is a package whose entry point in the
-group `collabrl.protocols` loads to its `ProtocolSpec` (`echo = "collab_echo:SPEC"`), found
-once, on the first query (see docs/protocols/README.md, "Adding a protocol"). A test may
-`register(spec)` one for its duration.
+A protocol is one module that defines `SPEC` next to its class, named by an entry point in
+the group `collabrl.protocols` (`echo = "collab_echo:SPEC"`), and every one is registered
+the same way: `_register_point` loads the entry point and `register`s its spec, under the
+same checks. The built-in ones' entry points are listed here (`BUILTIN_POINTS`) and
+registered first, when this module loads; an installed package's are found in its
+metadata once, on the first query (see docs/protocols/README.md, "Adding a protocol").
+A test may `register(spec)` one for its duration.
 """
 
 from __future__ import annotations
@@ -26,19 +28,18 @@ from typing import Any
 from collabrl.engines.reference import stand_in_accuracy
 from collabrl.episode import Author
 from collabrl.errors import UserError
-from collabrl.protocols import apollo, consult, relay, solo, strategy
-from collabrl.protocols.config import ProtocolConfig
+from collabrl.protocols.config import COMMON_FIELDS, ProtocolConfig
 from collabrl.protocols.spec import Collaborator, Flag, PolicyPrompt, ProtocolSpec
 
-# Where an installed package registers a protocol: each entry point loads to a ProtocolSpec.
+# The entry-point group of every protocol, built-in or installed: each loads to a ProtocolSpec.
 ENTRY_POINT_GROUP = "collabrl.protocols"
 
-BUILTIN: tuple[ProtocolSpec, ...] = (
-    solo.SPEC,
-    relay.SPEC,
-    consult.SPEC,
-    strategy.SPEC,
-    apollo.SPEC,
+# The built-in protocols, as entry points like any installed package's. Listed here, not
+# in collabrl's own package metadata, so that a source checkout that was never installed
+# has them too; registered by `_register_point` all the same.
+BUILTIN_POINTS: tuple[EntryPoint, ...] = tuple(
+    EntryPoint(name, f"collabrl.protocols.{name}:SPEC", ENTRY_POINT_GROUP)
+    for name in ("solo", "relay", "consult", "strategy", "apollo")
 )
 
 # The registered protocols by name, in registration order (the built-in ones first).
@@ -51,14 +52,12 @@ _BROKEN: dict[str, str] = {}
 _plugins_loaded = False
 
 
-def register(spec: ProtocolSpec, plugin: bool = False) -> ProtocolSpec:
-    """Add a protocol; its name must be new (`unregister` frees one), every field of the
-    spec what the rest of collabrl reads it as (`_check_spec`; a `plugin`'s keys its own
-    options', `_check_plugin`), and a collaborator or flag it shares with a registered
-    protocol must be declared the same (the CLI has one option per config key)."""
+def register(spec: ProtocolSpec) -> ProtocolSpec:
+    """Add a protocol, built-in or a plugin's alike; its name must be new (`unregister`
+    frees one), every field of the spec what the rest of collabrl reads it as
+    (`_check_spec`), and a collaborator or flag it shares with a registered protocol must
+    be declared the same (the CLI has one option per config key)."""
     _check_spec(spec)
-    if plugin:
-        _check_plugin(spec)
     if spec.name in _SPECS:
         raise ValueError(f"a protocol named {spec.name!r} is already registered")
     for collaborator in spec.collaborators:
@@ -151,10 +150,12 @@ def _check_collaborator(spec: ProtocolSpec, collaborator: Collaborator) -> None:
 
 
 def _check_key(spec: ProtocolSpec, key: object, decls: tuple[object, ...]) -> None:
-    """Refuse a key that is no config field (`option_type` resolves it) or, when the CLI
-    gets an option for it, one click cannot parse, declared as no option can be."""
+    """Refuse a key that is not the protocol's own (`_check_own`), no config field
+    (`option_type` resolves it) or, when the CLI gets an option for it, one click cannot
+    parse, declared as no option can be."""
     if not isinstance(key, str):
         raise TypeError(f"protocol {spec.name}: the config key {key!r} is not text")
+    _check_own(spec, key)
     kind = option_type(spec, key)
     if not decls:
         return
@@ -187,6 +188,23 @@ def _tuple_of(value: object, kind: type) -> bool:
     return isinstance(value, tuple) and all(isinstance(item, kind) for item in value)
 
 
+def _check_own(spec: ProtocolSpec, key: str) -> None:
+    """Refuse a key that lies outside the protocol's own options (its `section`, or
+    `options.KEY`) and is a section of ProtocolConfig or a field every protocol reads
+    (COMMON_FIELDS): a run folder leaves the protocol's own keys out of every other
+    protocol's saved config (`protocols/saved.py`), so a resume of one of those would
+    lose it. A collaborator's own field (`teacher`) is fine, and may be shared."""
+    top = key.split(".")[0]
+    if top == spec.section or key.startswith(OPTIONS_PREFIX):
+        return
+    if top in _sections() or top in COMMON_FIELDS:
+        raise ValueError(
+            f"protocol {spec.name}: protocol.{key} is not its own; its own keys are "
+            "options.KEY (a field of its options class)"
+            + (f" or {spec.section}.KEY" if spec.section else "")
+        )
+
+
 def _sections() -> tuple[str, ...]:
     """The sections of ProtocolConfig (relay, consult, …): a spec's `section` is one."""
     hints = typing.get_type_hints(ProtocolConfig)
@@ -209,25 +227,6 @@ def option_type(spec: ProtocolSpec, key: str) -> Any:
         node = hints[part]
     args = [a for a in typing.get_args(node) if a is not type(None)]
     return args[0] if typing.get_origin(node) is not list and len(args) == 1 else node
-
-
-def _check_plugin(spec: ProtocolSpec) -> None:
-    """What a plugin may not do that a built-in protocol does: declare a key of its own
-    outside its options class (`options.KEY`), or claim a section of ProtocolConfig that
-    no registered protocol has: the run folder of every other protocol would leave that
-    key out of its saved config (`protocols/saved.py`), and a resume would lose it. It
-    may share a registered protocol's declaration (relay's teacher)."""
-    declared = {item.key for item in (*_collaborators(), *_flags())}
-    for item in (*spec.collaborators, *spec.flags):
-        if not item.key.startswith(OPTIONS_PREFIX) and item.key not in declared:
-            raise ValueError(
-                f"protocol {spec.name}: protocol.{item.key} is no registered protocol's; "
-                "a plugin's own keys are options.KEY (a field of its options class)"
-            )
-    if spec.section is not None and spec.section not in {s.section for s in _SPECS.values()}:
-        raise ValueError(
-            f"protocol {spec.name}: no registered protocol has protocol.{spec.section}"
-        )
 
 
 def _declarer(key: str) -> str:
@@ -262,7 +261,7 @@ def _load_plugins() -> None:
         try:
             if isinstance(point, Exception):
                 raise point
-            _load_point(point)
+            _register_point(point)
         # A plugin that calls sys.exit at import is broken like one that raises: left to
         # itself, it would end `collab` with its code (0) before the command ran.
         except (Exception, SystemExit) as error:
@@ -273,7 +272,9 @@ def _load_plugins() -> None:
             )
 
 
-def _load_point(point: EntryPoint) -> None:
+def _register_point(point: EntryPoint) -> ProtocolSpec:
+    """Load one entry point to its ProtocolSpec and `register` it: how every protocol is
+    registered, a built-in one (`BUILTIN_POINTS`) as an installed plugin's."""
     if not point.pattern.fullmatch(point.value):
         raise ValueError(f"{point.value!r} is not module:attribute")
     spec = point.load()
@@ -281,7 +282,13 @@ def _load_point(point: EntryPoint) -> None:
         raise TypeError(f"{point.value} is a {type(spec).__name__}, not a ProtocolSpec")
     if isinstance(spec.name, str) and spec.name in _SPECS:
         raise ValueError(f"the name {spec.name!r} is taken")
-    register(spec, plugin=True)
+    return register(spec)
+
+
+def _register_builtins() -> tuple[ProtocolSpec, ...]:
+    """Register the built-in protocols, before any plugin. One that fails raises: it is
+    a bug of collabrl's, where a broken plugin is a third party's and is skipped."""
+    return tuple(_register_point(point) for point in BUILTIN_POINTS)
 
 
 def _plugin_points() -> list[tuple[str, str, EntryPoint | Exception]]:
@@ -474,11 +481,9 @@ def check_protocol_config(config: ProtocolConfig) -> None:
     checked, whichever protocol runs, so a typo never waits for a model load; then the
     collaborators it is given, and the protocol's own check (relay needs a teacher)."""
     spec = get(config.name)  # an unknown name lists the registered ones
-    config.relay.check()
-    config.consult.check()
-    config.strategy.check()
-    config.apollo.check()
-    read_options(config)
+    for section in dict.fromkeys(s.section for s in specs() if s.section is not None):
+        _check_values(getattr(config, section))
+    _check_values(read_options(config))
     check_collaborators(config)
     for collaborator in collaborators():
         if collaborator.served:
@@ -487,11 +492,18 @@ def check_protocol_config(config: ProtocolConfig) -> None:
     spec.check(config)
 
 
+def _check_values(options: object) -> None:
+    """Run an options object's own `check()`, where its class has one (RelayConfig's
+    bounds; a plugin's options class may define one the same way)."""
+    check = getattr(options, "check", None)
+    if callable(check):
+        check()
+
+
 def uses_reference(config: ProtocolConfig) -> bool:
     """Whether a collaborator that this protocol runs is the `reference` stand-in, which
     reads each task's gold answer (outputs must say so)."""
     return get(config.name).uses_reference(config)
 
 
-for _spec in BUILTIN:
-    register(_spec)
+BUILTIN: tuple[ProtocolSpec, ...] = _register_builtins()

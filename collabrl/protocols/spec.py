@@ -118,6 +118,7 @@ class ProtocolSpec:
     help: str  # one line without a final period, shown in the help of `--protocol`
     build: Builder  # the protocol over the policy (the caller closes it)
     # The ProtocolConfig section of its options (relay, consult, …); None: none of its own.
+    # Any protocol may claim one, a plugin too, sharing it with the protocol it is named for.
     section: str | None = None
     prompt: PolicyPrompt = PolicyPrompt.BENCHMARK
     # For a protocol that brings its own prompt: that prompt, from its config, as the
@@ -151,7 +152,8 @@ class ProtocolSpec:
     # methods roll out on their own protocol (train/grpo_config.py PROTOCOL_OF).
     grpo: bool = True
     # A dataclass of its own options, read from `protocol.options` (each field an
-    # `option(default, help)`); None: it takes none there.
+    # `option(default, help)`; its `check()`, where it has one, runs before any model
+    # loads, as a section's does); None: it takes none there.
     options: type | None = None
 
     @property

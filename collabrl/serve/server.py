@@ -71,8 +71,9 @@ def serve_embedded(config: ServeConfig, on_ready: Callable[[str], None]) -> None
     import uvicorn
 
     from collabrl.engines.hf import TransformersEngine
-    from collabrl.serve.app import ModelLimits, create_app
+    from collabrl.serve.app import create_app
     from collabrl.serve.batcher import DynamicBatcher
+    from collabrl.serve.inputs import ModelLimits
     from collabrl.serve.stops import StopLimits
 
     check_address(config.host, config.port)

@@ -5,12 +5,15 @@ whichever protocol declares it, and every collaborator pool is built by one help
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
-from collabrl.config import EngineConfig
+from collabrl.config import EngineConfig, option
 from collabrl.engines.base import SamplingParams
 from collabrl.engines.calls import Call
 from collabrl.engines.reference import Reference
@@ -19,6 +22,8 @@ from collabrl.protocols import registry, relay
 from collabrl.protocols.build import build_protocol
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.registry import check_protocol_config
+from collabrl.protocols.solo import build_solo
+from collabrl.protocols.spec import ProtocolSpec
 from collabrl.protocols.strategy_config import StrategyConfig
 
 # --- entry-point loading -------------------------------------------------------------------------
@@ -122,7 +127,12 @@ MALFORMED = {
     ),
     "a key of its own outside its options": (
         'SPEC = ProtocolSpec("m", "h", build_solo, flags=(Flag("tokenizer", ("--tok",)),))',
-        "protocol.tokenizer is no registered protocol's",
+        "protocol.tokenizer is not its own",
+    ),
+    "a key in another protocol's section": (
+        'SPEC = ProtocolSpec("m", "h", build_solo, flags=(Flag("consult.self_collab", '
+        '("--self-collab",)),))',
+        "protocol.consult.self_collab is not its own",
     ),
     "a section that is no section": (
         'SPEC = ProtocolSpec("m", "h", build_solo, section="tokenizer")',
@@ -182,6 +192,60 @@ def test_an_unreadable_entry_points_file_skips_that_package_alone(
     assert registry.names()[-1] == "fine"
     [line] = capsys.readouterr().err.splitlines()
     assert "collab_garbled-0.1.dist-info" in line
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "collab-echo"
+
+
+def test_a_built_in_and_the_example_plugin_register_through_one_function(
+    fresh_registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built-in and installed protocols go the same way: an entry point, loaded and checked
+    by `_register_point`, whose spec `register` adds; nothing else registers either."""
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
+    [(name, value)] = project["project"]["entry-points"][registry.ENTRY_POINT_GROUP].items()
+    # Installed as pip leaves it: its module on sys.path, its dist-info beside.
+    dist = fresh_registry / "collab_echo-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: collab-echo\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\n{name} = {value}\n")
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.setattr(registry, "_SPECS", {})
+    through: list[tuple[str, str]] = []  # (entry point, the spec it registered)
+    register_point = registry._register_point
+
+    def spy(point: EntryPoint) -> ProtocolSpec:
+        spec = register_point(point)
+        through.append((point.value, spec.name))
+        return spec
+
+    monkeypatch.setattr(registry, "_register_point", spy)
+    builtin = registry._register_builtins()  # what loading the registry runs
+    names = registry.names()  # the first query: the installed plugins
+    assert through == [
+        *((f"collabrl.protocols.{spec.name}:SPEC", spec.name) for spec in builtin),
+        ("collab_echo:SPEC", "echo"),
+    ]
+    assert names == (*(spec.name for spec in registry.BUILTIN), "echo")
+    assert registry.get("relay") is relay.SPEC  # the module's own spec, not a copy
+
+
+@dataclass
+class Rounds:
+    """A plugin's options class with a check of its own, as RelayConfig has."""
+
+    rounds: int = option(1, "Rounds.")
+
+    def check(self) -> None:
+        if self.rounds < 1:
+            raise UserError("protocol.options.rounds must be >= 1", "give 1 or more")
+
+
+def test_a_plugins_options_are_checked_by_their_class_as_a_section_is(fresh_registry) -> None:
+    registry.register(ProtocolSpec("rounds", "a plugin with a check", build_solo, options=Rounds))
+    check_protocol_config(ProtocolConfig(name="rounds", options={"rounds": 2}))
+    with pytest.raises(UserError, match="rounds must be >= 1"):
+        check_protocol_config(ProtocolConfig(name="rounds", options={"rounds": 0}))
 
 
 def test_a_ctrl_c_while_a_plugin_imports_stays_an_interrupt(fresh_registry: Path) -> None:

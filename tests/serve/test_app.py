@@ -357,18 +357,6 @@ def test_max_tokens_beyond_the_context_and_unknown_ids_are_refused(server) -> No
     assert "vocabulary" in _openai_error(unknown, 400)["message"]
 
 
-def test_an_unset_max_tokens_is_what_the_context_leaves(smol_tokenizer) -> None:
-    from collabrl.serve.app import APIError, ModelLimits
-
-    limits = ModelLimits.of(smol_tokenizer, context=100)
-    assert limits.max_tokens(None, 1024, prompt_tokens=40) == 60  # as vLLM does
-    assert limits.max_tokens(None, 16, prompt_tokens=40) == 16
-    assert limits.max_tokens(60, 16, prompt_tokens=40) == 60
-    with pytest.raises(APIError):
-        limits.max_tokens(61, 16, prompt_tokens=40)
-    assert ModelLimits.of(smol_tokenizer, context=None).max_tokens(None, 7, 10**6) == 7
-
-
 # --- load ----------------------------------------------------------------------------------------
 
 
