@@ -21,7 +21,7 @@ the measured side also holds what the estimate leaves out: the rollout's generat
 (KV cache; done before the loss, so it overlaps only through the allocator's retained
 pages), safetensors' file pages while a model loads, AdamW's foreach temporaries during
 `step()`, Python objects, and the allocator's fragmentation. rsim's planner activations
-are counted where `_with_planner` counts them.
+are counted where rSIM's `memory_beside` (train/methods/rsim.py) counts them.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/memory_estimate.py             # all, ~10 min
     OMP_NUM_THREADS=1 .venv/bin/python bench/memory_estimate.py --methods grpo --sizes small
@@ -116,14 +116,16 @@ def estimate(config: dict) -> tuple[float, float]:
     from collabrl.config import build_config
     from collabrl.data.benchmarks import Fields, load_benchmark
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.plan import model_shape, plan_run
+    from collabrl.train.memory import model_shape
+    from collabrl.train.plan import plan_run
     from collabrl.train.prompt_length import prompt_lengths
+    from collabrl.train.resolve import resolve_run
 
     cfg = build_config(GRPOTrainConfig, [config])
     bench = load_benchmark(cfg.data, Fields.of(cfg), cfg.limit)
-    longest = max(prompt_lengths(cfg, bench))
+    longest = max(prompt_lengths(resolve_run(cfg), bench))
     cfg = build_config(GRPOTrainConfig, [config, {"max_prompt_tokens": longest}])
-    rows = {k: v for section in plan_run(cfg).sections.values() for k, v in section}
+    rows = {k: v for section in plan_run(resolve_run(cfg)).sections.values() for k, v in section}
     shape = model_shape(cfg.model)
     assert shape is not None
     return float(rows["training total"].split()[0]), shape.parameters / 1e6

@@ -33,6 +33,7 @@ from collabrl.config import DecodingConfig  # noqa: E402
 from collabrl.protocols.config import ProtocolConfig  # noqa: E402
 from collabrl.train.grpo import train_grpo  # noqa: E402
 from collabrl.train.grpo_config import GRPOTrainConfig  # noqa: E402
+from collabrl.train.resolve import resolve_run  # noqa: E402
 
 TARGET = 1.5
 
@@ -61,7 +62,7 @@ def run(method: str, model: str, helper: str, args: argparse.Namespace) -> dict[
             protocol=protocol,
         )
         config.engine.batch_size = args.prompts * args.generations
-        history = [h for h in train_grpo(config).history if "step_time" in h][1:]
+        history = [h for h in train_grpo(resolve_run(config)).history if "step_time" in h][1:]
     batch = args.prompts * args.generations
     return {
         "seconds_per_token": statistics.median(

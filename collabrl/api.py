@@ -56,7 +56,6 @@ TRAIN_KEYWORDS = {
     "out": "out",
     "device": "engine.device",
 }
-GRPO_METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 def evaluate(
@@ -143,7 +142,8 @@ def train(
     progress: Progress | None = None,
     report: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train a policy with `method` (grpo, relay, eapo or rsim) as `collab train METHOD`
+    """Train a policy with `method` (grpo, relay, eapo, rsim or a registered method trained
+    by GRPO) as `collab train METHOD`
     does, and return the finished run: `out_dir` (config.yaml, metrics.jsonl, final/, the
     curves), `steps`, `history` (every line of metrics.jsonl) and, with `eval_data`,
     `evaluation` (eval.json: the starting and the trained policy's held-out metrics and
@@ -153,10 +153,14 @@ def train(
     total)` moves with the optimizer steps, `report` gets the CLI's line per step."""
     from collabrl.train.grpo import train_grpo
     from collabrl.train.grpo_config import GRPOTrainConfig
+    from collabrl.train.methods import registry as methods
     from collabrl.train.plan import run_warnings
+    from collabrl.train.resolve import resolve_run
 
-    if method not in GRPO_METHODS:
-        raise UserError(f"unknown method {method!r}", f"use one of {', '.join(GRPO_METHODS)}")
+    if method not in methods.grpo_names():
+        raise UserError(
+            f"unknown method {method!r}", f"use one of {', '.join(methods.grpo_names())}"
+        )
     given = dict(
         model=model,
         data=data,
@@ -183,9 +187,9 @@ def train(
     layer = {**_layer(TRAIN_KEYWORDS, given), "method": method}
     cfg = _config(GRPOTrainConfig, file, layer, overrides)
     cfg.model = _pinned(cfg.model, revision)
-    cfg.check()
-    _warn(run_warnings(cfg))
-    return train_grpo(cfg, progress, report)
+    run = resolve_run(cfg)
+    _warn(run_warnings(run))
+    return train_grpo(run, progress, report)
 
 
 def _pinned(model: str | None, revision: str | None) -> str | None:

@@ -1,6 +1,6 @@
 """The Episode: one trajectory, as an ordered record of who wrote which tokens.
 
-Every method in the toolkit is a conversation between several producers of
+Each method of the toolkit is a conversation between several producers of
 text — the policy, a teacher, experts, a planner's guidance, tools, the
 environment — that ends in an answer. An `Episode` holds the prompt and the
 `Segment`s in order; each segment says who wrote it and carries its token ids

@@ -183,6 +183,53 @@ def concentration_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[
     return header, rows
 
 
+def after_refusal(record: Record) -> tuple[int, int, int] | None:
+    """Issue 48's refusal probe on one greedy record: of the problems whose episode
+    consulted with every answer refused, how many it still answered right, and how many of
+    the same problems it answers right with the channel locked; (right, consulted, locked).
+    None when the record has no `refused` and `locked` evaluations."""
+    refused, locked = record["evals"].get("refused"), record["evals"].get("locked")
+    if refused is None or locked is None or "called" not in refused:
+        return None
+    consulted = [item for item, share in refused["called"].items() if share > 0]
+    right = sum(round(refused["correct"][item]) for item in consulted)
+    alone = sum(round(locked["correct"].get(item, 0)) for item in consulted)
+    return right, len(consulted), alone
+
+
+def refusal_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
+    """The probe's criterion per warm-up: accuracy with every answer let in, refused and
+    locked; after a refusal, the share answered right against the locked accuracy on the
+    same problems, and whether it is at least half of it (n/a where the locked policy
+    solves none of them: the criterion then says nothing). Empty for other records."""
+    header = ["warm-up", "accepted", "refused", "locked", "consulted (refused)"]
+    header += ["right after a refusal", "locked, same problems", "at least half"]
+    rows = []
+    for arm, seeds in arms.items():
+        for record in seeds:
+            probe = after_refusal(record)
+            if probe is None:
+                continue
+            right, consulted, alone = probe
+            evals = record["evals"]
+            accuracies = [
+                format_value(evals.get(k, {}).get("accuracy"))
+                for k in ("accepted", "refused", "locked")
+            ]
+            verdict = "n/a (locked 0)" if alone == 0 else "yes" if 2 * right >= alone else "no"
+            rows.append(
+                [
+                    arm,
+                    *accuracies,
+                    f"{consulted} of {evals['refused']['problems']}",
+                    f"{right} of {consulted}",
+                    f"{alone} of {consulted}",
+                    verdict,
+                ]
+            )
+    return header, rows
+
+
 def render(method: str, records: list[Record], baseline: str) -> str:
     """METHOD's block: a note that it is generated, then its tables."""
     arms = by_arm(records, baseline)
@@ -191,7 +238,7 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         f"records in docs/evidence/{method}/: change the records, not this table._",
         to_markdown(*seed_table(arms)),
     ]
-    tables = [family_table(arms), concentration_table(arms)]
+    tables = [family_table(arms), concentration_table(arms), refusal_table(arms)]
     if baseline in arms:
         tables.append(baseline_table(arms, baseline))
     parts += [to_markdown(header, rows) for header, rows in tables if rows]

@@ -73,11 +73,17 @@ def _command_check(command: str, config: Any) -> Callable[[], None]:
     """What `command` checks its config with before anything loads: a GRPO-based training
     run's also needs the trainer side (its TRL arguments), which `collab train` checks
     first too."""
-    if command not in ("train-grpo", "train-relay", "train-eapo", "train-rsim"):
+    method = opt.method_of(command)
+    if method is None or not method.grpo:
         return config.check
     from collabrl.train.grpo_args import check_run
+    from collabrl.train.resolve import resolve_run
 
-    return lambda: check_run(config)
+    def check() -> None:
+        resolve_run(config)  # the checks that need the rollout protocol
+        check_run(config)
+
+    return check
 
 
 def _expanded(config: object) -> dict[str, object]:

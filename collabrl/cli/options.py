@@ -20,7 +20,7 @@ import inspect
 import re
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,9 +32,48 @@ from collabrl.errors import UserError
 
 if TYPE_CHECKING:
     from collabrl.protocols.spec import ProtocolSpec
+    from collabrl.train.methods.spec import MethodSpec
 
-# The config class of each command that has one, as "module:Class" (imported on demand).
-CONFIG_CLASSES = {
+# The prefix of a training method's command: `collab train NAME` is `train-NAME`.
+TRAIN = "train-"
+
+
+def method_of(command: str) -> MethodSpec[Any] | None:
+    """The registered training method whose command `command` is (`train-NAME`), or None."""
+    if not command.startswith(TRAIN):
+        return None
+    from collabrl.train.methods import registry as methods
+
+    return methods.find(command.removeprefix(TRAIN))
+
+
+class _WithMethods(Mapping[str, str]):
+    """Command -> a value: the fixed commands', then `train-NAME` of every registered
+    training method (a plugin's included), `of_method` of its spec, read when asked: a
+    method registered after this module loaded has its command all the same."""
+
+    def __init__(self, fixed: dict[str, str], of_method: Callable[[Any], str]) -> None:
+        self.fixed, self.of_method = fixed, of_method
+
+    def _all(self) -> dict[str, str]:
+        from collabrl.train.methods import registry as methods
+
+        found = {f"{TRAIN}{spec.name}": self.of_method(spec) for spec in methods.specs()}
+        return {**self.fixed, **found}
+
+    def __getitem__(self, command: str) -> str:
+        return self._all()[command]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+# The config class of each command that has one, as "module:Class" (imported on demand);
+# a training method's is its spec's.
+FIXED_CONFIG_CLASSES = {
     "eval": "collabrl.eval.config:EvalConfig",
     "infer": "collabrl.protocols.infer:InferConfig",
     "serve": "collabrl.serve.config:ServeConfig",
@@ -43,32 +82,29 @@ CONFIG_CLASSES = {
     "build-warmup-consult": "collabrl.builders.consult_warmup:ConsultWarmupConfig",
     "build-warmup-apollo": "collabrl.builders.apollo_warmup:ApolloWarmupConfig",
     "filter": "collabrl.builders.filter:FilterConfig",
-    "train-sft": "collabrl.train.sft:SFTTrainConfig",
-    "train-grpo": "collabrl.train.grpo_config:GRPOTrainConfig",
-    "train-relay": "collabrl.train.grpo_config:GRPOTrainConfig",
-    "train-eapo": "collabrl.train.grpo_config:GRPOTrainConfig",
-    "train-rsim": "collabrl.train.grpo_config:GRPOTrainConfig",
     "evolve": "collabrl.evolve.config:EvolveConfig",
 }
+CONFIG_CLASSES: Mapping[str, str] = _WithMethods(FIXED_CONFIG_CLASSES, lambda spec: spec.config)
 
-# The commands that offer protocol options, and whose: every registered protocol's, those
-# `collab train grpo` may roll out on (`spec.grpo`), or the method's own protocol's
-# (train/grpo_config.py PROTOCOL_OF).
-PROTOCOL_OPTIONS = {
-    "infer": "every",
-    "eval": "every",
-    "train-grpo": "grpo",
-    "train-relay": "method",
-    "train-eapo": "method",
-    "train-rsim": "method",
-}
-# Protocol keys (under `protocol.`) a command offers no option for, although its protocol
-# declares one: rSIM trains an rsim planner, and its config refuses another planner_kind.
-NOT_OFFERED = {"train-rsim": ("strategy.planner_kind",)}
 
-# What a command sets whatever its config file says: `collab train relay` is the relay
-# method's run.
-FIXED_KEYS = {f"train-{method}": {"method": method} for method in ("grpo", "relay", "eapo", "rsim")}
+def protocol_offer(command: str) -> str | None:
+    """Whose protocol options `command` offers: every registered protocol's (infer,
+    eval), those a GRPO method may roll out on (`grpo`: its spec's `any_grpo_protocol`,
+    then each protocol's `spec.grpo`), its method's own protocol's (`method`), or none."""
+    if command in ("infer", "eval"):
+        return "every"
+    method = method_of(command)
+    if method is None or not method.grpo:
+        return None
+    return "grpo" if method.any_grpo_protocol else "method"
+
+
+def fixed_keys(command: str) -> dict[str, str]:
+    """What a command sets whatever its config file says: `collab train relay` is the
+    relay method's run."""
+    method = method_of(command)
+    return {"method": method.name} if method is not None and method.grpo else {}
+
 
 # A config-bound parameter carries its key in its help text until help is printed.
 _KEY_MARK = "config-key:"
@@ -138,14 +174,17 @@ PROMPT = config_option("prompt", "--prompt")
 
 # The config key of the model each command loads, which `--revision` applies to (`collab
 # filter` loads its teacher; evolve's several models take `org/name@REVISION` each).
-REVISION_KEYS = {
-    **{command: "model" for command in CONFIG_CLASSES if command not in ("filter", "evolve")},
-    "filter": "teacher",
-}
-# The commands whose config reaches a run folder (config.yaml, results.json, the model
+REVISION_KEYS: Mapping[str, str] = _WithMethods(
+    {
+        **{command: "model" for command in FIXED_CONFIG_CLASSES if command != "evolve"},
+        "filter": "teacher",
+    },
+    lambda spec: "model",
+)
+# Every other command's config reaches a run folder (config.yaml, results.json, the model
 # card): a hub name there is pinned to the commit it loads. `collab serve` saves none,
 # and answers to the model name it was given.
-PINNED = frozenset(REVISION_KEYS) - {"serve"}
+UNPINNED = frozenset({"serve"})
 
 
 @functools.cache
@@ -196,7 +235,7 @@ class _ConfigCommand(TyperCommand):
             key = REVISION_KEYS[self.config_class]
             at = names.index(key) + 1 if key in names else len(params)
             params = [*params[:at], revision_param(self.config_class), *params[at:]]
-        if self.config_class not in PROTOCOL_OPTIONS:
+        if protocol_offer(self.config_class) is None:
             return params
         from collabrl.protocols import registry
 
@@ -244,7 +283,7 @@ def config_helps(command: str) -> dict[str, str]:
 
 def config_defaults(command: str) -> dict[str, Any]:
     """Dotted key -> value of `command`'s config when nothing is given, as `collab config
-    show COMMAND` prints it (FIXED_KEYS applied), with the defaults of every registered
+    show COMMAND` prints it (`fixed_keys` applied), with the defaults of every registered
     protocol's options class (`protocol.options.KEY`) where the config has a protocol."""
     from collabrl.config import build_config
 
@@ -260,7 +299,7 @@ def _with_protocol_options(
     """`by_key` (dotted key -> what is known of it) and, where `command`'s config has a
     protocol, `of_options` of every registered protocol's options class under
     `protocol.options.KEY`; a key the config itself has keeps its own entry."""
-    if command not in PROTOCOL_OPTIONS:
+    if protocol_offer(command) is None:
         return by_key
     from collabrl.protocols import registry
 
@@ -289,14 +328,13 @@ def _dotted_values(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def offered_protocols(command: str) -> list[ProtocolSpec]:
-    """The protocols whose collaborators and flags `command` offers (PROTOCOL_OPTIONS)."""
+    """The protocols whose collaborators and flags `command` offers (`protocol_offer`)."""
     from collabrl.protocols import registry
 
-    which = PROTOCOL_OPTIONS.get(command)
-    if which == "method":
-        from collabrl.train.grpo_config import PROTOCOL_OF
-
-        return [registry.get(PROTOCOL_OF[command.removeprefix("train-")])]
+    which = protocol_offer(command)
+    method = method_of(command)
+    if which == "method" and method is not None and method.protocol is not None:
+        return [registry.get(method.protocol)]
     return [spec for spec in registry.specs() if which == "every" or spec.grpo]
 
 
@@ -304,7 +342,8 @@ def protocol_flags(command: str) -> dict[str, tuple[tuple[str, ...], ProtocolSpe
     """Protocol key -> (its option's declarations, the spec that declares it), for every
     collaborator with a flag and every flag of the protocols `command` offers."""
     offered = declared_flags(offered_protocols(command))
-    for key in NOT_OFFERED.get(command, ()):
+    method = method_of(command)
+    for key in () if method is None else method.not_offered:
         offered.pop(key, None)
     return offered
 
@@ -409,7 +448,8 @@ def cli_layer(ctx: typer.Context) -> dict[str, Any]:
 
 def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> Any:
     """The running command's config: defaults < `--config` file < options < `--set`; then
-    `--revision` applied to its model, and a hub name pinned to its commit (`PINNED`)."""
+    `--revision` applied to its model, and a hub name pinned to its commit (except
+    `UNPINNED`'s)."""
     command = ctx.command.config_class
     resolved = load_config(command, config, cli_layer(ctx), sets)
     if command in REVISION_KEYS:
@@ -417,7 +457,7 @@ def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> 
         from collabrl.models import at_revision, pin_loaded
 
         ref = at_revision(getattr(resolved, key), option_values(ctx).get("revision"), key)
-        setattr(resolved, key, pin_loaded(ref) if command in PINNED else ref)
+        setattr(resolved, key, ref if command in UNPINNED else pin_loaded(ref))
     return resolved
 
 
@@ -434,7 +474,7 @@ def load_config(
         config = config_file(config)
         layers.append(read_yaml(config))
         check_sections(cls, config)
-    fixed = FIXED_KEYS.get(command, {})
+    fixed = fixed_keys(command)
     given = {**(layers[0] if layers else {}), **_set_values(sets or [])}
     for key, value in fixed.items():
         if str(given.get(key, value)) != value:
@@ -452,12 +492,15 @@ def _set_values(sets: list[str]) -> dict[str, str]:
     return {key.strip(): value for key, sep, value in pairs if sep and "." not in key}
 
 
-def check(ctx: typer.Context, *checks: Callable[[], None]) -> None:
-    """Run config checks; an error about a key that a given option set names the option,
-    and a fix naming a protocol flag this command lacks names its `--set` instead."""
+def check(ctx: typer.Context, *checks: Callable[[], Any]) -> Any:
+    """Run config checks and return what the last returns (a resolved run); an error
+    about a key that a given option set names the option, and a fix naming a protocol
+    flag this command lacks names its `--set` instead."""
     try:
+        result = None
         for run_check in checks:
-            run_check()
+            result = run_check()
+        return result
     except UserError as err:
         params = ctx.command.get_params(ctx)
         fix = command_fix(err.fix, _option_names(params), getattr(ctx.command, "config_class", ""))

@@ -1,30 +1,80 @@
 """`collab train sft|grpo|relay|eapo|rsim`: train a policy; the trainers live in
-`collabrl.train`."""
+`collabrl.train`.
+
+`sft` has a command of its own. Every method trained by GRPO (a plugin's too) gets its
+command from its spec (`collabrl/train/methods/`) when `collab train` is parsed or its
+help printed: the shared options, the method's own, and one body (`_train`).
+"""
 
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
+from dataclasses import is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from typer.core import TyperGroup
 
 from collabrl.cli import options as opt
 from collabrl.cli.cautions import print_warnings
 from collabrl.cli.console import make_console
 from collabrl.cli.progress import progress_bar
+from collabrl.train.methods.sft import SPEC as SFT
+
+if TYPE_CHECKING:
+    import click
+
+    from collabrl.train.methods.spec import MethodSpec
+    from collabrl.train.resolve import ResolvedRun
 
 console = make_console()
 
+
+class _MethodGroup(TyperGroup):
+    """`collab train`'s commands: its own (sft, rollouts) and one of every registered
+    method trained by GRPO, built from its spec when first asked for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The commands built for this parse, as Typer builds its own: afresh each time.
+        self._built: dict[str, tuple[MethodSpec[Any], click.Command]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from collabrl.train.methods import registry as methods
+
+        names = methods.names()  # sft among them, first
+        return [*names, *(n for n in super().list_commands(ctx) if n not in names)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        from collabrl.train.methods import registry as methods
+
+        spec = methods.find(cmd_name)
+        if spec is None or not spec.grpo:
+            return None
+        # Once per parse: click matches a parsed option to its parameter by identity.
+        built = self._built.get(cmd_name)
+        if built is None or built[0] is not spec:
+            built = (spec, _method_click_command(spec))
+            self._built[cmd_name] = built
+        return built[1]
+
+
 app = typer.Typer(
-    help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO), rsim (rSIM).",
+    cls=_MethodGroup,
+    help="Train a policy: sft (warm-up), grpo, relay (RelayLLM), eapo (EAPO), rsim (rSIM), "
+    "or a registered method.",
     no_args_is_help=True,
 )
 
 
-@app.command("sft", cls=opt.config_command("train-sft"))
+@app.command("sft", cls=opt.config_command("train-sft"), help=SFT.help)
 def sft(
     ctx: typer.Context,
     model: str = opt.MODEL,
@@ -39,8 +89,6 @@ def sft(
     config: Path = opt.CONFIG,
     set_: list[str] = opt.SET,
 ) -> None:
-    """RelayLLM §3.1 warm-up: supervised fine-tuning on prompt/completion rows (from
-    `collab build-warmup`), the loss on the completion only. OUT/final is the model."""
     from collabrl.eval.cautions import split_warning
     from collabrl.train.launch import is_main_process
     from collabrl.train.sft import train_sft
@@ -62,22 +110,6 @@ def sft(
         f"model: {m['final']} (use it as --model; its card: final/README.md) · folder: "
         f"{result.out_dir} (metrics.jsonl, train_curves.png, checkpoints/)"
     )
-
-
-# grpo, relay, eapo and rsim share one config class and one command body; each command
-# takes its method's own options (`collab config show train-relay` shows its config).
-GRPO_HELP = {
-    "grpo": "GRPO with the solo protocol (both papers' self-exploratory baseline), or with "
-    "--protocol apollo: tool-integrated RL, the tools' output masked from the loss.",
-    "relay": "RelayLLM §3.2: GRPO on relay episodes with a teacher (--teacher), simple or "
-    "difficulty-aware reward.",
-    "eapo": "EAPO §2: GRPO on consult episodes with an expert pool (--expert), F1 reward, "
-    "ρ_s = 1/s acceptance and an annealed turn budget.",
-    "rsim": "rSIM §4: a planner (--planner: a backbone model, or a saved planner folder whose "
-    "training continues) and the policy trained together on the strategy protocol, "
-    "λ · planner PPO-clip + (1 − λ) · reasoner GRPO; --train planner|reasoner freezes the "
-    "other. OUT/planner is the trained planner.",
-}
 
 
 DRY_RUN = typer.Option(
@@ -112,21 +144,15 @@ def _options(**options: tuple[Any, Any]) -> list[inspect.Parameter]:
     ]
 
 
-# The options every GRPO-based method takes, around its own (METHOD_OPTIONS).
+# The options every GRPO-based method takes, around its own (its spec's `options`, and
+# --eval-steps where it allows it). Its protocol's collaborators and flags (--teacher,
+# --expert, --planner, …) come from the protocol registry (cli/options.py).
 DATA_OPTIONS = _options(
     model=(str, opt.MODEL),
     data=(str, opt.config_option("data", "--data")),
     limit=(int, opt.config_option("limit", "--limit")),
 )
-EVAL_STEPS = (int, opt.config_option("eval_steps", "--eval-steps"))
-# Its protocol's collaborators and flags (--teacher, --expert, --planner, …) come from the
-# registry (cli/options.py PROTOCOL_OPTIONS).
-METHOD_OPTIONS = {
-    "grpo": _options(protocol=(str, opt.PROTOCOL), eval_steps=EVAL_STEPS),
-    "relay": _options(reward=(str, opt.config_option("reward", "--reward")), eval_steps=EVAL_STEPS),
-    "eapo": _options(eval_steps=EVAL_STEPS),
-    "rsim": _options(train=(str, opt.config_option("rsim.train", "--train"))),
-}
+EVAL_STEPS = _options(eval_steps=(int, opt.config_option("eval_steps", "--eval-steps")))
 RUN_OPTIONS = _options(
     steps=(int, opt.config_option("steps", "--steps", "--max-steps")),
     prompts_per_step=(int, opt.config_option("prompts_per_step", "--prompts-per-step")),
@@ -154,7 +180,39 @@ RUN_OPTIONS = _options(
 )
 
 
-def _method_command(method: str) -> Callable[..., None]:
+def _method_options(spec: MethodSpec[Any]) -> list[inspect.Parameter]:
+    """The method's own options, each typed by the config field it sets."""
+    from collabrl.cli.options import load_config_class
+
+    config_class = load_config_class(f"{opt.TRAIN}{spec.name}")
+    own = {
+        "method_" + option.key.replace(".", "_"): (
+            _field_type(config_class, option.key),
+            opt.config_option(option.key, *option.decls),
+        )
+        for option in spec.options
+    }
+    return _options(**own)
+
+
+def _field_type(config_class: type, key: str) -> Any:
+    """The type of dotted config key `key` of `config_class`, None dropped."""
+    node: Any = config_class
+    for part in key.split("."):
+        node = typing.get_type_hints(node)[part] if is_dataclass(node) else node
+    args = [a for a in typing.get_args(node) if a is not type(None)]
+    return args[0] if len(args) == 1 else node
+
+
+def _method_click_command(spec: MethodSpec[Any]) -> click.Command:
+    """The click command of `collab train NAME` for a method trained by GRPO."""
+    builder = typer.Typer(add_completion=False)
+    command = opt.config_command(f"{opt.TRAIN}{spec.name}")
+    builder.command(spec.name, cls=command, help=spec.help)(_method_command(spec))
+    return typer.main.get_command(builder)
+
+
+def _method_command(spec: MethodSpec[Any]) -> Callable[..., None]:
     """`collab train METHOD` with the shared options and the method's own: their values
     reach the config through ctx (cli/options.py), so one body serves every method."""
 
@@ -172,16 +230,11 @@ def _method_command(method: str) -> Callable[..., None]:
 
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     ctx = inspect.Parameter("ctx", positional, annotation=typer.Context)
-    params = [ctx, *DATA_OPTIONS, *METHOD_OPTIONS[method], *RUN_OPTIONS]
+    own = [*_method_options(spec), *(EVAL_STEPS if spec.eval_steps else [])]
+    params = [ctx, *DATA_OPTIONS, *own, *RUN_OPTIONS]
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {param.name: param.annotation for param in params}
     return command
-
-
-for _method, _help in GRPO_HELP.items():
-    app.command(_method, cls=opt.config_command(f"train-{_method}"), help=_help)(
-        _method_command(_method)
-    )
 
 
 @app.command("rollouts")
@@ -206,28 +259,30 @@ def _train(
     accelerate_config: Path | None,
     num_processes: int | None,
 ) -> None:
-    """The body of `collab train grpo|relay|eapo|rsim`: the command's options reach the
-    config through ctx (cli/options.py); the command's name is the method."""
+    """The body of `collab train grpo|relay|eapo|rsim|…`: the command's options reach the
+    config through ctx (cli/options.py); the command's name is the method. The run is
+    resolved once, here, and handed down."""
     from collabrl.train.grpo import train_grpo
     from collabrl.train.launch import is_main_process
     from collabrl.train.plan import run_warnings
+    from collabrl.train.resolve import resolve_run
 
     cfg = opt.resolve(ctx, config, set_)
-    opt.check(ctx, cfg.check)
+    run = opt.check(ctx, lambda: resolve_run(cfg))
     if dry_run:
-        _print_plan(cfg, accelerate_config, num_processes)
+        _print_plan(run, accelerate_config, num_processes)
         return
     main = is_main_process()  # under accelerate launch, one process draws and reports
     if main:
-        print_warnings(console, run_warnings(cfg))
+        print_warnings(console, run_warnings(run))
     description = f"{cfg.method} · {cfg.model} on {cfg.data}"
     # Stepped: in a log, each step's line (`_report`) is its progress.
     with progress_bar(console, description, main, stepped=True) as progress:
-        result = train_grpo(cfg, progress, _report)
+        result = train_grpo(run, progress, _report)
     if not main:
         return
     # A column only where the run logged it (eapo's experts cut, not relay's).
-    columns = {n: k for n, k in _step_columns(cfg).items() if any(k in h for h in result.history)}
+    columns = {n: k for n, k in _step_columns(run).items() if any(k in h for h in result.history)}
     table = Table("step", *columns)
     for h in result.history:
         if "reward" in h:
@@ -235,8 +290,8 @@ def _train(
     console.print(table)
     if result.evaluation:
         _print_evaluation(cfg.eval_data, result.evaluation)
-    if cfg.method == "rsim":
-        console.print(f"planner: {result.out_dir / 'planner'} (use it as --planner)")
+    for label, path in run.method.outputs(result.out_dir).items():  # rsim: its planner
+        console.print(f"{label}: {path}")
     console.print(
         f"model: {result.out_dir / 'final'} (use it as --model; its card: final/README.md) "
         f"· folder: {result.out_dir} (metrics.jsonl, "
@@ -245,27 +300,14 @@ def _train(
     )
 
 
-# The per-step table's columns, header -> metrics.jsonl key, of rsim; any other method's
-# are its step line's.
-RSIM_COLUMNS = {
-    "reward": "reward",
-    "accuracy": "episodes/accuracy",
-    "follow": "rewards/follow/mean",
-    "planner reward": "planner/reward",
-    "λ": "planner/lambda",
-}
-
-
-def _step_columns(cfg: Any) -> dict[str, str]:
-    """The per-step table's columns: rsim's, or the run's step line's (no calls for a
-    protocol that makes none)."""
-    from collabrl.protocols import registry
-    from collabrl.train.grpo_config import rollout_protocol
+def _step_columns(run: ResolvedRun) -> dict[str, str]:
+    """The per-step table's columns, header -> metrics.jsonl key: the method's own
+    (rsim's), or the run's step line's (no calls for a protocol that makes none)."""
     from collabrl.train.run import step_line_keys
 
-    if cfg.method == "rsim":
-        return RSIM_COLUMNS
-    return step_line_keys(registry.get(rollout_protocol(cfg).name))
+    if run.method.step_columns is not None:
+        return dict(run.method.step_columns)
+    return step_line_keys(run.protocol_spec)
 
 
 def _report(line: str) -> None:
@@ -273,11 +315,13 @@ def _report(line: str) -> None:
     console.print(line, highlight=False, soft_wrap=True)
 
 
-def _print_plan(cfg: object, accelerate_config: Path | None, num_processes: int | None) -> None:
+def _print_plan(
+    run: ResolvedRun, accelerate_config: Path | None, num_processes: int | None
+) -> None:
     """`--dry-run`: the resolved run, one table per section, then its warnings."""
     from collabrl.train.plan import plan_run
 
-    plan = plan_run(cfg, accelerate_config, num_processes)  # type: ignore[arg-type]
+    plan = plan_run(run, accelerate_config, num_processes)
     for title, rows in plan.sections.items():
         table = Table(title=title, show_header=False, title_justify="left")
         for key, value in rows:

@@ -149,7 +149,7 @@ class ProtocolSpec:
     # Those extras a GRPO step logs as batch means (`episodes/KEY`), when present.
     metric_keys: tuple[str, ...] = ()
     # Whether `collab train grpo` may roll out on it (the correctness reward); the other
-    # methods roll out on their own protocol (train/grpo_config.py PROTOCOL_OF).
+    # methods roll out on their own protocol (each MethodSpec in train/methods/ names its protocol).
     grpo: bool = True
     # A dataclass of its own options, read from `protocol.options` (each field an
     # `option(default, help)`; its `check()`, where it has one, runs before any model

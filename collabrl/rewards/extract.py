@@ -241,10 +241,10 @@ def extract_answer_by(text: str, methods: Sequence[str]) -> tuple[str | None, st
     if unknown:
         known = ", ".join(sorted(EXTRACTORS))
         raise ValueError(f"unknown answer extraction method(s) {unknown}; known: {known}")
-    for method in methods:
-        answer = _nonempty(EXTRACTORS[method](text))
+    for name in methods:
+        answer = _nonempty(EXTRACTORS[name](text))
         if answer is not None:
-            return answer, method
+            return answer, name
     return None, None
 
 

@@ -37,7 +37,9 @@ from collabrl import runs
 from collabrl.config import build_config, read_yaml, to_dict
 from collabrl.errors import UserError
 from collabrl.eval.report import load_run, samples_by_item
-from collabrl.train.grpo_config import GRPOTrainConfig, unread_keys
+from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.methods import registry as methods
+from collabrl.train.resolve import unread_keys
 from collabrl.train.run import EVALUATION, METRICS, STEP_LINE_KEYS
 from collabrl.userfiles import read_json
 
@@ -78,7 +80,9 @@ def config_hash(config: dict[str, Any]) -> str:
     text) and the run's own config.yaml (the sections it never reads left out, values
     typed) give one hash for one experiment; key order and YAML spelling do not count."""
     resolved = build_config(GRPOTrainConfig, [config])
-    saved = to_dict(resolved, unread_keys(resolved))
+    # A document, not a run: its rollout protocol as the method makes it, unchecked.
+    protocol = methods.get(resolved.method).rollout(resolved.protocol)
+    saved = to_dict(resolved, unread_keys(resolved, protocol))
     kept = {key: value for key, value in saved.items() if key not in UNHASHED}
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

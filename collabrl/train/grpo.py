@@ -1,15 +1,16 @@
 """`collab train grpo|relay|eapo|rsim`: TRL's GRPOTrainer over a protocol's Episodes.
 
-One trainer for the methods that differ only in their protocol and reward: `grpo`
-(the solo protocol, correctness reward: both papers' self-exploratory baseline),
-`relay` (RelayLLM: the relay protocol with a teacher, its simple or difficulty-aware
-reward), `eapo` (EAPO: the consult protocol with an expert pool, its F1 reward,
-the ρ_s and turn-budget schedules, DAPO's clip) and `rsim` (rSIM: the strategy
-protocol, whose planner trains beside the reasoner, `train/rsim.py`). The rollout
-(`train/rollout.py`) runs the protocol on the live model; the reward functions
-(`train/rewards.py`) read the Episodes' extras. This module is the command's entry:
-the config is `train/grpo_config.py`, TRL's arguments of it `train/grpo_args.py`, the
-trainer `train/trainer.py`.
+One trainer for the methods that differ in their protocol, reward and a few hooks, each
+method's in its spec (`train/methods/`): `grpo` (the solo protocol, correctness reward:
+both papers' self-exploratory baseline), `relay` (RelayLLM: the relay protocol with a
+teacher, its simple or difficulty-aware reward), `eapo` (EAPO: the consult protocol
+with an expert pool, its F1 reward, the ρ_s and turn-budget schedules, DAPO's clip) and
+`rsim` (rSIM: the strategy protocol, whose planner trains beside the reasoner,
+`train/rsim.py`). The rollout (`train/rollout.py`) runs the protocol on the live model;
+the reward functions (`train/rewards.py`) read the Episodes' extras. This module is the
+command's entry: it takes the run resolved once (`train/resolve.py`); the config is
+`train/grpo_config.py`, TRL's arguments of it `train/grpo_args.py`, the trainer
+`train/trainer.py`.
 """
 
 from __future__ import annotations
@@ -34,65 +35,60 @@ from collabrl.eval.config import EvalConfig
 from collabrl.eval.metrics import sign_test
 from collabrl.eval.runner import prepare_run_folder
 from collabrl.models import resolve_model
-from collabrl.protocols.registry import collaborators_of
 from collabrl.train.grpo_args import check_run, pin_steps
-from collabrl.train.grpo_config import (
-    RESUMABLE_KEYS,
-    GRPOTrainConfig,
-    rollout_protocol,
-    training_prompt,
-    unread_keys,
-)
+from collabrl.train.grpo_config import RESUMABLE_KEYS, GRPOTrainConfig
 from collabrl.train.held_out import held_out_config
 from collabrl.train.launch import is_main_process, num_processes, outside_zero3, solo_environment
+from collabrl.train.memory import model_shape
 from collabrl.train.model_card import grpo_facts, write_model_card
-from collabrl.train.plan import model_shape
 from collabrl.train.prompt_length import training_problems
-from collabrl.train.rsim import PLANNER_DIR
+from collabrl.train.resolve import ResolvedRun, resolve_run
 from collabrl.train.run import EVALUATION, FINAL, quiet_trl_notices, started_run
 from collabrl.train.schedules import pin_horizons
 from collabrl.train.trainer import TrainResult, run_grpo
 
 
 def train_grpo(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     progress: Callable[[int, int], None] | None = None,
     report: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Run (or resume) a GRPO training run into its folder; `progress(done, total)` is
-    called with optimizer steps (and the held-out evaluations' samples), `report` with a
-    line per step and per evaluation."""
+    """Run (or resume) a resolved GRPO training run into its folder; `progress(done,
+    total)` is called with optimizer steps (and the held-out evaluations' samples),
+    `report` with a line per step and per evaluation."""
+    config = run.config
     check_run(config)
     quiet_trl_notices()
     resolve_model(config.model)  # a mistyped --model fails before the run folder exists
-    for ref in collaborators_of(rollout_protocol(config)):
+    for ref in run.collaborators:
         check_collaborator(ref, config.engine.api_key)  # down or wrong: before any work
     bench = load_benchmark(config.data, Fields.of(config), config.limit)
     # Overlong prompts dropped (max_prompt_tokens): before the epoch is counted.
-    bench = training_problems(config, bench, report if is_main_process() else None)
+    bench = training_problems(run, bench, report if is_main_process() else None)
     out = runs.out_folder(config.out, f"train-{config.method}", config.data, config.model)
     if config.eval_data is not None:
         # A typo or a wrong column fails now, not after training.
-        held_out = held_out_config(config, Path("checks-only"), config.model, None)
+        held_out = held_out_config(run, Path("checks-only"), config.model, None)
         load_benchmark(config.eval_data, Fields.of(held_out), config.eval_limit)
     # "0: one epoch" steps and "0: the whole run" horizons become numbers in config.yaml:
     # a resume keeps them.
     config = pin_steps(config, out, len(bench.items), num_processes())
-    config = pin_horizons(config, out)
-    with started_run(config, out, RESUMABLE_KEYS, config.steps, unread_keys(config)) as checkpoint:
-        result = run_grpo(config, bench, out, checkpoint, progress, report)
+    run = run.with_config(pin_horizons(config, out))
+    config = run.config
+    with started_run(config, out, RESUMABLE_KEYS, config.steps, run.unread_keys()) as checkpoint:
+        result = run_grpo(run, bench, out, checkpoint, progress, report)
     if not is_main_process():
         return result
     # The card first, so that a failed evaluation leaves one; then again with the scores.
-    card = grpo_facts(config, len(bench.items), result.steps, out)
+    card = grpo_facts(run, len(bench.items), result.steps, out)
     write_model_card(out / FINAL, card)
     if config.eval_data is not None:
         # The policy is evaluated with the prompt it trained with (none for a protocol
         # that brings its own).
-        prompt = training_prompt(config, bench.prompt)
+        prompt = run.prompt(bench.prompt)
         free_training_memory()
         evaluate = evaluate_apart if num_processes() > 1 else evaluate_run
-        result.evaluation = evaluate(config, out, prompt, progress, report)
+        result.evaluation = evaluate(run, out, prompt, progress, report)
         runs.write_json(out / EVALUATION, result.evaluation)
         write_model_card(out / FINAL, dataclasses.replace(card, evaluation=result.evaluation))
     return result
@@ -114,7 +110,7 @@ def free_training_memory() -> None:
 
 
 def evaluate_run(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     out: Path,
     prompt: str | None,
     progress: Callable[[int, int], None] | None = None,
@@ -128,11 +124,11 @@ def evaluate_run(
     evaluate the rest with `collab eval`."""
     from collabrl.eval.runner import run_eval
 
-    evaluations = end_of_run_configs(config, out, prompt)
+    evaluations = end_of_run_configs(run, out, prompt)
     results: dict[str, dict[str, Any]] = {}
     for name, eval_config in evaluations.items():
         if report is not None:
-            report(f"held-out {config.eval_data}: evaluating the {name} policy")
+            report(f"held-out {run.config.eval_data}: evaluating the {name} policy")
         try:
             # This process loads alone: under a one-process ZeRO-3 launch too.
             with outside_zero3():
@@ -146,21 +142,17 @@ def evaluate_run(
     return results
 
 
-def end_of_run_configs(
-    config: GRPOTrainConfig, out: Path, prompt: str | None
-) -> dict[str, EvalConfig]:
+def end_of_run_configs(run: ResolvedRun, out: Path, prompt: str | None) -> dict[str, EvalConfig]:
     """The `collab eval` runs of the end-of-run evaluation: the starting policy, then the
-    trained one, each into its own folder of the run."""
-    evaluations = {}
-    for name, model in (("start", config.model), ("final", str(out / FINAL))):
-        # rsim: with the planner that ran beside this reasoner
-        planner = config.protocol.planner if name == "start" else str(out / PLANNER_DIR)
-        evaluations[name] = held_out_config(config, out / f"eval-{name}", model, prompt, planner)
-    return evaluations
+    trained one (with what the run trained beside it: rSIM's planner), each into its own
+    folder of the run."""
+    start = held_out_config(run, out / "eval-start", run.config.model, prompt)
+    final = held_out_config(run, out / "eval-final", str(out / FINAL), prompt, trained=out)
+    return {"start": start, "final": final}
 
 
 def evaluate_apart(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     out: Path,
     prompt: str | None,
     progress: Callable[[int, int], None] | None = None,
@@ -176,7 +168,7 @@ def evaluate_apart(
     and stderr are this process's)."""
     read, write = os.pipe()
     # With this command line: the evaluation folders' config.yaml headers record it.
-    request = {"config": to_dict(config), "out": str(out), "prompt": prompt, "argv": sys.argv}
+    request = {"config": to_dict(run.config), "out": str(out), "prompt": prompt, "argv": sys.argv}
     code = f"from collabrl.train.grpo import evaluation_child; evaluation_child({write})"
     try:
         child = subprocess.Popen(
@@ -212,7 +204,7 @@ def evaluate_apart(
         raise UserError(*outcome["error"])
     if "result" not in outcome:
         crash = RuntimeError(f"its process ended with exit code {status}")
-        unfinished = list(end_of_run_configs(config, out, prompt).values())
+        unfinished = list(end_of_run_configs(run, out, prompt).values())
         raise evaluation_failed(crash, out, {}, unfinished)
     return outcome["result"]
 
@@ -224,7 +216,8 @@ def evaluation_child(channel: int) -> None:
     {"result": metrics} or {"error": [problem, fix]}."""
     request = json.load(sys.stdin)
     sys.argv = request["argv"]
-    config = build_config(GRPOTrainConfig, [request["config"]])
+    # This process's own run, resolved from the config the training saved.
+    run = resolve_run(build_config(GRPOTrainConfig, [request["config"]]))
     with os.fdopen(channel, "w", encoding="utf-8", buffering=1) as pipe:
 
         def send(**message: Any) -> None:
@@ -232,7 +225,7 @@ def evaluation_child(channel: int) -> None:
 
         try:
             results = evaluate_run(
-                config,
+                run,
                 Path(request["out"]),
                 request["prompt"],
                 lambda done, total: send(progress=[done, total]),

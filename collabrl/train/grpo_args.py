@@ -18,6 +18,7 @@ from typing import Any
 from collabrl.errors import UserError
 from collabrl.train.compat import checkpointing_args
 from collabrl.train.grpo_config import MIRRORED_TRL_KEYS, GRPOTrainConfig
+from collabrl.train.methods import registry as methods
 from collabrl.train.rewards import load_reward_func
 from collabrl.train.run import CHECKPOINTS, check_trl_keys, resumed_config, trl_args
 from collabrl.train.trackers import trackers
@@ -42,9 +43,6 @@ def check_run(config: GRPOTrainConfig) -> None:
 # The learning-rate schedule of every GRPO method unless trl.lr_scheduler_type says
 # otherwise (rSIM's paper config sets cosine).
 LR_SCHEDULE = "constant"
-
-# EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).
-DAPO_CLIP = {"epsilon": 0.2, "epsilon_high": 0.28}
 
 # vLLM-sampled episodes are corrected per token, truncated at TRL's cap (TIS). TRL's
 # default, a sequence-level mask, multiplies the token ratios of a whole episode: over
@@ -123,7 +121,7 @@ def grpo_args(config: GRPOTrainConfig, out: Path, prompt_tokens: int | None = No
         "bf16": not cpu and torch.cuda.is_bf16_supported(),
         "use_cpu": cpu,
         **IS_DEFAULTS,
-        **(DAPO_CLIP if config.method == "eapo" else {}),
+        **methods.get(config.method).trl,  # the method's own (eapo: DAPO's clip)
         **vllm_length(config, config.max_prompt_tokens or prompt_tokens),
         # Last: the block's checkpointing switch, under either name, decides (off unless
         # it says so; on a CPU it only slows the step).

@@ -1,11 +1,13 @@
-"""The config of `collab train grpo|relay|eapo|rsim`.
+"""The config of `collab train grpo|relay|eapo|rsim` (and of any method registered to
+train by GRPO).
 
 `GRPOTrainConfig` is what a run is (the policy, its data, the method's protocol and
-reward, the schedules, the `trl` block). Like TRL's own config modules this one is a
-leaf: it imports no trainer and not TRL. What needs them lives on the trainer side:
-`train/grpo_args.py` turns the config into TRL's GRPOConfig and holds the checks that
-need TRL (`check_run`, which a run and its dry run call first); the trainer
-(`train/trainer.py`) and the command's entry (`train/grpo.py`) build on both.
+reward, the schedules, the `trl` block). Like TRL's own config modules this one imports
+no trainer and not TRL. What differs between methods it asks the method's spec
+(`train/methods/`): the protocol a method rolls out on, the fields only it reads. What
+needs the rollout protocol is checked once, when the run is resolved
+(`train/resolve.py`); what needs TRL lives on the trainer side: `train/grpo_args.py`
+turns the config into TRL's GRPOConfig and holds the checks that need TRL (`check_run`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from collabrl.config import DataColumns, DecodingConfig, EngineConfig, option
 from collabrl.data.prompts import get_prompt
@@ -21,18 +23,12 @@ from collabrl.devices import check_dtype
 from collabrl.errors import UserError, require
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.protocols.consult_config import check_turn_fits
-from collabrl.protocols.saved import unread_protocol_keys
 from collabrl.rewards.relay import CALL_RATIOS, SCENARIO_SCOPES
 from collabrl.train.lora import LoraSettings
+from collabrl.train.methods import registry as methods
 from collabrl.train.rsim_config import RSIMConfig
 from collabrl.train.schedule_config import ScheduleConfig
 from collabrl.train.trackers import check_report_to
-
-if TYPE_CHECKING:
-    from collabrl.data.prompts import PromptTemplate
-
-METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 @dataclass
@@ -42,7 +38,7 @@ class GRPOTrainConfig(DataColumns):
     method: str = option(
         "grpo",
         "grpo (solo protocol) | relay (RelayLLM, a teacher) | eapo (EAPO, experts) | "
-        "rsim (rSIM, a planner trained beside the policy).",
+        "rsim (rSIM, a planner trained beside the policy) | a registered method's name.",
     )
     model: str = option("smollm2-135m", "The policy to train: a local model reference.")
     data: str = option(
@@ -184,16 +180,22 @@ class GRPOTrainConfig(DataColumns):
         # A relay, eapo or rsim run rolls out on its method's protocol: the resolved config
         # names it (config.yaml, `config show`, the dry run), not the protocol section's
         # default, solo. A run folder saved before says solo, and reads as the method's
-        # protocol all the same (--resume compares the configs as read).
-        default = ProtocolConfig().name
-        if self.method in PROTOCOL_OF and self.protocol.name == default:
-            self.protocol = dataclasses.replace(self.protocol, name=PROTOCOL_OF[self.method])
+        # protocol all the same (--resume compares the configs as read). An unknown
+        # method is left to `check`, which names the registered ones.
+        method = methods.find(self.method)
+        own = None if method is None else method.protocol
+        if own is not None and self.protocol.name == ProtocolConfig().name:
+            self.protocol = dataclasses.replace(self.protocol, name=own)
 
     def check(self) -> None:
         """Refuse values no run can use, before any data or model is loaded (what needs
-        TRL is refused by `grpo_args.check_run`)."""
-        if self.method not in METHODS:
-            raise UserError(f"unknown method '{self.method}'", f"use one of {', '.join(METHODS)}")
+        TRL is refused by `grpo_args.check_run`; what needs the rollout protocol, by
+        `resolve.resolve_run`)."""
+        method = methods.get(self.method)  # an unknown name lists the registered ones
+        if not method.grpo:
+            raise UserError(
+                f"{self.method} is not trained by GRPO", f"run collab train {self.method}"
+            )
         if self.reward not in ("simple", "difficulty_aware"):
             raise UserError(f"unknown reward '{self.reward}'", "use simple or difficulty_aware")
         require(
@@ -233,24 +235,15 @@ class GRPOTrainConfig(DataColumns):
         self.schedule.check()
         self.rsim.check()
         self.engine.check()
-        kind = self.protocol.strategy.planner_kind
-        if self.method == "rsim" and kind != "rsim":
-            raise UserError(
-                f"collab train rsim trains an rsim planner, not {kind}",
-                "drop protocol.strategy.planner_kind (it defaults to rsim)",
-            )
         if self.prompt is not None:
             get_prompt(self.prompt)
-        allowed = grpo_protocols() if self.method == "grpo" else (PROTOCOL_OF[self.method],)
+        allowed = grpo_protocols() if method.any_grpo_protocol else (method.protocol,)
         if self.protocol.name not in allowed:
             raise UserError(
                 f"collab train {self.method} rolls out on {' or '.join(allowed)}, "
                 f"not '{self.protocol.name}'",
                 "drop --protocol",
             )
-        registry.check_protocol_config(rollout_protocol(self))
-        if self.method == "eapo":  # asking every expert must not end the episode unanswered
-            check_turn_fits(rollout_protocol(self).consult, self.sampling.max_tokens)
         for key in self.trl:
             if key in MIRRORED_TRL_KEYS:
                 field = MIRRORED_TRL_KEYS[key]
@@ -258,21 +251,21 @@ class GRPOTrainConfig(DataColumns):
                     f"trl.{key} is collab train's {field}: the rollout reads it too",
                     f"set {field} instead (--set {field}=VALUE)",
                 )
-        if self.max_prompt_tokens is not None:
-            own_template(self)  # refused where the prompt is known only at run time (apollo)
         self.lora.check_targets(self.model)  # last: it reads the model's config.json
 
     def check_eval_steps(self) -> None:
         """Evaluation during training needs a held-out set, and a method whose policy
-        alone is evaluated (rSIM scores its planner's start and end, not between)."""
+        alone is evaluated (its spec says: rSIM scores its planner's start and end, not
+        between)."""
         if self.eval_steps is None:
             return
         require("eval_steps", self.eval_steps, self.eval_steps >= 1, "at least 1")
         if self.eval_data is None:
             raise UserError("eval_steps needs a held-out set", "pass --eval-data NAME")
-        if self.method == "rsim":
+        if not methods.get(self.method).eval_steps:
             raise UserError(
-                "eval_steps is not offered for rsim (the planner trains beside the policy)",
+                f"eval_steps is not offered for {self.method} (its policy is not evaluated "
+                "alone between the start and the end)",
                 "drop --eval-steps; --eval-data scores the start and the end",
             )
 
@@ -308,29 +301,24 @@ class GRPOTrainConfig(DataColumns):
 MAX_ROLLOUT = 2**16
 MAX_STEPS = 10**7
 
-# The fields one method reads; another method's run refuses them when they are set.
-METHOD_FIELDS = {
-    "reward": "relay",
-    "scenario_scope": "relay",
-    "call_ratio": "relay",
-    "tokens_per_call": "relay",
-    "consult_penalty": "eapo",
-    "schedule": "eapo",
-    "rsim": "rsim",
-}
+
+def others_fields(method: str) -> dict[str, str]:
+    """Field -> a method that reads it, of the fields that methods' specs claim
+    (`MethodSpec.fields`) and `method` does not read: its run refuses them set and leaves
+    them out of config.yaml."""
+    own = set(methods.get(method).fields)
+    return {name: spec.name for spec in methods.specs() for name in spec.fields if name not in own}
 
 
 def check_method_fields(config: GRPOTrainConfig) -> None:
     """Refuse a setting the run's method does not read (`train grpo --set reward=simple`
     would otherwise train as if it were never given)."""
     defaults = GRPOTrainConfig()
-    for name, method in METHOD_FIELDS.items():
-        if config.method == method:
-            continue
+    for name, owner in others_fields(config.method).items():
         for key in changed_keys(getattr(config, name), getattr(defaults, name), name):
             raise UserError(
-                f"{key} is read by collab train {method} only, not {config.method}",
-                f"drop it, or run collab train {method}",
+                f"{key} is read by collab train {owner} only, not {config.method}",
+                f"drop it, or run collab train {owner}",
             )
 
 
@@ -347,30 +335,10 @@ def changed_keys(value: Any, default: Any, key: str) -> list[str]:
     return [] if value == default else [key]
 
 
-# The protocol each method rolls out with.
-PROTOCOL_OF = {"grpo": "solo", "relay": "relay", "eapo": "consult", "rsim": "strategy"}
-
-
 def grpo_protocols() -> tuple[str, ...]:
     """The protocols `collab train grpo` may roll out on, as their specs say: solo, apollo
     (tool-integrated RL, tool output masked) and any registered protocol that allows it."""
     return tuple(name for name in registry.names() if registry.get(name).grpo)
-
-
-def rollout_protocol(config: GRPOTrainConfig) -> ProtocolConfig:
-    """The protocol the run rolls out on: the one its resolved config names (the method's,
-    `__post_init__`; `check` refuses another), EAPO's with the expert channel open."""
-    protocol = dataclasses.replace(config.protocol)
-    if config.method == "eapo":
-        protocol.consult = dataclasses.replace(protocol.consult, mode="open")
-    return protocol
-
-
-def unread_keys(config: GRPOTrainConfig) -> frozenset[str]:
-    """What the run's config.yaml leaves out: the other methods' fields (METHOD_FIELDS)
-    and the protocol keys its rollout protocol never reads (`protocols/saved.py`)."""
-    others = frozenset(name for name, owner in METHOD_FIELDS.items() if owner != config.method)
-    return others | unread_protocol_keys(rollout_protocol(config))
 
 
 # Resources and bookkeeping: a resumed run may change them.
@@ -380,32 +348,6 @@ RESUMABLE_KEYS = frozenset(
         *("eval_data", "eval_split", "eval_limit", "eval_steps"),
     }
 )
-
-
-def training_prompt(config: GRPOTrainConfig, bench_prompt: str) -> str | None:
-    """The policy's prompt name: None when the rollout protocol brings its paper's own
-    (its registry spec says so: consult, strategy, apollo)."""
-    if registry.get(rollout_protocol(config).name).own_prompt:
-        return None
-    return config.prompt or bench_prompt
-
-
-def own_template(config: GRPOTrainConfig) -> PromptTemplate | None:
-    """The template of a rollout protocol that brings its paper's prompts, as its spec
-    says the protocol picks it; None for one that answers in the data's or the run's
-    prompt. A protocol whose prompt is known only once it runs (apollo's lists its tools'
-    schemas) is refused: its prompt length cannot be counted."""
-    protocol = rollout_protocol(config)
-    spec = registry.get(protocol.name)
-    if not spec.own_prompt:
-        return None
-    if spec.template is not None:
-        return spec.template(protocol)
-    raise UserError(
-        f"max_prompt_tokens is not offered for the {protocol.name} protocol "
-        "(its prompt is known only once its collaborators start)",
-        "drop max_prompt_tokens",
-    )
 
 
 # TRL's GRPOConfig arguments that are a run's own fields: TRL reads the argument and the

@@ -12,42 +12,37 @@ next step's first collective until `ddp_timeout` ended the job.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
 from collabrl.config import SamplingConfig
-from collabrl.train.grpo_config import GRPOTrainConfig, rollout_protocol
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
     from collabrl.eval.config import EvalConfig
+    from collabrl.train.resolve import ResolvedRun
     from collabrl.train.rollout import ProtocolRollout
 
 
 def held_out_config(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     out: Path,
     model: str,
     prompt: str | None,
-    planner: str | None = None,
+    trained: Path | None = None,
 ) -> EvalConfig:
     """The `collab eval` run of the held-out set for `model`: greedy, with the run's
-    protocol (eapo's expert channel locked, rSIM's `planner` greedy, as the papers
-    evaluate) and the prompt the policy trained with (none for a protocol that brings
-    its own)."""
+    protocol as its method evaluates it (eapo's expert channel locked, rSIM's planner
+    greedy, the one trained in the run folder `trained` for the trained policy) and the
+    prompt the policy trained with (none for a protocol that brings its own)."""
     from collabrl.eval.config import EvalConfig
 
-    protocol = rollout_protocol(config)
-    if config.method == "eapo":
-        protocol.consult = dataclasses.replace(protocol.consult, mode="locked")
-    if config.method == "rsim":
-        protocol.strategy = dataclasses.replace(protocol.strategy, planner_temperature=0.0)
-        protocol.planner = planner
+    config = run.config
+    protocol = run.method.held_out(run.protocol, trained)
     return EvalConfig(
         benchmark=config.eval_data,
         problem_field=config.problem_field,
@@ -70,7 +65,7 @@ LOGGED = ("pass@1", "call_ratio", "mean_completion_tokens")
 
 
 def held_out_callback(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     trainer: GRPOTrainer,
     rollout: ProtocolRollout,
     prompt: str | None,
@@ -82,13 +77,14 @@ def held_out_callback(
     from transformers import TrainerCallback
 
     out = Path(trainer.args.output_dir).parent
+    config = run.config
 
     class HeldOut(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             step = state.global_step
             if step % config.eval_steps:
                 return
-            eval_config = held_out_config(config, out / f"eval-step-{step}", config.model, prompt)
+            eval_config = held_out_config(run, out / f"eval-step-{step}", config.model, prompt)
             metrics = evaluate_live(trainer, rollout, eval_config)  # on every process
             if metrics is None:  # not the main process
                 return

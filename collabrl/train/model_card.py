@@ -36,21 +36,13 @@ from typing import TYPE_CHECKING, Any
 from collabrl import runs
 from collabrl.redact import redact_text
 from collabrl.train.held_out import LOGGED
+from collabrl.train.methods import registry as methods
 
 if TYPE_CHECKING:
-    from collabrl.train.grpo_config import GRPOTrainConfig
     from collabrl.train.lora import LoraSettings
+    from collabrl.train.resolve import ResolvedRun
 
 CARD = "README.md"
-
-# What each method is, in a line.
-METHOD_TITLES = {
-    "grpo": "GRPO on its own episodes (`collab train grpo`, on the protocol named below)",
-    "relay": "RelayLLM: GRPO with the relay protocol, calling a teacher mid-answer",
-    "eapo": "EAPO: GRPO with the consult protocol, asking an expert pool",
-    "rsim": "rSIM: GRPO of a reasoner led by a planner trained beside it",
-    "sft": "supervised fine-tuning on prompt-completion rows (RelayLLM's warm-up, §3.1)",
-}
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,7 @@ def card_data(facts: TrainingFacts) -> Any:
     """The front matter: only values the Hub accepts (see the module docstring)."""
     from huggingface_hub import ModelCardData
 
-    method_tags = [facts.method] if facts.method == "sft" else ["grpo", facts.method]
+    method_tags = methods.get(facts.method).tags
     dataset = HUB_DATASETS.get(facts.data)
     results = eval_results(facts)
     return ModelCardData(
@@ -180,7 +172,7 @@ def card_body(facts: TrainingFacts, final: Path) -> str:
         "",
         f"{code(facts.base_model)} trained with collabrl "
         f"{runs.installed_versions()['collabrl']} "
-        f"by {METHOD_TITLES.get(facts.method, facts.method)}.",
+        f"by {methods.get(facts.method).card or facts.method}.",
         "",
         "## Training",
         "",
@@ -190,8 +182,7 @@ def card_body(facts: TrainingFacts, final: Path) -> str:
             f"- {role.capitalize()}: " + ", ".join(code(ref) for ref in refs)
             for role, refs in facts.collaborators.items()
         ),
-        f"- Data: {code(facts.data)} "
-        f"({facts.rows} {'rows' if facts.method == 'sft' else 'problems'})",
+        f"- Data: {code(facts.data)} ({facts.rows} {methods.get(facts.method).rows})",
         f"- Steps: {facts.steps} optimizer steps",
         "- Versions: " + ", ".join(f"{p} {v}" for p, v in runs.installed_versions().items()),
         "",
@@ -305,20 +296,19 @@ def cell(value: object) -> str:
     return runs.one_line(redact_text(str(value))).replace("|", "\\|")
 
 
-def grpo_facts(config: GRPOTrainConfig, rows: int, steps: int, out: Path) -> TrainingFacts:
+def grpo_facts(run: ResolvedRun, rows: int, steps: int, out: Path) -> TrainingFacts:
     """The card of a `collab train grpo|relay|eapo|rsim` run, its settings read off the
     TRL arguments it trained with (`grpo_args`: the trl block included)."""
     from collabrl.protocols.registry import served_collaborators
     from collabrl.train.grpo_args import grpo_args
-    from collabrl.train.grpo_config import rollout_protocol
-    from collabrl.train.rsim import PLANNER_DIR
 
+    config = run.config
     args = grpo_args(config, out)
     collaborators: dict[str, list[str]] = {}
-    for collaborator, ref in served_collaborators(rollout_protocol(config)):
+    for collaborator, ref in served_collaborators(run.protocol):
         collaborators.setdefault(collaborator.name, []).append(ref)
-    if config.method == "rsim":
-        collaborators["planner, trained beside it (use as --planner)"] = [str(out / PLANNER_DIR)]
+    for label, path in run.method.outputs(out).items():  # rsim: the planner trained beside it
+        collaborators[label] = [path]
     settings = {
         **learning_rate_settings(args),
         "G (samples per problem, TRL num_generations)": args.num_generations,

@@ -1,31 +1,16 @@
-"""`collab train METHOD --dry-run`: a run resolved without loading a weight.
+"""`collab train METHOD --dry-run`: a run resolved without loading a weight, as rows.
 
 What a researcher checks before taking a config to a cluster: the settings as TRL will
 read them (not as the YAML spells them), the batch and group sizes per process and
 overall, every collaborator and where it runs, and a memory estimate per device. The
-config's own checks run first, so an inconsistent config is refused with one line here
-as it would be at launch. Nothing is contacted and no weight is read: a model's size
-comes from its config.json (built on torch's meta device); for a folder that is not on
-this machine, from the shape shipped for its name (collabrl/train/shapes/), else from a
-size in its name.
-
-The memory estimate is arithmetic, shown term by term, not a measurement
-(bench/memory_estimate.py holds it against measured peaks; docs/benchmarks.md has them):
-- AdamW holds 16 bytes per parameter (fp32 weights, gradients and two moments; ZeRO
-  shards them over the processes); with LoRA only the weights, as the adapter is small;
-- the reference model, loaded when beta > 0 without LoRA (TRL 1.16 builds it in the
-  policy's dtype, fp32 here; DeepSpeed casts it to bf16 and ZeRO-3 shards it);
-- the activations autograd saves, per micro-batch at the longest sequence, in the dtype
-  the run computes in (bf16 with TRL's bf16, else fp32, as on a CPU);
-- TRL's chunked LM head: it never holds the micro-batch × sequence × vocabulary logits,
-  only tiles of at most 4096 tokens × 32768 vocabulary entries, plus the fp32 gradient
-  of the head's weight;
-- a colocated vLLM takes its share of the device on top.
-Beside it, `train/memory.py`'s arithmetic: what that vLLM keeps for its KV cache (in
-sequences of its length, beside the generation it runs), what `eval_steps` holds (a
-periodic evaluation that cannot fit is refused here), and the checkpoints' disk. The
-GPU is this machine's, or an 80 GB one where it has none. The plan also shows EAPO's
-K experts, consultation penalty and schedules.
+run is resolved as `collab train` resolves it (`train/resolve.py`), so an inconsistent
+config is refused with one line here as it would be at launch. Nothing is contacted
+and no weight is read. The figures are `train/memory.py`'s arithmetic (the policy's
+memory term by term, a colocated vLLM's KV cache, what `eval_steps` holds: a periodic
+evaluation that cannot fit is refused here, the checkpoints' disk); this module lays
+them out for the launch, on this machine's GPU or an 80 GB one where it has none. The
+method adds its own rows through its spec (EAPO's experts and schedules, rSIM's λ
+stages and its planner's memory).
 """
 
 from __future__ import annotations
@@ -33,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,39 +31,22 @@ from collabrl.train.memory import (
     ASSUMED_GPU_GIB,
     GB,
     GIB,
+    PROMPT_TOKENS,
     VLLM_FIXED_GIB,
     MemoryEstimate,
     ModelShape,
     checkpoint_size,
     estimate_eval,
+    estimate_memory,
     estimate_vllm,
+    model_shape,
     room_for_vllm,
 )
 
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.schedule_config import ScheduleConfig
-
-# Tokens of prompt assumed in the activation estimate when max_prompt_tokens is unset: no
-# data is read in a dry run.
-PROMPT_TOKENS = 1024
-# Per parameter, mixed-precision AdamW: fp32 weights (4), fp32 gradients (4), two fp32
-# moments (8).
-WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES = 4, 4, 8
-# Tensors autograd saves per token in one Llama/Qwen decoder layer of transformers 5,
-# counted with saved-tensor hooks (see docs/benchmarks.md): 10 of the hidden width
-# (the norms' inputs and outputs, q, k, v, the attention output, ...) and 4 of the MLP's
-# (gate, up, SiLU(gate), their product). The RMSNorms upcast to fp32 whatever the
-# compute dtype: 4 of the 10 are fp32 in a bf16 run.
-HIDDEN_SAVED, MLP_SAVED, NORM_FP32_SAVED = 10, 4, 4
-# TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py) projects tiles of at most
-# this many tokens × vocabulary entries. Without Triton (a CPU) each tile is folded by
-# torch ops holding about 6 fp32 tile-sized temporaries at once (the backward's); the
-# Triton kernel folds a tile in place.
-TILE_TOKENS, TILE_VOCAB, TORCH_TILE_TEMPORARIES = 4096, 32768, 6
-SHAPES = Path(__file__).parent / "shapes"
-_SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])", re.IGNORECASE)
+    from collabrl.train.resolve import ResolvedRun
 
 
 @dataclass
@@ -91,123 +58,6 @@ class TrainPlan:
 
     def add(self, section: str, key: str, value: object) -> None:
         self.sections.setdefault(section, []).append((key, str(value)))
-
-
-def model_shape(ref: str) -> ModelShape | None:
-    """The model's size from its config.json, without its weights; when the folder is
-    not on this machine, from the shape shipped for its name (`shipped_shape`), else
-    from a size in its name (e.g. `Qwen3-1.7B`); None when none of them says."""
-    from collabrl.models import resolve_model, weights_dir
-
-    try:
-        folder = weights_dir(resolve_model(ref))
-    except UserError:
-        return shipped_shape(ref) or shape_from_name(ref)
-    return shape_from_config(folder)
-
-
-def shape_from_config(folder: Path) -> ModelShape:
-    """Count the parameters of the architecture in `folder` on torch's meta device."""
-    from collabrl.models import meta_model
-
-    model = meta_model(folder)
-    text = model.config.get_text_config()
-    hidden = getattr(text, "hidden_size", None)
-    heads = getattr(text, "num_attention_heads", None)
-    # Qwen2 and Llama leave head_dim out of config.json: the hidden width over the heads.
-    head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
-    return ModelShape(
-        parameters=sum(p.numel() for p in model.parameters()),
-        hidden_size=hidden,
-        layers=getattr(text, "num_hidden_layers", None),
-        vocab_size=getattr(text, "vocab_size", None),
-        intermediate_size=getattr(text, "intermediate_size", None),
-        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
-        head_dim=head_dim,
-    )
-
-
-def shipped_shape(ref: str) -> ModelShape | None:
-    """The shape shipped in collabrl/train/shapes/ whose name `ref` contains as a whole
-    name (case-insensitive; the longest when several do: `Qwen2.5-0.5B-Instruct` is
-    `Qwen2.5-0.5B`, `runs/sft-relay-qwen3-1.7b/final` is `Qwen3-1.7B`)."""
-    found = [
-        folder
-        for folder in SHAPES.iterdir()
-        if (folder / "config.json").is_file()
-        and re.search(rf"(?<![a-z0-9.]){re.escape(folder.name.lower())}(?![a-z0-9.])", ref.lower())
-    ]
-    if not found:
-        return None
-    folder = max(found, key=lambda f: len(f.name))
-    shape = shape_from_config(folder)
-    return dataclasses.replace(shape, source=f"the shipped shape {SHAPES.name}/{folder.name}")
-
-
-def shape_from_name(ref: str) -> ModelShape | None:
-    """A parameter count read from the last `<number>B` in a model path or name."""
-    sizes = _SIZE_IN_NAME.findall(ref)
-    if not sizes:
-        return None
-    return ModelShape(parameters=int(float(sizes[-1]) * 1e9), source="its name")
-
-
-def estimate_memory(
-    shape: ModelShape,
-    *,
-    micro_batch: int,
-    sequence: int,
-    checkpointing: bool,
-    world_size: int,
-    zero_stage: int,
-    vllm_fraction: float | None,
-    bf16: bool = True,
-    reference: bool = False,
-    lora: bool = False,
-    triton: bool = True,
-) -> MemoryEstimate:
-    """GiB per device of training `shape` (see the module's note for the terms). ZeRO
-    stage 1 shards the optimizer state over `world_size` processes, 2 the gradients too,
-    3 the weights (and the reference model) too. `bf16`: the run computes in bf16 (TRL's
-    bf16), else in fp32; `reference`: a reference model is loaded (beta > 0 without
-    LoRA); `lora`: only an adapter trains; `triton`: the LM head's tiles are folded by
-    TRL's Triton kernel (a GPU), else by torch ops (a CPU)."""
-    params = shape.parameters
-    compute = 2 if bf16 else 4
-    # DeepSpeed with bf16 casts the models to bf16 (its optimizer keeps the fp32 master
-    # copy); otherwise they stay fp32 and autocast leaves the residual stream in fp32.
-    stored = 2 if bf16 and zero_stage > 0 else 4
-
-    def sharded(bytes_per_param: int, from_stage: int) -> float:
-        share = world_size if zero_stage >= from_stage else 1
-        return params * bytes_per_param / share / GIB
-
-    trained = 0 if lora else 1  # a LoRA adapter's state is a fraction of a percent
-    activations = logits = None
-    tokens = micro_batch * sequence
-    if shape.hidden_size and shape.layers:
-        hidden, mlp = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
-        full_layer = (HIDDEN_SAVED * hidden + MLP_SAVED * mlp) * compute
-        full_layer += NORM_FP32_SAVED * hidden * (4 - compute)
-        if checkpointing:  # each layer's input, and the one being recomputed in full
-            activations = tokens * (shape.layers * hidden * stored + full_layer) / GIB
-        else:
-            activations = tokens * shape.layers * full_layer / GIB
-    if shape.vocab_size and shape.hidden_size:
-        tile = min(tokens, TILE_TOKENS) * min(shape.vocab_size, TILE_VOCAB)
-        tile_bytes = compute + (0 if triton else TORCH_TILE_TEMPORARIES * 4)
-        # The backward accumulates the head's gradient and the hidden states' in fp32.
-        head_grad = (shape.vocab_size + tokens) * shape.hidden_size * 4
-        logits = (tile * tile_bytes + head_grad) / GIB
-    return MemoryEstimate(
-        weights=sharded(WEIGHT_BYTES, 3),
-        gradients=sharded(GRAD_BYTES * trained, 2),
-        optimizer=sharded(ADAM_BYTES * trained, 1),
-        activations=activations,
-        logits=logits,
-        reference=sharded(stored, 3) if reference and not lora else 0.0,
-        vllm_fraction=vllm_fraction,
-    )
 
 
 @dataclass(frozen=True)
@@ -249,42 +99,41 @@ def _launch_from_file(path: Path) -> Launch:
 
 
 def plan_run(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     accelerate_config: Path | None = None,
     num_processes: int | None = None,
 ) -> TrainPlan:
-    """Resolve `config` as `collab train` would, without loading a weight, for the launch
-    of `accelerate_config` (see `launch_of`; `num_processes` as `accelerate launch
+    """Lay out `run` as `collab train` would run it, without loading a weight, for the
+    launch of `accelerate_config` (see `launch_of`; `num_processes` as `accelerate launch
     --num_processes` overrides the file's)."""
     from collabrl.train.grpo_args import check_run, grpo_args
-    from collabrl.train.grpo_config import rollout_protocol
 
+    config = run.config
     check_run(config)
     launch = launch_of(accelerate_config)
     if num_processes is not None:
         launch = dataclasses.replace(launch, processes=num_processes, source="--num-processes")
-    plan = TrainPlan(warnings=run_warnings(config))
-    data = _training_data(plan, config)
+    plan = TrainPlan(warnings=run_warnings(run))
+    data = _training_data(plan, run)
     longest = data.longest_prompt if data is not None else None
     args = grpo_args(config, Path(config.out or "runs/dry-run"), longest)  # TRL's checks
-    _run_section(plan, config, launch, data, args)
+    _run_section(plan, run, launch, data, args)
     _trl_section(plan, config, args)
     _batch_section(plan, config, args, launch.processes)
-    _rsim_section(plan, config, args)
-    _eapo_section(plan, config, args, _step_count(config, data, args, launch.processes))
-    _placement_section(plan, config, rollout_protocol(config), args, launch)
-    _memory_section(plan, config, args, launch)
+    steps = _step_count(config, data, args, launch.processes)
+    run.method.plan_rows(plan, config, args, steps)  # the method's own (eapo's schedules)
+    _placement_section(plan, config, run.protocol, args, launch)
+    _memory_section(plan, run, args, launch)
     return plan
 
 
-def run_warnings(config: GRPOTrainConfig) -> list[str]:
+def run_warnings(run: ResolvedRun) -> list[str]:
     """What the run's settings make of its numbers (`eval/cautions.py`): test-split
     problems, a stand-in collaborator, a call protocol on an un-warmed policy. The dry run
     lists them and `collab train` prints them before it starts, on the main process."""
     from collabrl.eval import cautions
-    from collabrl.train.grpo_config import rollout_protocol
 
-    protocol = rollout_protocol(config)
+    config, protocol = run.config, run.protocol
     found = [
         cautions.split_warning(config.data),
         cautions.stand_in_warning(protocol),
@@ -302,7 +151,7 @@ class TrainingData:
     longest_prompt: int | None = None  # in policy tokens; None: not counted here
 
 
-def _training_data(plan: TrainPlan, config: GRPOTrainConfig) -> TrainingData | None:
+def _training_data(plan: TrainPlan, run: ResolvedRun) -> TrainingData | None:
     """The training set opened as the run opens it (a missing column or a bad row is
     refused here too), its prompts rendered as the rollout renders them where their
     length matters (max_prompt_tokens, a colocated vLLM) and the tokenizer is here."""
@@ -310,6 +159,7 @@ def _training_data(plan: TrainPlan, config: GRPOTrainConfig) -> TrainingData | N
     from collabrl.train.grpo_args import sizes_vllm
     from collabrl.train.prompt_length import fit_prompts, prompt_lengths
 
+    config = run.config
     if not _data_known(config.data):
         plan.warnings.append(f"problems '{config.data}' is not on this machine")
         return None
@@ -325,19 +175,19 @@ def _training_data(plan: TrainPlan, config: GRPOTrainConfig) -> TrainingData | N
         )
         return TrainingData(total, total)
     if config.max_prompt_tokens is None:
-        return TrainingData(total, total, max(prompt_lengths(config, bench)))
-    fitted = fit_prompts(config, bench)  # none fitting is refused, as at the start
+        return TrainingData(total, total, max(prompt_lengths(run, bench)))
+    fitted = fit_prompts(run, bench)  # none fitting is refused, as at the start
     return TrainingData(total, len(fitted.bench.items), fitted.longest)
 
 
 def _run_section(
     plan: TrainPlan,
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     launch: Launch,
     data: TrainingData | None,
     args: Any,
 ) -> None:
-    section = "run"
+    section, config = "run", run.config
     plan.add(section, "method", config.method)
     plan.add(section, "protocol", config.protocol.name)
     plan.add(section, "policy", config.model)
@@ -347,7 +197,7 @@ def _run_section(
     plan.add(section, "steps", _steps(config, data, args, launch.processes))
     plan.add(section, "processes", f"{launch.processes} ({launch.source})")
     plan.add(section, "ZeRO stage", launch.zero_stage or "none")
-    _data_rows(plan, config, data)
+    _data_rows(plan, run, data)
 
 
 def _steps(config: GRPOTrainConfig, data: TrainingData | None, args: Any, world: int) -> str:
@@ -374,12 +224,13 @@ def _step_count(
     return epoch_steps(data.problems, args, world, config.sampling.n)
 
 
-def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | None) -> None:
+def _data_rows(plan: TrainPlan, run: ResolvedRun, data: TrainingData | None) -> None:
     """The training set's counts and prompt limit, and the held-out set, opened as the
     run opens it; one not on this machine is a warning."""
     from collabrl.data.benchmarks import Fields, load_benchmark
     from collabrl.train.held_out import held_out_config
 
+    config = run.config
     limit = config.max_prompt_tokens
     plan.add("run", "max prompt tokens", "none (no limit)" if limit is None else limit)
     if data is not None:
@@ -392,7 +243,7 @@ def _data_rows(plan: TrainPlan, config: GRPOTrainConfig, data: TrainingData | No
         if data.longest_prompt is not None:
             plan.add("run", "longest prompt", f"{data.longest_prompt} tokens")
     if config.eval_data is not None:
-        held_out = held_out_config(config, Path("checks-only"), config.model, None)
+        held_out = held_out_config(run, Path("checks-only"), config.model, None)
         if _data_known(config.eval_data):
             fields = Fields.of(held_out)
             count = len(load_benchmark(config.eval_data, fields, config.eval_limit).items)
@@ -493,11 +344,6 @@ def _batch_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, world: i
     )
     updates = per_generation // accumulation
     plan.add(section, "updates per rollout", f"{updates} × num_iterations {args.num_iterations}")
-    if config.method == "eapo" and updates * args.num_iterations == 1:
-        plan.warnings.append(
-            "one optimizer update per rollout: the PPO ratio is always 1 and DAPO's clip "
-            "never acts (set trl.steps_per_generation above trl.gradient_accumulation_steps)"
-        )
 
 
 def _placement_section(
@@ -651,8 +497,8 @@ def _on_this_machine(ref: str) -> bool:
     return True
 
 
-def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch: Launch) -> None:
-    section = "memory per device (estimate)"
+def _memory_section(plan: TrainPlan, run: ResolvedRun, args: Any, launch: Launch) -> None:
+    section, config = "memory per device (estimate)", run.config
     shape = model_shape(config.model)
     if shape is None:
         plan.add(section, "policy", "unknown size: no config.json here and no size in its name")
@@ -693,7 +539,8 @@ def _memory_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, launch:
     ):
         shown = "unknown (no config.json)" if value is None else f"{value:.1f} GiB"
         plan.add(section, name, shown)
-    memory = _with_planner(plan, config, args, memory)
+    # What the method trains beside the policy (rSIM's planner), its rows its own.
+    memory = dataclasses.replace(memory, planner=run.method.memory_beside(plan, config, args))
     plan.add(section, "training total", f"{memory.training:.1f} GiB")
     on_gpu = memory  # what a GPU holds: the run's own figures, except on a CPU
     if not args.bf16 and not _cuda() and "bf16" not in config.trl:
@@ -720,98 +567,6 @@ def _reference_row(memory: MemoryEstimate, args: Any, config: GRPOTrainConfig) -
     return f"{memory.reference:.1f} GiB (beta {args.beta})"
 
 
-def _with_planner(
-    plan: TrainPlan, config: GRPOTrainConfig, args: Any, memory: MemoryEstimate
-) -> MemoryEstimate:
-    """rsim also trains its planner, in every process, under DDP: its fp32 weights,
-    gradients and AdamW state, unsharded, and the activations of one chunk of its loss
-    (rsim.planner_chunk decisions at the longest planner context), checkpointed where
-    the policy is."""
-    from collabrl.protocols.strategy import planner_context_tokens
-
-    planner = config.protocol.planner
-    if config.method != "rsim" or not planner:
-        return memory
-    section = "memory per device (estimate)"
-    shape = model_shape(planner)
-    if shape is None:
-        plan.add(section, "planner", "unknown size")
-        return memory
-    strategy = config.protocol.strategy
-    decisions = args.per_device_train_batch_size * strategy.max_steps
-    chunk = min(config.rsim.planner_chunk, decisions)
-    question = config.max_prompt_tokens or PROMPT_TOKENS
-    context = planner_context_tokens(strategy, question)
-    terms = estimate_memory(
-        shape,
-        micro_batch=chunk,
-        sequence=context,
-        checkpointing=args.gradient_checkpointing,
-        world_size=1,  # DDP: every process holds the whole planner
-        zero_stage=0,
-        vllm_fraction=None,
-        bf16=args.bf16,
-    )
-    state = terms.weights + terms.gradients + terms.optimizer
-    plan.add(section, "planner weights + gradients + AdamW", f"{state:.1f} GiB")
-    checkpointed = ", checkpointed" if args.gradient_checkpointing else ""
-    label = (
-        f"planner activations ({chunk} of up to {decisions} decisions × {context} tokens, "
-        f"{'bf16' if args.bf16 else 'fp32'}{checkpointed})"
-    )
-    activations = terms.activations
-    shown = "unknown (no config.json)" if activations is None else f"{activations:.1f} GiB"
-    plan.add(section, label, shown)
-    return dataclasses.replace(memory, planner=state + (activations or 0.0))
-
-
-def _lambda_stages(config: GRPOTrainConfig) -> list[tuple[str, Any]]:
-    """(the steps, each agent's learning-rate factor) of each λ stage of a joint run."""
-    from collabrl.train.rsim import agent_lr_factors, default_switch_step
-
-    rsim, steps = config.rsim, config.steps or None  # 0: one epoch, counted at the start
-    switch = rsim.lambda_switch_step or (default_switch_step(steps) if steps else None)
-    if switch is None:  # half of a run whose length the dry run does not know
-        return [
-            ("the first half", agent_lr_factors(1, rsim, 2)),
-            ("the second half", agent_lr_factors(2, rsim, 2)),
-        ]
-    horizon = max(steps or 0, switch + 1)
-    stages = [(f"steps 1–{switch}", agent_lr_factors(1, rsim, horizon))]
-    if steps is None or switch < steps:
-        last = steps or "the end"
-        stages.append((f"steps {switch + 1}–{last}", agent_lr_factors(switch + 1, rsim, horizon)))
-    return stages
-
-
-def _rsim_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any) -> None:
-    """Each agent's learning rate as RSIMTrainer.create_scheduler applies λ: under joint
-    training the planner's × λ and the reasoner's × (1 − λ), stage by stage, on top of
-    the schedule; otherwise the one agent that trains, at its rate."""
-    if config.method != "rsim":
-        return
-    section = "rsim (λ on the learning rates)"
-    rsim = config.rsim
-    rates = {
-        "planner": rsim.planner_learning_rate or args.learning_rate,
-        "reasoner": args.learning_rate,
-    }
-    kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    schedule = f"then × the {kind} schedule"
-    if rsim.train != "joint":
-        for agent, rate in rates.items():
-            shown = f"{rate:.3g} ({schedule})" if agent == rsim.train else "frozen (rsim.train)"
-            plan.add(section, f"{agent} learning rate", shown)
-        return
-    stages = _lambda_stages(config)
-    for agent, rate in rates.items():
-        parts = []
-        for steps, factors in stages:
-            factor = getattr(factors, agent)
-            parts.append(f"{rate:.3g} × {factor:.2g} = {rate * factor:.3g} ({steps})")
-        plan.add(section, f"{agent} learning rate", "; ".join([*parts, schedule]))
-
-
 def _device() -> tuple[float, str]:
     """GiB of this machine's GPU, else of the 80 GB GPU the paper configs are written
     for, and how the plan names it."""
@@ -820,74 +575,6 @@ def _device() -> tuple[float, str]:
     import torch
 
     return torch.cuda.get_device_properties(0).total_memory / GIB, "this GPU"
-
-
-def _eapo_section(plan: TrainPlan, config: GRPOTrainConfig, args: Any, steps: int | None) -> None:
-    """EAPO's panel, its consultation penalty, and the ρ_s and turn-budget schedules as
-    the run will follow them: over the rollout generations of `steps` optimizer steps."""
-    from collabrl.train.schedule_config import Clock
-
-    if config.method != "eapo":
-        return
-    section = "eapo (experts and schedules)"
-    consult = config.protocol.consult
-    plan.add(
-        section,
-        "experts",
-        f"K = {consult.num_experts} (up to K queries a turn, {consult.query_budget} an "
-        f"episode), answers up to {consult.expert_max_tokens} tokens at temperature "
-        f"{consult.expert_temperature}, top-p {consult.expert_top_p}",
-    )
-    plan.add(section, "consultation penalty", f"{config.consult_penalty} per expert query")
-    if steps is None:
-        when = "over the run's generations (counted when it starts)"
-        plan.add(section, "ρ_s (answers accepted)", f"{config.schedule.accept}, {when}")
-        budget = config.schedule
-        plan.add(
-            section, "turn budget", f"{budget.turn_budget_start} → {budget.turn_budget_end}, {when}"
-        )
-        return
-    clock = Clock.of(args)
-    schedule = config.schedule.for_run(steps, clock)
-    generations = clock.generations_in(steps)
-    plan.add(section, "rollout generations", f"{generations} over {steps} optimizer steps")
-    plan.add(section, "ρ_s (answers accepted)", _accept_schedule(schedule, generations))
-    plan.add(section, "turn budget", _turn_schedule(schedule, generations))
-
-
-def _accept_schedule(schedule: ScheduleConfig, generations: int) -> str:
-    """ρ_s at the first generations and the last."""
-    from collabrl.train.schedules import accept_prob
-
-    shown = sorted({s for s in (1, 2, 10, generations) if s <= generations})
-    values = ", ".join(f"{accept_prob(s, schedule):.3g} at {s}" for s in shown)
-    rule = {
-        "inverse": "1/s (EAPO §2)",
-        "constant": f"constant {schedule.accept_value}",
-        "linear": f"1 → {schedule.accept_end} over generations 1–{schedule.accept_steps}",
-        "off": "off (0)",
-    }[schedule.accept]
-    return f"{rule}: {values} (generation s)"
-
-
-def _turn_schedule(schedule: ScheduleConfig, generations: int) -> str:
-    """The turn budget, from the generation each value starts at."""
-    from bisect import bisect_left
-
-    from collabrl.train.schedules import turn_budget
-
-    def falling(s: int) -> int:  # the budget never rises: minus it is sorted
-        return -turn_budget(s, schedule)
-
-    starts: list[str] = []
-    for value in range(schedule.turn_budget_start, schedule.turn_budget_end - 1, -1):
-        # The first generation whose budget is `value` or less (a run of millions of
-        # generations is searched, not walked).
-        s = bisect_left(range(1, generations + 1), -value, key=falling) + 1
-        if s <= generations and turn_budget(s, schedule) == value:
-            starts.append(f"{value} from {s}")
-    steps = ", ".join(starts)
-    return f"{steps} (generation; linear over {schedule.anneal_steps})"
 
 
 def _fit(plan: TrainPlan, memory: MemoryEstimate) -> float:

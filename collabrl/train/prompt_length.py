@@ -20,20 +20,21 @@ from collabrl.data.prompts import PromptTemplate, get_prompt
 from collabrl.engines.base import encode_prompt
 from collabrl.errors import UserError
 from collabrl.train.grpo_args import sizes_vllm
-from collabrl.train.grpo_config import GRPOTrainConfig, own_template, training_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from collabrl.data.benchmarks import Benchmark
+    from collabrl.train.grpo_config import GRPOTrainConfig
+    from collabrl.train.resolve import ResolvedRun
 
 
-def rollout_template(config: GRPOTrainConfig, bench_prompt: str) -> PromptTemplate:
+def rollout_template(run: ResolvedRun, bench_prompt: str) -> PromptTemplate:
     """The template the run's rollout renders every problem with."""
-    own = own_template(config)
+    own = run.own_template()
     if own is not None:
         return own
-    name = training_prompt(config, bench_prompt)
+    name = run.prompt(bench_prompt)
     assert name is not None  # a protocol without its own prompt takes the data's
     return get_prompt(name)
 
@@ -47,12 +48,12 @@ def policy_tokenizer(config: GRPOTrainConfig) -> PreTrainedTokenizerBase:
 
 
 def prompt_lengths(
-    config: GRPOTrainConfig, bench: Benchmark, tokenizer: PreTrainedTokenizerBase | None = None
+    run: ResolvedRun, bench: Benchmark, tokenizer: PreTrainedTokenizerBase | None = None
 ) -> list[int]:
     """The prompt length in policy tokens of every problem of `bench`, in order."""
-    template = rollout_template(config, bench.prompt)
-    tokenizer = tokenizer or policy_tokenizer(config)
-    options = config.engine.chat_template_kwargs
+    template = rollout_template(run, bench.prompt)
+    tokenizer = tokenizer or policy_tokenizer(run.config)
+    options = run.config.engine.chat_template_kwargs
     messages = (template.messages(item.problem) for item in bench.items)
     return [len(encode_prompt(tokenizer, m, options)) for m in messages]
 
@@ -74,13 +75,14 @@ class PromptFilter:
 
 
 def fit_prompts(
-    config: GRPOTrainConfig, bench: Benchmark, tokenizer: PreTrainedTokenizerBase | None = None
+    run: ResolvedRun, bench: Benchmark, tokenizer: PreTrainedTokenizerBase | None = None
 ) -> PromptFilter:
     """The problems of `bench` whose prompt fits `max_prompt_tokens`; refused when none
     does (a run would have nothing to train on)."""
+    config = run.config
     limit = config.max_prompt_tokens
     assert limit is not None
-    lengths = prompt_lengths(config, bench, tokenizer)
+    lengths = prompt_lengths(run, bench, tokenizer)
     kept = [item for item, n in zip(bench.items, lengths, strict=True) if n <= limit]
     if not kept:
         raise UserError(
@@ -93,23 +95,24 @@ def fit_prompts(
 
 
 def training_problems(
-    config: GRPOTrainConfig, bench: Benchmark, report: Callable[[str], None] | None = None
+    run: ResolvedRun, bench: Benchmark, report: Callable[[str], None] | None = None
 ) -> Benchmark:
     """The problems the run trains on: all of `bench`, or those whose prompt fits
     `max_prompt_tokens` (`report` gets the count)."""
-    if config.max_prompt_tokens is None:
+    limit = run.config.max_prompt_tokens
+    if limit is None:
         return bench
-    fitted = fit_prompts(config, bench)
+    fitted = fit_prompts(run, bench)
     if report is not None:
-        report(fitted.line(config.max_prompt_tokens))
+        report(fitted.line(limit))
     return fitted.bench
 
 
-def longest_prompt(config: GRPOTrainConfig, bench: Benchmark) -> int | None:
+def longest_prompt(run: ResolvedRun, bench: Benchmark) -> int | None:
     """The longest prompt of `bench` where it sizes the colocated vLLM: no
     max_prompt_tokens, and a length TRL would otherwise take from the model (131,072
     tokens for R1-Distill-7B: a KV cache at 30 % of a GPU then holds about one
     sequence); None elsewhere (nothing is rendered)."""
-    if config.max_prompt_tokens is not None or not sizes_vllm(config.trl):
+    if run.config.max_prompt_tokens is not None or not sizes_vllm(run.config.trl):
         return None
-    return max(prompt_lengths(config, bench))
+    return max(prompt_lengths(run, bench))

@@ -36,6 +36,7 @@ from collabrl.rewards.relay import (
     per_call_ratio,
     simple_reward,
 )
+from collabrl.train.methods import registry as methods
 
 if TYPE_CHECKING:
     from collabrl.train.grpo_config import GRPOTrainConfig
@@ -47,7 +48,8 @@ def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
     """The run's reward functions (TRL sums them): the method's, the user's
     `reward_funcs` beside them, or those alone (`reward_mode: replace`)."""
     users = [load_reward_func(spec) for spec in config.reward_funcs]
-    funcs = users if config.reward_mode == "replace" else [*method_rewards(config), *users]
+    own = [] if config.reward_mode == "replace" else methods.get(config.method).rewards(config)
+    funcs = [*own, *users]
     return [no_credit_on_error(func) for func in funcs]
 
 
@@ -198,19 +200,6 @@ def _import_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
-
-
-def method_rewards(config: GRPOTrainConfig) -> list[RewardFunc]:
-    """The reward of a method: correctness for grpo, RelayLLM's for relay, EAPO's for eapo."""
-    if config.method == "grpo":
-        return [accuracy]
-    if config.method == "rsim":
-        return [accuracy, step_format, follow]  # rSIM's R = R_acc + R_format + R_follow
-    if config.method == "eapo":
-        reward = functools.partial(eapo, penalty=config.consult_penalty)
-        functools.update_wrapper(reward, eapo)  # TRL logs a reward under its __name__
-        return [reward]
-    return [relay_reward(config)]
 
 
 def relay_reward(config: GRPOTrainConfig) -> RewardFunc:

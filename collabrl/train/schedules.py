@@ -22,19 +22,19 @@ protocol reads on every `run`. A trainer whose protocol has no schedule (relay, 
 simply not given the callback.
 
 `pin_horizons` fixes every "0: the whole run" step count of a training run — these two
-windows and rSIM's λ switch — to a number when the run starts, so that the config saved
-in the run folder holds it and a resume with another --steps does not move it.
+windows and rSIM's λ switch, each its method's (`MethodSpec.pin_horizons`) — to a number
+when the run starts, so that the config saved in the run folder holds it and a resume
+with another --steps does not move it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from collabrl.train.rsim_config import default_switch_step
+from collabrl.train.methods import registry as methods
 from collabrl.train.run import resumed_config
 from collabrl.train.schedule_config import Clock, ScheduleConfig
 
@@ -53,24 +53,7 @@ def pin_horizons(config: GRPOTrainConfig, out: Path) -> GRPOTrainConfig:
     differs from the saved run's is then refused by the run folder, like any change. A
     run saved before horizons were pinned keeps its 0s: they still follow --steps.
     """
-    before = resumed_config(config, out)
-    if before is not None:
-        accept, anneal = before.schedule.accept_steps, before.schedule.anneal_steps
-        switch = before.rsim.lambda_switch_step
-    else:
-        accept = anneal = config.steps
-        switch = default_switch_step(config.steps)
-    if config.method == "eapo":
-        schedule = replace(
-            config.schedule,
-            accept_steps=config.schedule.accept_steps or accept,
-            anneal_steps=config.schedule.anneal_steps or anneal,
-        )
-        config = replace(config, schedule=schedule)
-    if config.method == "rsim":
-        rsim = replace(config.rsim, lambda_switch_step=config.rsim.lambda_switch_step or switch)
-        config = replace(config, rsim=rsim)
-    return config
+    return methods.get(config.method).pin_horizons(config, resumed_config(config, out))
 
 
 def _check_step(step: int) -> None:

@@ -1,20 +1,18 @@
-"""Wire a GRPO run: the live model in an engine, the protocol around it, TRL's trainer,
-and the run folder's records (`collabrl.train.run`)."""
+"""Wire a GRPO run: the live model in an engine, the protocol around it, TRL's trainer
+(or the method's), and the run folder's records (`collabrl.train.run`). It reads the
+resolved run (`train/resolve.py`): what differs by method its spec says."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabrl import runs
-from collabrl.config import EngineConfig
 from collabrl.data.benchmarks import Benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.engines.base import SamplingParams
-from collabrl.protocols import registry
 from collabrl.protocols.build import build_protocol
 from collabrl.train.final import save_final
 from collabrl.train.run import (
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
     from collabrl.engines.hf import TransformersEngine
     from collabrl.protocols.base import CollabProtocol
     from collabrl.train.grpo_config import GRPOTrainConfig
+    from collabrl.train.resolve import ResolvedRun
     from collabrl.train.rollout import ProtocolRollout, RolloutLog
 
 # The curves drawn from metrics.jsonl, when a run logged them.
@@ -85,7 +84,7 @@ def dataset_of(bench: Benchmark) -> Any:
 
 
 def run_grpo(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     bench: Benchmark,
     out: Path,
     checkpoint: str | None,
@@ -96,19 +95,19 @@ def run_grpo(
     line per step."""
     from transformers import PrinterCallback
 
-    trainer, protocol = build_trainer(config, bench, out, checkpoint)
+    config = run.config
+    trainer, protocol = build_trainer(run, bench, out, checkpoint)
     trainer.remove_callback(PrinterCallback)  # metrics.jsonl has every log
     try:
         with runs.RecordWriter(out / METRICS) as writer:
             if config.eval_steps:
-                from collabrl.train.grpo_config import training_prompt
                 from collabrl.train.held_out import held_out_callback
 
-                prompt = training_prompt(config, bench.prompt)
+                prompt = run.prompt(bench.prompt)
                 rollout = trainer.rollout_func
-                callback = held_out_callback(config, trainer, rollout, prompt, writer, report)
+                callback = held_out_callback(run, trainer, rollout, prompt, writer, report)
                 trainer.add_callback(callback)
-            keys = step_line_keys(registry.get(protocol.name))  # no calls where none can be
+            keys = step_line_keys(run.protocol_spec)  # no calls where none can be
             trainer.add_callback(recorder(writer, progress, report, keys))
             trainer.train(resume_from_checkpoint=checkpoint)
     finally:
@@ -117,20 +116,16 @@ def run_grpo(
     history = runs.read_records(out / METRICS)
     title = f"{config.method} · {Path(config.model.rstrip('/')).name} on {Path(config.data).name}"
     plot_curves(history, out / CURVES, CURVE_KEYS, title)
-    if config.method == "rsim":
-        from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT, plot_strategies
-
-        trainer.save_planner(out / PLANNER_DIR)
-        plot_strategies(history, out / STRATEGY_PLOT, title)
+    run.method.finish(trainer, out, history, title)  # rsim: the trained planner
     return TrainResult(out, trainer.state.global_step, history)
 
 
 def build_trainer(
-    config: GRPOTrainConfig, bench: Benchmark, out: Path, checkpoint: str | None
+    run: ResolvedRun, bench: Benchmark, out: Path, checkpoint: str | None
 ) -> tuple[GRPOTrainer, CollabProtocol]:
     """The trainer of a run, and the protocol its rollouts use (the caller closes it):
-    the live model in an engine, the protocol around it, TRL's trainer (rSIM's for
-    rsim, with the planner of `checkpoint` when resuming)."""
+    the live model in an engine, the protocol around it, TRL's trainer or the one its
+    method names (rSIM's, with the planner of `checkpoint` when resuming)."""
     from trl import GRPOTrainer
 
     from collabrl.models import load_model, load_tokenizer, resolve_model
@@ -140,14 +135,14 @@ def build_trainer(
     from collabrl.train.prompt_length import longest_prompt
     from collabrl.train.rewards import reward_functions
     from collabrl.train.rollout import RolloutLog, log_scored_rollouts
-    from collabrl.train.schedules import ScheduleCallback
 
+    config = run.config
     if config.steps == 0:  # TRL would read max_steps 0 as num_train_epochs (3)
         raise ValueError("steps 0 (one epoch) is resolved by grpo_args.pin_steps first")
     # TRL's arguments set up the distributed state, which makes "cuda" (engine.device auto)
     # this process's own GPU under `accelerate launch`: built before the collaborators
     # load, so that they do not all land on GPU 0.
-    args = grpo_args(config, out, longest_prompt(config, bench))
+    args = grpo_args(config, out, longest_prompt(run, bench))
     ref = resolve_model(config.model)
     # On the CPU in the dtype training holds it in, whatever engine.dtype and
     # engine.device say: accelerate moves the model. transformers 5 builds it on the meta
@@ -156,16 +151,15 @@ def build_trainer(
     model = load_model(ref, dtype=policy_dtype(args), device="cpu")
     tokenizer = load_tokenizer(ref)
     log = RolloutLog(out / ROLLOUTS, config.save_rollouts) if config.save_rollouts else None
-    rollout = training_rollout(config, bench, model, tokenizer, checkpoint, log)
+    rollout = training_rollout(run, bench, model, tokenizer, checkpoint, log)
     protocol = rollout.protocol
-    # eapo's schedule puts accept_prob and turn_budget into the logs the recorder writes.
-    schedule = [ScheduleCallback(config.schedule, protocol)] if config.method == "eapo" else []
-    trainer_class, extra = GRPOTrainer, {}
-    if config.method == "rsim":
-        from collabrl.train.rsim_trainer import RSIMTrainer
-
-        trainer_class, extra = RSIMTrainer, {"planner": protocol.planner, "rsim": config.rsim}
     try:
+        # The method's callbacks (eapo's schedules) put their values into the logs the
+        # recorder writes; its trainer (rSIM's) where TRL's is not enough.
+        callbacks = run.method.callbacks(config, protocol)
+        trainer_class, extra = GRPOTrainer, {}
+        if run.method.trainer is not None:
+            trainer_class, extra = run.method.trainer(config, protocol)
         trainer = trainer_class(
             model=model,
             reward_funcs=reward_functions(config),
@@ -173,7 +167,7 @@ def build_trainer(
             train_dataset=dataset_of(bench),
             processing_class=tokenizer,
             rollout_func=rollout,
-            callbacks=schedule,
+            callbacks=callbacks,
             peft_config=config.lora.peft_config(),
             **extra,
         )
@@ -187,7 +181,7 @@ def build_trainer(
 
 
 def training_rollout(
-    config: GRPOTrainConfig,
+    run: ResolvedRun,
     bench: Benchmark,
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -195,22 +189,23 @@ def training_rollout(
     log: RolloutLog | None = None,
 ) -> ProtocolRollout:
     """The rollout of a run over `model` (the live model TRL trains): the policy engine,
-    the method's protocol with its collaborators, and the sampling parameters; `log`
-    keeps a sample of every step's episodes. The caller closes `rollout.protocol`."""
-    from collabrl.train.grpo_config import rollout_protocol, training_prompt
+    the run's rollout protocol with its collaborators (as its method resumes it from
+    `checkpoint`), and the sampling parameters; `log` keeps a sample of every step's
+    episodes. The caller closes `rollout.protocol`."""
     from collabrl.train.rollout import ProtocolRollout
 
+    config = run.config
     engine = policy_engine(config, model, tokenizer)
     # A protocol whose spec brings its paper's prompts gets none; the others the data's.
-    prompt = training_prompt(config, bench.prompt)
+    prompt = run.prompt(bench.prompt)
     template = None if prompt is None else get_prompt(prompt)
-    protocol_config = rollout_protocol(config)
-    if config.method == "rsim" and checkpoint is not None:
-        protocol_config.planner = checkpoint_planner(checkpoint)
+    protocol_config = run.protocol
+    if checkpoint is not None:
+        protocol_config = run.method.resumed(protocol_config, checkpoint)
     protocol = build_protocol(
         protocol_config,
         config.model,
-        collaborators_engine(config),
+        run.method.collaborators_engine(config.engine),
         template,
         bench.extract_fallback,
         policy_engine=engine,
@@ -237,28 +232,3 @@ def policy_engine(
         prefix_cache_mb=config.engine.prefix_cache_mb,
         continuous=config.engine.continuous_batching,
     )
-
-
-def collaborators_engine(config: GRPOTrainConfig) -> EngineConfig:
-    """The engine options the run's collaborators load with: the config's (on the GPU by
-    default), except that rSIM's planner, which trains beside the policy, keeps float32
-    master weights as the policy does (an optimizer stepping bfloat16 weights loses
-    most small updates)."""
-    if config.method == "rsim":
-        return dataclasses.replace(config.engine, dtype="float32")
-    return config.engine
-
-
-def checkpoint_planner(checkpoint: str) -> str:
-    """The planner saved with a checkpoint, which a resumed rsim run starts from."""
-    from collabrl.errors import UserError
-    from collabrl.protocols.planner import PLANNER_FILE
-    from collabrl.train.rsim import PLANNER_DIR
-
-    folder = Path(checkpoint) / PLANNER_DIR
-    if not (folder / PLANNER_FILE).is_file():
-        raise UserError(
-            f"{checkpoint} holds no planner (the run stopped while saving it)",
-            f"delete {checkpoint} and --resume from the checkpoint before it",
-        )
-    return str(folder)

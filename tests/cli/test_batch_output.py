@@ -223,8 +223,10 @@ def _config_commands() -> list[tuple[list[str], typer.core.TyperCommand]]:
     found = []
 
     def walk(words: list[str], command) -> None:
-        for name, sub in getattr(command, "commands", {}).items():
-            walk([*words, name], sub)
+        if hasattr(command, "list_commands"):  # a group: `collab train` builds its own
+            context = typer.Context(command)
+            for name in command.list_commands(context):
+                walk([*words, name], command.get_command(context, name))
         if getattr(command, "config_class", ""):
             found.append((words, command))
 

@@ -31,6 +31,7 @@ from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.spec import Collaborator, Flag, ProtocolSpec
+from collabrl.train.methods import registry as methods
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "400"}  # help and usage errors on unwrapped lines
@@ -51,11 +52,10 @@ def _config_commands() -> list[tuple[str, typer.core.TyperCommand]]:
     root = typer.main.get_command(app)
     found = [(name, root.commands[name]) for name in ("infer", "serve")]
     found.append(("eval", root.commands["eval"].commands["run"]))
-    found += [(f"train-{m}", root.commands["train"].commands[m]) for m in TRAIN_METHODS]
+    train = root.commands["train"]  # its method commands are built from their specs
+    context = typer.Context(train)
+    found += [(f"train-{m}", train.get_command(context, m)) for m in methods.grpo_names()]
     return found
-
-
-TRAIN_METHODS = ("grpo", "relay", "eapo", "rsim")
 
 
 @pytest.mark.parametrize(("command", "click_command"), _config_commands())

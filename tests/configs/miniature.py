@@ -27,7 +27,7 @@ from typing import Any
 from collabrl.cli.options import load_config
 from collabrl.config import read_yaml
 from collabrl.protocols.consult_config import turn_tokens
-from collabrl.train.grpo_config import PROTOCOL_OF
+from collabrl.train.methods import registry as methods
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -89,7 +89,7 @@ def _grpo_miniature(path: Path, model: Path) -> dict[str, Any]:
         save_steps=updates,  # a checkpoint at the end of each generation
         sampling={**shipped.get("sampling", {}), "n": GROUP, "max_tokens": MAX_TOKENS},
     )
-    block = PROTOCOL_OF[resolved.method]
+    block = methods.get(resolved.method).protocol
     if block in TOKEN_KEYS:
         key = TOKEN_KEYS[block]
         value = getattr(getattr(resolved.protocol, block), key)

@@ -22,7 +22,8 @@ from collabrl.cli.options import load_config
 from collabrl.engines import is_url
 from collabrl.engines.reference import is_stand_in
 from collabrl.train.grpo_args import grpo_args
-from collabrl.train.grpo_config import PROTOCOL_OF, changed_keys
+from collabrl.train.grpo_config import changed_keys
+from collabrl.train.methods import registry as methods
 from tests.configs.miniature import (
     GROUP,
     MAX_TOKENS,
@@ -108,7 +109,7 @@ def test_a_miniature_keeps_its_paper_configs_structure(
     assert (small_micro % GROUP == 0) == (micro % group == 0)  # or they hold whole groups
     assert small.max_steps == 2 * _updates(paper)  # two generations
     # Token budgets keep their ratio to the episode's (EAPO: K answers against it).
-    block = PROTOCOL_OF[shipped.method]
+    block = methods.get(shipped.method).protocol
     if block in TOKEN_KEYS:
         ratio = getattr(getattr(shipped.protocol, block), TOKEN_KEYS[block]) / (
             shipped.sampling.max_tokens

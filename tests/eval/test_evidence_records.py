@@ -18,7 +18,8 @@ from collabrl.config import to_dict
 from collabrl.eval.metrics import concentration, sign_test
 from collabrl.eval.report import format_p
 from collabrl.train import evidence
-from collabrl.train.grpo_config import GRPOTrainConfig, unread_keys
+from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import EVALUATION, METRICS
 from tests.eval.evidence import EVIDENCE
 from tests.eval.test_relay_seeds import _eval
@@ -58,7 +59,7 @@ def _train_run(folder: Path, seed: int = 0) -> Path:
     """A finished relay run folder as `collab train` leaves it: config.yaml (with its
     header), six steps of metrics.jsonl, eval.json and the held-out evaluations."""
     config = _config(folder, seed=seed)
-    runs.prepare_folder(config, folder, frozenset(), (), unread_keys(config))
+    runs.prepare_folder(config, folder, frozenset(), (), resolve_run(config).unread_keys())
     with runs.RecordWriter(folder / METRICS) as writer:
         for step in range(1, 7):
             writer.write(
@@ -210,12 +211,12 @@ def _hash(tmp_path: Path, name: str, config: dict) -> str:
 
 def test_the_hash_is_the_experiments_not_its_folder_seed_or_spelling(tmp_path: Path) -> None:
     config = _config(tmp_path / "a")
-    saved = to_dict(config, unread_keys(config))
+    saved = to_dict(config, resolve_run(config).unread_keys())
     first = _hash(tmp_path, "first", saved)
     assert first == _hash(tmp_path, "again", saved)
     assert len(first) == 64
     # Another folder, seed or a resume: the same unit.
-    moved = to_dict(_config(tmp_path / "b", seed=7, resume=True), unread_keys(config))
+    moved = to_dict(_config(tmp_path / "b", seed=7, resume=True), resolve_run(config).unread_keys())
     assert _hash(tmp_path, "moved", moved) == first
     # `collab config show` writes every section, the run's config.yaml those it reads.
     assert _hash(tmp_path, "shown", to_dict(config)) == first
@@ -477,3 +478,40 @@ def test_the_repository_tables_are_the_records() -> None:
     done = _script(TABLE, "--check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("OK: ")
+
+
+def test_the_refusal_probe_from_a_records_refused_and_locked_evaluations(tmp_path: Path) -> None:
+    # Issue 48's probe: with every answer refused, the episodes of p1, p2, p3 consulted and
+    # p1 was still right; locked, p1 and p2 are right: 1 of 3 against 2 of 3, half holds.
+    def summary(correct: dict[str, int], called: dict[str, int]) -> dict:
+        return {
+            "n": 1,
+            "problems": len(correct),
+            "accuracy": sum(correct.values()) / len(correct),
+            "correct": correct,
+            "called": called,
+            "call_share": {"add1": sum(called.values()) / len(called)},
+        }
+
+    refused = summary({"p1": 1, "p2": 0, "p3": 0, "p4": 1}, {"p1": 1, "p2": 1, "p3": 1, "p4": 0})
+    locked = summary(
+        {"p1": 1, "p2": 1, "p3": 0, "p4": 0}, dict.fromkeys(("p1", "p2", "p3", "p4"), 0)
+    )
+    record = {
+        "schema": evidence.RECORD_SCHEMA,
+        "method": "eapo-probe",
+        "arm": "three-outcome",
+        "seed": 0,
+        "commit": None,
+        "config_hash": "h",
+        "wall_time_s": None,
+        "evals": {"accepted": locked, "refused": refused, "locked": locked},
+        "curve": [],
+    }
+    path = evidence.record_path(tmp_path, "eapo-probe", "three-outcome", 0)
+    path.parent.mkdir(parents=True)
+    runs.write_json(path, record)
+    done = _script(TABLE, "--evidence", tmp_path)
+    assert done.returncode == 0, done.stderr
+    row = _table_row(done.stdout, "three-outcome", "0.5000")
+    assert row[4:] == ["3 of 4", "1 of 3", "2 of 3", "yes"]

@@ -12,30 +12,14 @@ from typer.testing import CliRunner
 
 from collabrl import runs
 from collabrl.cli.main import app
-from collabrl.config import build_config
 from collabrl.data.benchmarks import fewshot_items, load_benchmark
-from collabrl.eval.config import EvalConfig
 from collabrl.eval.provenance import data_hash, digest, task_hash
 from collabrl.eval.results import RESULTS
 from collabrl.eval.runner import run_eval
 from collabrl.models import load_tokenizer
 from tests.cli.test_cli import assert_one_line_error, collab
+from tests.eval.test_results_json import _config, _results
 from tests.eval.test_runner import _record
-
-
-def _config(model: Path, out: Path, **sets: object) -> EvalConfig:
-    layer = {
-        "benchmark": "gsm8k",
-        "model": str(model),
-        "limit": 2,
-        "out": str(out),
-        "sampling": {"n": 2, "max_tokens": 4, "temperature": 1.0, "seed": 3},
-    }
-    return build_config(EvalConfig, [layer], [f"{k}={v}" for k, v in sets.items()])
-
-
-def _results(folder: Path) -> dict:
-    return json.loads((folder / RESULTS).read_text())
 
 
 def test_results_json_holds_what_reproduces_the_run(tiny_model_dir, tiny_engine, tmp_path):

@@ -33,6 +33,7 @@ from collabrl.protocols.solo import SoloProtocol
 from collabrl.protocols.spec import BuildContext, Collaborator, Flag, ProtocolSpec
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import METRICS
 
 BUILTIN = tuple(spec.name for spec in registry.BUILTIN)
@@ -146,7 +147,7 @@ def test_echo_trains_one_grpo_step(echo, tiny_model_dir: Path, tmp_path) -> None
         sampling=DecodingConfig(n=2, max_tokens=8, temperature=1.0),
         protocol=ProtocolConfig(name="echo", options={"mark": "trained"}),
     )
-    result = train_grpo(config)
+    result = train_grpo(resolve_run(config))
     assert result.steps == 1
     [logged] = [r for r in runs.read_records(tmp_path / METRICS) if "reward" in r]
     assert logged["episodes/echoed"] == 1.0  # its spec's extras, logged as its metric key

@@ -69,7 +69,7 @@ def test_the_share_of_truncated_expert_answers_reaches_trls_metrics(
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from collabrl.train.rewards import method_rewards
+    from collabrl.train.methods import registry as methods
     from collabrl.train.trainer import CURVE_KEYS
 
     reply = "The final answer is $\\boxed{42}$."
@@ -94,7 +94,7 @@ def test_the_share_of_truncated_expert_answers_reaches_trls_metrics(
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        reward_funcs=method_rewards(GRPOTrainConfig(method="eapo")),
+        reward_funcs=methods.get("eapo").rewards(GRPOTrainConfig(method="eapo")),
         args=args,
         train_dataset=datasets.Dataset.from_list([{"prompt": "p"}, {"prompt": "q"}]),
         processing_class=smol_tokenizer,

@@ -14,6 +14,7 @@ from collabrl.protocols.config import ProtocolConfig
 from collabrl.protocols.consult_config import ConsultConfig, turn_tokens
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import METRICS
 
 # One reference expert with short answers: a budget that holds one full turn.
@@ -48,14 +49,14 @@ def _generations(out: Path) -> list[dict]:
 def test_rho_counts_generations_and_a_resume_continues_the_count(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=6))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=6)))
     first = _generations(tmp_path)
     # ρ_s = 1/s over generations: 1, 1/2 (counting optimizer steps gave 1, 1/4).
     assert [s["step"] for s in first] == [1, 4]
     assert [s["episodes/accept_prob"] for s in first] == [1.0, 0.5]
     shares = [sum(s[f"episodes/end/{r}"] for r in EndReason) for s in first]
     assert shares == pytest.approx([1.0, 1.0])  # every episode ended for one logged reason
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=9, resume=True))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=9, resume=True)))
     resumed = _generations(tmp_path)
     assert [s["episodes/accept_prob"] for s in resumed] == [1.0, 0.5, pytest.approx(1 / 3)]
     # The 6-step run's horizon (pinned): the turn budget reached its end at generation 2.

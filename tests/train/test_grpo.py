@@ -18,6 +18,7 @@ from collabrl.protocols.relay_config import RelayConfig
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import CURVES, METRICS
 
 
@@ -38,7 +39,7 @@ def _config(model: Path, out: Path, **changes) -> GRPOTrainConfig:
 def test_grpo_writes_metrics_curves_and_a_loadable_model(tiny_model_dir: Path, tmp_path) -> None:
     from collabrl.engines.hf import TransformersEngine
 
-    result = train_grpo(_config(tiny_model_dir, tmp_path))
+    result = train_grpo(resolve_run(_config(tiny_model_dir, tmp_path)))
     assert result.steps == 2
     steps = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     logged = [s for s in steps if "reward" in s]
@@ -70,7 +71,7 @@ def test_relay_with_the_reference_teacher_runs(
         protocol=ProtocolConfig(teacher="reference", relay=relay),
         **(AUTHORS_CODE if authors_code else {}),
     )
-    train_grpo(config)
+    train_grpo(resolve_run(config))
     (step,) = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()][:1]
     assert "rewards/relay_difficulty_aware/mean" in step
     # The per-call ρ is logged when the reward charges it, and only then.
@@ -78,17 +79,17 @@ def test_relay_with_the_reference_teacher_runs(
 
 
 def test_resume_continues_from_the_last_checkpoint(tiny_model_dir: Path, tmp_path) -> None:
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1))
-    result = train_grpo(_config(tiny_model_dir, tmp_path, steps=2, resume=True))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=1)))
+    result = train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=2, resume=True)))
     assert result.steps == 2
     logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     assert [s["step"] for s in logged if "reward" in s] == [1, 2]  # step 1 was not redone
 
 
 def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, tmp_path) -> None:
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=1)))
     with pytest.raises(UserError, match="already reached step 1 of 1"):
-        train_grpo(_config(tiny_model_dir, tmp_path, steps=1, resume=True))
+        train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=1, resume=True)))
 
 
 @pytest.mark.parametrize(
@@ -112,7 +113,7 @@ def test_resuming_a_run_that_reached_its_steps_is_refused(tiny_model_dir: Path, 
 )
 def test_bad_configs_are_refused_before_any_model_loads(changes, fragment, tmp_path) -> None:
     with pytest.raises(UserError, match=fragment):
-        train_grpo(_config(Path("no-such-model"), tmp_path, **changes))
+        train_grpo(resolve_run(_config(Path("no-such-model"), tmp_path, **changes)))
 
 
 def test_grpo_on_apollo_trains_with_the_tools_in_the_rollout(
@@ -123,7 +124,7 @@ def test_grpo_on_apollo_trains_with_the_tools_in_the_rollout(
     config = _config(
         tiny_model_dir, tmp_path, protocol=ProtocolConfig(name="apollo", apollo=apollo)
     )
-    result = train_grpo(config)
+    result = train_grpo(resolve_run(config))
     assert result.steps == 2
     steps = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     logged = [s for s in steps if "reward" in s]
@@ -132,7 +133,7 @@ def test_grpo_on_apollo_trains_with_the_tools_in_the_rollout(
 
 def test_resume_without_checkpoints_is_refused(tiny_model_dir: Path, tmp_path) -> None:
     with pytest.raises(UserError, match="no checkpoint to resume"):
-        train_grpo(_config(tiny_model_dir, tmp_path, resume=True))
+        train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, resume=True)))
 
 
 def test_eapo_refuses_a_budget_that_cannot_hold_one_consult_turn(
@@ -144,7 +145,7 @@ def test_eapo_refuses_a_budget_that_cannot_hold_one_consult_turn(
         tiny_model_dir, tmp_path, method="eapo", protocol=ProtocolConfig(experts=["reference"])
     )
     with pytest.raises(UserError, match="cannot hold one consult turn of 1744 tokens"):
-        config.check()
+        resolve_run(config)
 
 
 def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
@@ -160,7 +161,7 @@ def test_eapo_with_reference_experts_follows_the_acceptance_schedule(
         protocol=ProtocolConfig(experts=["reference"], consult=consult),
         sampling=DecodingConfig(n=2, max_tokens=turn_tokens(consult), temperature=1.0),
     )
-    train_grpo(config)
+    train_grpo(resolve_run(config))
     logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     steps = [s for s in logged if "reward" in s]
     assert "rewards/eapo/mean" in steps[0] and "episodes/accepted_calls" in steps[0]
@@ -175,7 +176,7 @@ def test_a_held_out_evaluation_scores_the_start_and_the_trained_policy(
     tiny_model_dir: Path, tmp_path
 ) -> None:
     config = _config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=3)
-    result = train_grpo(config)
+    result = train_grpo(resolve_run(config))
     assert set(result.evaluation) == {"start", "final", "paired"}
     assert result.evaluation["final"]["problems"] == 3
     correct = {
@@ -197,7 +198,7 @@ def test_a_held_out_evaluation_scores_the_start_and_the_trained_policy(
 
 def test_a_mistyped_held_out_set_fails_before_training(tiny_model_dir: Path, tmp_path) -> None:
     with pytest.raises(UserError, match="unknown benchmark"):
-        train_grpo(_config(tiny_model_dir, tmp_path, eval_data="no-such-set"))
+        train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, eval_data="no-such-set")))
     assert not (tmp_path / METRICS).exists()
 
 
@@ -225,9 +226,9 @@ def test_the_held_out_set_reads_the_training_columns_and_its_own_split(
     out = tmp_path / "run"
     config = _config(tiny_model_dir, out, steps=1, data=data, eval_data=data, **columns)
     with pytest.raises(UserError, match="holds the splits"):  # before any work
-        train_grpo(dataclasses.replace(config, split="train"))
+        train_grpo(resolve_run(dataclasses.replace(config, split="train")))
     assert not out.exists()
-    train_grpo(dataclasses.replace(config, split="train", eval_split="test"))
+    train_grpo(resolve_run(dataclasses.replace(config, split="train", eval_split="test")))
     samples = (out / "eval-final" / "samples.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["item_id"] for line in samples) == ["test-0", "test-1", "test-2"]
 
@@ -351,16 +352,20 @@ def test_lora_trains_an_adapter_through_the_rollout_and_final_is_what_lora_merge
 
     from collabrl.models import resolve_model
 
-    merged = train_grpo(_config(tiny_model_dir, tmp_path / "merged", lora=LoraSettings(True, r=4)))
+    merged = train_grpo(
+        resolve_run(_config(tiny_model_dir, tmp_path / "merged", lora=LoraSettings(True, r=4)))
+    )
     checkpoint = next((merged.out_dir / "checkpoints").glob("checkpoint-*"))
     assert (checkpoint / "adapter_config.json").is_file()  # only the adapter trained
     assert resolve_model(str(merged.out_dir / "final")).kind == "hf"
     adapter = train_grpo(
-        _config(
-            tiny_model_dir,
-            tmp_path / "adapter",
-            lora=LoraSettings(True, r=4, merge=False),
-            final_dtype="bfloat16",  # not applied to an adapter alone
+        resolve_run(
+            _config(
+                tiny_model_dir,
+                tmp_path / "adapter",
+                lora=LoraSettings(True, r=4, merge=False),
+                final_dtype="bfloat16",  # not applied to an adapter alone
+            )
         )
     )
     final = adapter.out_dir / "final"
@@ -373,7 +378,7 @@ def test_final_is_saved_in_the_dtype_asked_for(tiny_model_dir: Path, tmp_path) -
     import torch
     from safetensors.torch import load_file
 
-    result = train_grpo(_config(tiny_model_dir, tmp_path, final_dtype="bfloat16"))
+    result = train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, final_dtype="bfloat16")))
     weights = load_file(str(result.out_dir / "final" / "model.safetensors"))
     assert {tensor.dtype for tensor in weights.values()} == {torch.bfloat16}
 
@@ -386,11 +391,11 @@ def test_training_data_in_its_own_column_layout(tiny_model_dir: Path, tmp_path) 
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     columns = {"problem_field": "question", "answer_field": "final", "id_field": "key"}
     config = _config(tiny_model_dir, tmp_path / "run", data=str(data), steps=1, **columns)
-    result = train_grpo(config)
+    result = train_grpo(resolve_run(config))
     kept = [json.loads(line) for line in (result.out_dir / "rollouts.jsonl").open()]
     assert kept[0]["episode"]["problem_id"] == "q0" and kept[0]["gold"] == "1"
     with pytest.raises(UserError, match="has no 'problem' column"):
-        train_grpo(_config(tiny_model_dir, tmp_path / "other", data=str(data)))
+        train_grpo(resolve_run(_config(tiny_model_dir, tmp_path / "other", data=str(data))))
 
 
 def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_path) -> None:
@@ -398,7 +403,7 @@ def test_the_held_out_set_is_scored_every_eval_steps(tiny_model_dir: Path, tmp_p
         tiny_model_dir, tmp_path, steps=2, eval_data="arith", eval_limit=2, eval_steps=1
     )
     lines: list[str] = []
-    result = train_grpo(config, report=lines.append)
+    result = train_grpo(resolve_run(config), report=lines.append)
     logged = [row for row in result.history if "eval/pass@1" in row]
     assert [row["step"] for row in logged] == [1, 2]
     assert (tmp_path / "eval-step-1" / "metrics.json").is_file()
@@ -444,7 +449,7 @@ def test_a_failed_end_of_run_evaluation_keeps_the_run_and_says_how_to_evaluate_i
     monkeypatch.setattr(runner, "run_eval", out_of_memory_on_final)
     config = _config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=2)
     with pytest.raises(UserError) as failed:
-        train_grpo(config)
+        train_grpo(resolve_run(config))
     message = str(failed.value)
     assert "\n" not in message and "OutOfMemoryError: CUDA out of memory" in message
     assert (tmp_path / "final" / "model.safetensors").is_file()
@@ -478,7 +483,9 @@ def test_the_trainer_is_freed_before_the_end_of_run_evaluation(
         return real_run_eval(config, **kwargs)
 
     monkeypatch.setattr(runner, "run_eval", count_trainers)
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=1))
+    train_grpo(
+        resolve_run(_config(tiny_model_dir, tmp_path, steps=1, eval_data="arith", eval_limit=1))
+    )
     assert alive == [0, 0]  # start, final
 
 
@@ -512,7 +519,7 @@ def test_finding_the_main_process_leaves_the_process_group_to_trl() -> None:
 
     code = (
         "from accelerate import PartialState\n"
-        "from collabrl.train.run import is_main_process, num_processes\n"
+        "from collabrl.train.launch import is_main_process, num_processes\n"
         "assert is_main_process() and num_processes() == 1\n"
         "print(bool(PartialState._shared_state))\n"
     )

@@ -17,6 +17,7 @@ from collabrl.train.importance import (
     sequence_mask_drops,
     watch_sequence_mask,
 )
+from collabrl.train.resolve import resolve_run
 
 
 def _rows(*diffs: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,7 +113,9 @@ def test_a_real_trainer_logs_it_when_a_generation_serves_several_updates(
         trl=trl,
     )
     bench = load_benchmark("arith_train", limit=4)
-    trainer, protocol = build_trainer(config, bench, tmp_path, None)  # it watches the mask
+    trainer, protocol = build_trainer(
+        resolve_run(config), bench, tmp_path, None
+    )  # it watches the mask
     try:
         trainer.train()
     finally:

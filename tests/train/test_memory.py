@@ -9,14 +9,17 @@ import pytest
 from collabrl.train.memory import (
     GB,
     GIB,
+    SHAPES,
     VLLM_FIXED_GIB,
+    ModelShape,
     checkpoint_size,
     estimate_eval,
+    estimate_memory,
     estimate_vllm,
     kv_token_bytes,
     room_for_vllm,
+    shape_from_config,
 )
-from collabrl.train.plan import SHAPES, ModelShape, estimate_memory, shape_from_config
 
 R1_7B = shape_from_config(SHAPES / "DeepSeek-R1-Distill-Qwen-7B")
 LENGTH = 2048 + 20480  # Table 4: prompt and response

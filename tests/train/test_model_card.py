@@ -12,6 +12,7 @@ from markdown_it import MarkdownIt
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.model_card import grpo_facts, write_model_card
+from collabrl.train.resolve import resolve_run
 
 HOSTILE_DATA = "rows.jsonl\n\n## Pwned\n[click](http://evil.example) <img src=x> `x` | a |"
 TEACHER = "http://me:hunter2@teacher.example/v1?api_key=sk-LEAK"
@@ -26,7 +27,7 @@ def _card(tmp_path: Path) -> str:
         protocol=ProtocolConfig(teacher=TEACHER),
         out=str(tmp_path / "run"),
     )
-    facts = grpo_facts(config, rows=8, steps=2, out=tmp_path / "run")
+    facts = grpo_facts(resolve_run(config), rows=8, steps=2, out=tmp_path / "run")
     final = tmp_path / 'run"\n```\n' / "final"  # a quote and a fence in the model's path
     final.mkdir(parents=True)
     evaluation = {"start": {"pass@1": 0.25, "problems": 4}, "final": {"pass@1": 0.5}}

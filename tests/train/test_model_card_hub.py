@@ -14,11 +14,13 @@ from huggingface_hub import ModelCard
 
 from collabrl.train.grpo import train_grpo
 from collabrl.train.model_card import TrainingFacts, card_data, write_model_card
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import CHECKPOINTS, FINAL
-from collabrl.train.sft import SFTTrainConfig, train_sft
+from collabrl.train.sft import train_sft
 from tests.test_models_hub_cache import REPO, fake_hub_cache
 from tests.train.test_grpo import _config
 from tests.train.test_sft import ROW
+from tests.train.test_sft import _config as sft_config
 
 START = {"pass@1": 0.25, "call_ratio": 0.0, "mean_completion_tokens": 40.0, "problems": 4}
 FINAL_SCORES = {"pass@1": 0.5, "call_ratio": 0.125, "mean_completion_tokens": 31.0}
@@ -109,17 +111,7 @@ def test_an_sft_run_leaves_no_trl_card_in_its_checkpoints(
     """Before, TRL wrote checkpoints/README.md at every save, its fields `[None]`."""
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({**ROW, "item_id": f"a{i}"}) + "\n" for i in range(2)))
-    config = SFTTrainConfig(
-        model=str(tiny_model_dir),
-        data=str(rows),
-        out=str(tmp_path / "run"),
-        batch_size=2,
-        gradient_accumulation_steps=1,
-        max_length=128,
-        activation_checkpointing=False,
-        save_steps=1,
-        trl={"max_steps": 1},
-    )
+    config = sft_config(tiny_model_dir, rows, tmp_path / "run", "max_steps=1", save_steps=1)
     out = train_sft(config).out_dir
     assert list((out / CHECKPOINTS).glob("checkpoint-*"))  # it saved
     assert not (out / CHECKPOINTS / "README.md").exists()
@@ -129,7 +121,7 @@ def test_an_sft_run_leaves_no_trl_card_in_its_checkpoints(
 def test_a_grpo_run_leaves_no_trl_card_in_its_checkpoints(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, limit=2))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=1, limit=2)))
     assert list((tmp_path / CHECKPOINTS).glob("checkpoint-*"))  # it saved
     assert not (tmp_path / CHECKPOINTS / "README.md").exists()
     assert (tmp_path / FINAL / "README.md").is_file()

@@ -18,19 +18,21 @@ from typer.testing import CliRunner
 from collabrl.cli.main import app
 from collabrl.config import build_config, read_yaml
 from collabrl.errors import UserError
-from collabrl.train.grpo_config import PROTOCOL_OF, GRPOTrainConfig
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.lora import LoraSettings
-from collabrl.train.plan import (
+from collabrl.train.memory import (
     GIB,
     SHAPES,
     ModelShape,
     estimate_memory,
     model_shape,
-    plan_run,
     shape_from_config,
     shape_from_name,
     shipped_shape,
 )
+from collabrl.train.methods import registry as methods
+from collabrl.train.plan import plan_run
+from collabrl.train.resolve import resolve_run
 
 CONFIGS = Path(__file__).parents[2] / "configs" / "train"
 GRPO_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.startswith("sft-"))
@@ -68,16 +70,16 @@ def test_every_shipped_config_resolves_without_loading_a_weight(path: Path, monk
         raise AssertionError("a dry run loaded a model")
 
     monkeypatch.setattr(collabrl.models, "load_model", no_weights)
-    plan = plan_run(_load(path))
+    plan = plan_run(resolve_run(_load(path)))
     rows = _rows(plan)
     sections = {"run", "TRL (effective)", "batch (completions)", "who runs where"}
     assert sections | {"memory per device (estimate)"} <= set(plan.sections)
     assert rows["method"] == path.stem.split("-")[0]
-    assert rows["protocol"] == PROTOCOL_OF[rows["method"]]  # the method's, not solo
+    assert rows["protocol"] == methods.get(rows["method"]).protocol  # the method's, not solo
 
 
 def test_the_relay_paper_config_shows_its_effective_settings() -> None:
-    rows = _rows(plan_run(_load(CONFIGS / "relay-qwen3-1.7b.yaml")))
+    rows = _rows(plan_run(resolve_run(_load(CONFIGS / "relay-qwen3-1.7b.yaml"))))
     assert rows["gradient checkpointing"] == "True"
     assert rows["use_vllm"] == "True" and rows["vllm_mode"] == "colocate"
     assert rows["chat template options"] == "{'enable_thinking': False}"
@@ -114,12 +116,15 @@ def test_the_dry_run_opens_the_data_as_the_run_would(tmp_path: Path) -> None:
     data.write_text('{"q": "What is 1 + 1?", "a": "2"}\n{"q": "What is 2 + 2?", "a": "4"}\n')
     config = _load(CONFIGS / "grpo-cpu-arith.yaml", data=str(data), eval_data="arith")
     with pytest.raises(UserError, match="rows.jsonl:1 has no 'problem' column"):
-        plan_run(config)
+        plan_run(resolve_run(config))
     named = dataclasses.replace(config, problem_field="q", answer_field="a", eval_limit=18)
-    rows = _rows(plan_run(named))
+    rows = _rows(plan_run(resolve_run(named)))
     assert rows["problems"] == "2" and rows["held-out"] == "18 (arith)"
     elsewhere = _load(CONFIGS / "grpo-cpu-arith.yaml", data="/cluster/data.jsonl")
-    assert "problems '/cluster/data.jsonl' is not on this machine" in plan_run(elsewhere).warnings
+    assert (
+        "problems '/cluster/data.jsonl' is not on this machine"
+        in plan_run(resolve_run(elsewhere)).warnings
+    )
 
 
 def test_sizes_are_read_off_a_models_name() -> None:
@@ -162,7 +167,7 @@ def test_the_memory_arithmetic_by_hand() -> None:
 def test_the_launch_comes_from_the_accelerate_config(tmp_path: Path) -> None:
     config = _load(CONFIGS / "eapo-r1-distill-7b.yaml")
     zero3 = Path(__file__).parents[2] / "configs" / "accelerate" / "zero3.yaml"
-    rows = _rows(plan_run(config, zero3))
+    rows = _rows(plan_run(resolve_run(config), zero3))
     assert rows["processes"] == f"8 ({zero3})" and rows["ZeRO stage"] == "3"
     # R1-Distill-Qwen-7B's shipped shape, 7.62e9 params × 16 B / 8 processes.
     state = rows["weights + gradients + AdamW (16 B a parameter)"]
@@ -170,12 +175,12 @@ def test_the_launch_comes_from_the_accelerate_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("num_processes: eight\n")
     with pytest.raises(UserError, match="num_processes must be a positive integer"):
-        plan_run(config, bad)
+        plan_run(resolve_run(config), bad)
 
 
 def test_rsim_counts_the_planner_it_trains() -> None:
     config = _load(CONFIGS / "rsim-qwen2.5-0.5b.yaml")
-    rows = _rows(plan_run(config))
+    rows = _rows(plan_run(resolve_run(config)))
     assert rows["planner"].endswith("trained beside the policy in every process (float32, DDP)")
     state = 494_032_768 * 16 / GIB  # Qwen2.5-0.5B's shipped shape, 16 bytes a parameter
     assert rows["planner weights + gradients + AdamW"] == f"{state:.1f} GiB"
@@ -240,7 +245,7 @@ def test_shipped_shapes_load_with_autoconfig() -> None:
 
 def test_the_dry_run_shows_every_term() -> None:
     relay = build_config(GRPOTrainConfig, [read_yaml(CONFIGS / "relay-qwen3-1.7b.yaml")])
-    rows = _rows(plan_run(relay))
+    rows = _rows(plan_run(resolve_run(relay)))
     assert rows["parameters"] == "1.72 B (from the shipped shape shapes/Qwen3-1.7B)"
     reference = 1_720_574_976 * 4 / GIB  # beta 0.01, one process: an fp32 copy
     assert rows["reference model"] == f"{reference:.1f} GiB (beta 0.01)"
@@ -248,7 +253,7 @@ def test_the_dry_run_shows_every_term() -> None:
     assert any(key.startswith("log-probs (TRL's chunked LM head") for key in rows)
     assert "training total" in rows
     eapo = build_config(GRPOTrainConfig, [read_yaml(CONFIGS / "eapo-r1-distill-7b.yaml")])
-    assert _rows(plan_run(eapo))["reference model"] == "none (beta 0)"
+    assert _rows(plan_run(resolve_run(eapo)))["reference model"] == "none (beta 0)"
 
 
 @pytest.mark.slow

@@ -25,8 +25,10 @@ from collabrl.models import load_model, load_tokenizer
 from collabrl.protocols import registry
 from collabrl.protocols.apollo import ApolloConfig
 from collabrl.protocols.config import ProtocolConfig
-from collabrl.train.grpo_config import GRPOTrainConfig, rollout_protocol, training_prompt
+from collabrl.protocols.consult_config import ConsultConfig, turn_tokens
+from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.prompt_length import prompt_lengths
+from collabrl.train.resolve import resolve_run
 from collabrl.train.trainer import training_rollout
 from tests.engines.templates import EMPTY_THINK, thinking_model_dir
 from tests.engines.test_vllm import _stand_in, _StandInLLM
@@ -50,19 +52,25 @@ def _protocols(planner: Path) -> dict[str, tuple[str, ProtocolConfig]]:
     return {
         "solo": ("grpo", ProtocolConfig()),
         "relay": ("relay", ProtocolConfig(teacher="reference")),
-        "consult": ("eapo", ProtocolConfig(experts=["reference"])),
+        # One expert of one token: the smallest turn `collab train eapo` accepts.
+        "consult": ("eapo", ProtocolConfig(experts=["reference"], consult=ONE_EXPERT)),
         "strategy": ("rsim", ProtocolConfig(planner=str(planner))),
         "apollo": ("grpo", ProtocolConfig(name="apollo", apollo=ApolloConfig(tools=["python"]))),
     }
 
 
+ONE_EXPERT = ConsultConfig(num_experts=1, expert_max_tokens=1)
+
+
 def _config(model: Path, method: str, protocol: ProtocolConfig) -> GRPOTrainConfig:
+    # eapo's episode holds a full consult turn (`check_turn_fits`); the others 4 tokens.
+    budget = turn_tokens(dataclasses.replace(ONE_EXPERT, mode="open")) if method == "eapo" else 4
     return GRPOTrainConfig(
         method=method,
         model=str(model),
         data=DATA,
         limit=1,
-        sampling=DecodingConfig(n=2, max_tokens=4, temperature=1.0),
+        sampling=DecodingConfig(n=2, max_tokens=budget, temperature=1.0),
         protocol=protocol,
         engine=NO_THINKING,
     )
@@ -88,7 +96,7 @@ def _training_prompt_ids(config: GRPOTrainConfig, use_vllm: bool = False) -> lis
     """The prompt ids the run's rollout gives TRL for the first problem."""
     bench = load_benchmark(config.data, limit=config.limit)
     model, tokenizer = load_model(config.model), load_tokenizer(config.model)
-    rollout = training_rollout(config, bench, model, tokenizer)
+    rollout = training_rollout(resolve_run(config), bench, model, tokenizer)
     try:
         out = rollout([bench.items[0].id] * 2, _trainer(model, use_vllm))
     finally:
@@ -100,13 +108,14 @@ def _eval_prompt_ids(config: GRPOTrainConfig, out: Path) -> list[int]:
     """The prompt ids `collab eval` records for the first problem, with the run's model,
     protocol, prompt and engine options (as the run's own held-out evaluation)."""
     bench = load_benchmark(config.data, limit=config.limit)
+    run = resolve_run(config)
     eval_config = EvalConfig(
         benchmark=config.data,
         model=config.model,
-        prompt=training_prompt(config, bench.prompt),
+        prompt=run.prompt(bench.prompt),
         limit=1,
         out=str(out),
-        protocol=rollout_protocol(config),
+        protocol=run.protocol,
         sampling=SamplingConfig(max_tokens=config.sampling.max_tokens),
         engine=dataclasses.replace(config.engine),
     )
@@ -146,4 +155,4 @@ def test_the_prompt_limit_counts_the_ids_the_rollout_gives_trl(
     method, protocol_config = _protocols(tiny_model_dir)[protocol]
     config = _config(thinking_dir, method, protocol_config)
     bench = load_benchmark(config.data, limit=config.limit)
-    assert prompt_lengths(config, bench) == [len(_training_prompt_ids(config))]
+    assert prompt_lengths(resolve_run(config), bench) == [len(_training_prompt_ids(config))]

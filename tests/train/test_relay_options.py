@@ -17,6 +17,7 @@ from collabrl.errors import UserError
 from collabrl.models import load_model, load_tokenizer
 from collabrl.rewards.relay import per_call_ratio
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.rewards import reward_functions
 from collabrl.train.trainer import training_rollout
 from tests.train.test_rollout import CALL_THEN_ANSWER, SampledPolicy
@@ -81,7 +82,7 @@ def test_the_options_set_on_the_command_line_reach_the_rollout_and_the_reward(
     config.check()
     bench = load_benchmark(config.data, limit=config.limit)
     model, tokenizer = load_model(config.model), load_tokenizer(config.model)
-    rollout = training_rollout(config, bench, model, tokenizer)
+    rollout = training_rollout(resolve_run(config), bench, model, tokenizer)
     try:
         assert rollout.protocol.config.train_teacher_tokens is True
         assert rollout.protocol.config.rollback is rollback

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from collabrl.config import DecodingConfig
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import ROLLOUTS
 
 # A reward that differs from sample to sample and that the test can recompute from the
@@ -46,7 +47,7 @@ def test_rollouts_keep_reward_parts_and_trls_advantage(
         save_rollouts=2 * GROUP,  # the whole batch: every group complete
         trl={"scale_rewards": scale},
     )
-    train_grpo(config)
+    train_grpo(resolve_run(config))
     kept = [json.loads(line) for line in (tmp_path / "run" / ROLLOUTS).open()]
 
     assert len(kept) == 2 * GROUP
@@ -95,7 +96,7 @@ def test_rsim_rollouts_keep_the_reasoners_reward_parts_in_the_batch_order(
 
     config = _config(tiny_model_dir, tmp_path, save_rollouts=4)
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, tmp_path, None)
+    trainer, protocol = build_trainer(resolve_run(config), bench, tmp_path, None)
     try:
         ids = [bench.items[0].id] * 2 + [bench.items[1].id] * 2
         batch = trainer._generate_and_score_completions([{"prompt": i} for i in ids])

@@ -10,13 +10,14 @@ import pytest
 from collabrl.config import build_config, read_yaml
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.plan import plan_run
+from collabrl.train.resolve import resolve_run
 
 PAPER = Path(__file__).parents[2] / "configs" / "train" / "rsim-qwen2.5-0.5b.yaml"
 
 
 def _rows(**changes) -> dict[str, str]:
     config = build_config(GRPOTrainConfig, [read_yaml(PAPER), changes])
-    plan = plan_run(config)
+    plan = plan_run(resolve_run(config))
     return {key: value for rows in plan.sections.values() for key, value in rows}
 
 

@@ -23,6 +23,7 @@ from collabrl.protocols.strategy import StrategyConfig
 from collabrl.rewards.rsim import group_advantages, planner_reward
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.resolve import resolve_run
 from collabrl.train.rsim import PLANNER_DIR, STRATEGY_PLOT
 from collabrl.train.rsim_config import RSIMConfig
 from collabrl.train.run import METRICS
@@ -60,7 +61,7 @@ def batch(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """A trainer at step 1 and one scored batch of two groups of two."""
     config = _config(tiny_model_dir, tmp_path_factory.mktemp("rsim-batch"))
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, Path(config.out), None)
+    trainer, protocol = build_trainer(resolve_run(config), bench, Path(config.out), None)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
     ids = [bench.items[0].id] * 2 + [bench.items[1].id] * 2
     inputs = trainer._generate_and_score_completions([{"prompt": i} for i in ids])
@@ -264,7 +265,7 @@ def test_guidance_tokens_get_no_reasoner_gradient(batch) -> None:
 def test_joint_training_moves_both_and_saves_the_planner_with_every_checkpoint(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    result = train_grpo(_config(tiny_model_dir, tmp_path))
+    result = train_grpo(resolve_run(_config(tiny_model_dir, tmp_path)))
     logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     rows = [h for h in logged if "reward" in h]
     assert [h["planner/lambda"] for h in rows] == [0.7, 0.3]
@@ -285,7 +286,7 @@ def test_joint_training_moves_both_and_saves_the_planner_with_every_checkpoint(
     protocol = ProtocolConfig(planner=str(tmp_path / PLANNER_DIR))
     again = _config(tiny_model_dir, tmp_path / "continual", protocol=protocol)
     bench = load_benchmark(again.data, limit=again.limit)
-    trainer, collaborators = build_trainer(again, bench, tmp_path / "continual", None)
+    trainer, collaborators = build_trainer(resolve_run(again), bench, tmp_path / "continual", None)
     with torch.no_grad():
         assert torch.equal(trainer.planner.logits(CONTEXTS), _logits(tmp_path / PLANNER_DIR))
     collaborators.close()
@@ -294,16 +295,16 @@ def test_joint_training_moves_both_and_saves_the_planner_with_every_checkpoint(
 def test_resume_starts_from_the_checkpoint_planner(tiny_model_dir: Path, tmp_path: Path) -> None:
     # A constant rate: a linear decay would reach 0 at the last step, and move nothing.
     constant = {"lr_scheduler_type": "constant"}
-    train_grpo(_config(tiny_model_dir, tmp_path, steps=1, trl=constant))
+    train_grpo(resolve_run(_config(tiny_model_dir, tmp_path, steps=1, trl=constant)))
     checkpoint = tmp_path / "checkpoints" / "checkpoint-1"
     saved = _logits(checkpoint / PLANNER_DIR)
     config = _config(tiny_model_dir, tmp_path, steps=2, resume=True, trl=constant)
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, tmp_path, str(checkpoint))
+    trainer, protocol = build_trainer(resolve_run(config), bench, tmp_path, str(checkpoint))
     with torch.no_grad():
         assert torch.equal(trainer.planner.logits(CONTEXTS), saved)
     protocol.close()
-    result = train_grpo(config)
+    result = train_grpo(resolve_run(config))
     assert result.steps == 2
     assert not torch.equal(_logits(tmp_path / PLANNER_DIR), saved)  # step 2 trained it
 
@@ -319,7 +320,7 @@ def test_one_agent_trains_while_the_other_stays_frozen(
     config = _config(
         tiny_model_dir, tmp_path, steps=1, rsim=rsim, sampling=sampling, prompts_per_step=4
     )
-    train_grpo(config)
+    train_grpo(resolve_run(config))
     start = load_file(str(tiny_model_dir / "model.safetensors"))
     final = load_file(str(tmp_path / "final" / "model.safetensors"))
     reasoner_moved = any(not torch.equal(start[k], final[k]) for k in start)
@@ -337,7 +338,7 @@ def test_the_planner_checkpoints_where_the_reasoner_does(
     trl = {"gradient_checkpointing": checkpointing}
     config = _config(tiny_model_dir, tmp_path, trl=trl)
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, tmp_path, None)
+    trainer, protocol = build_trainer(resolve_run(config), bench, tmp_path, None)
     protocol.close()
     layers = trainer.planner.backbone.model.layers
     assert trainer.args.gradient_checkpointing is checkpointing
@@ -350,7 +351,7 @@ def test_a_prompted_planner_is_refused_before_any_model_loads(tmp_path: Path) ->
 
     protocol = ProtocolConfig(planner="x", strategy=StrategyConfig(planner_kind="prompting"))
     with pytest.raises(UserError, match="trains an rsim planner"):
-        _config(Path("unused"), tmp_path, protocol=protocol).check()
+        resolve_run(_config(Path("unused"), tmp_path, protocol=protocol))
 
 
 class Movement(TrainerCallback):
@@ -379,7 +380,7 @@ def _stage_ratios(tiny_model_dir: Path, out: Path, first: float, after: float) -
     rsim = RSIMConfig(lambda_first=first, lambda_after=after, lambda_switch_step=2)
     config = _config(tiny_model_dir, out, steps=4, rsim=rsim, trl={"lr_scheduler_type": "constant"})
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, out, None)
+    trainer, protocol = build_trainer(resolve_run(config), bench, out, None)
     movement = Movement(trainer)
     trainer.add_callback(movement)
     try:

@@ -17,11 +17,12 @@ from collabrl.config import save_config
 from collabrl.errors import UserError
 from collabrl.protocols import registry
 from collabrl.train.grpo import train_grpo
-from collabrl.train.grpo_config import METHOD_FIELDS, RESUMABLE_KEYS, unread_keys
+from collabrl.train.grpo_config import RESUMABLE_KEYS, others_fields
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import METRICS, resumed_config, started_run
 
 # The fields another method than relay reads.
-NOT_RELAYS = {field for field, method in METHOD_FIELDS.items() if method != "relay"}
+NOT_RELAYS = set(others_fields("relay"))
 
 
 def relay_config(model: Path | str, out: Path, **changes: Any) -> Any:
@@ -43,7 +44,7 @@ def relay_config(model: Path | str, out: Path, **changes: Any) -> Any:
 def test_a_relay_runs_config_yaml_holds_what_relay_reads(tiny_model_dir: Path, tmp_path) -> None:
     config = relay_config(tiny_model_dir, tmp_path)
 
-    train_grpo(config)
+    train_grpo(resolve_run(config))
 
     text = (tmp_path / runs.CONFIG).read_text()
     saved = yaml.safe_load(text)
@@ -65,7 +66,7 @@ def test_an_old_relay_folder_saved_whole_resumes(tmp_path: Path) -> None:
     config = relay_config("smollm2-135m", tmp_path)
     save_config(config, tmp_path / runs.CONFIG)  # before issue 34: every section
     (tmp_path / METRICS).write_text('{"step": 1}\n')  # bound: it has trained
-    unread = unread_keys(config)
+    unread = resolve_run(config).unread_keys()
     other = dataclasses.replace(config, reward="simple")
     with (
         pytest.raises(UserError, match="different reward"),

@@ -14,13 +14,16 @@ from collabrl.errors import UserError
 from collabrl.protocols.config import ProtocolConfig
 from collabrl.train.grpo import train_grpo
 from collabrl.train.grpo_args import check_run, grpo_args
-from collabrl.train.grpo_config import METHODS, GRPOTrainConfig
+from collabrl.train.grpo_config import GRPOTrainConfig
+from collabrl.train.methods import registry as methods
 from collabrl.train.model_card import TrainingFacts, card_data, write_model_card
+from collabrl.train.resolve import resolve_run
 from collabrl.train.run import FINAL, METRICS, REFUSED_TRL_KEYS
 from collabrl.train.sft import SFTTrainConfig, train_sft
 from tests.cli.test_cli import assert_one_line_error, collab
 from tests.train.test_grpo import _config
 from tests.train.test_sft import ROW
+from tests.train.test_sft import _config as sft_config
 
 
 def _front_matter(card: Path) -> tuple[dict, str]:
@@ -52,7 +55,7 @@ def test_each_setting_a_run_cannot_honour_is_refused_before_any_model_loads(key:
 # --- the learning-rate schedule -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods.grpo_names())
 def test_the_learning_rate_is_constant_unless_the_trl_block_says_otherwise(
     method: str, tmp_path: Path
 ) -> None:
@@ -69,7 +72,9 @@ def _relay(model: Path, out: Path, **changes) -> GRPOTrainConfig:
 def test_a_relay_run_logs_a_constant_rate_and_leaves_a_model_card_with_its_scores(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    result = train_grpo(_relay(tiny_model_dir, tmp_path, eval_data="arith", eval_limit=2))
+    result = train_grpo(
+        resolve_run(_relay(tiny_model_dir, tmp_path, eval_data="arith", eval_limit=2))
+    )
     logged = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     rates = [r["learning_rate"] for r in logged if "learning_rate" in r]
     assert rates == [1e-6, 1e-6]  # TRL's default would have decayed it: 1e-6, then 5e-7
@@ -94,16 +99,7 @@ def test_a_relay_run_logs_a_constant_rate_and_leaves_a_model_card_with_its_score
 def test_sft_leaves_a_model_card(tiny_model_dir: Path, tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({**ROW, "item_id": f"a{i}"}) + "\n" for i in range(4)))
-    config = SFTTrainConfig(
-        model=str(tiny_model_dir),
-        data=str(rows),
-        out=str(tmp_path / "run"),
-        batch_size=2,
-        gradient_accumulation_steps=1,
-        max_length=128,
-        activation_checkpointing=False,
-        trl={"max_steps": 2},
-    )
+    config = sft_config(tiny_model_dir, rows, tmp_path / "run")
     result = train_sft(config)
     meta, body = _front_matter(result.out_dir / FINAL / "README.md")
     assert meta["library_name"] == "transformers" and {"collabrl", "sft"} <= set(meta["tags"])

@@ -30,6 +30,7 @@ import pytest
 
 from collabrl.config import DecodingConfig
 from collabrl.engines.vllm import is_cpu_build, vllm_can_run
+from collabrl.train.resolve import resolve_run
 from tests.conftest import write_tiny_llama
 
 pytestmark = [
@@ -87,7 +88,7 @@ def trainer(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     config.check()
     bench = load_benchmark(config.data, limit=config.limit)
-    trainer, protocol = build_trainer(config, bench, out, None)
+    trainer, protocol = build_trainer(resolve_run(config), bench, out, None)
     try:
         yield SimpleNamespace(trainer=trainer, bench=bench, out=out)
     finally:

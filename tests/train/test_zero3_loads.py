@@ -34,6 +34,7 @@ from collabrl.train.final import save_final
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.launch import LAUNCH_VARIABLES, solo_environment
 from collabrl.train.lora import LoraSettings
+from collabrl.train.resolve import resolve_run
 
 # The least DeepSpeed config of a ZeRO-3 launch, as accelerate builds it from zero3.yaml.
 ZERO3 = {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}
@@ -135,7 +136,7 @@ def held_out_run(model: Path, out: Path) -> tuple[GRPOTrainConfig, str | None]:
     """A finished run's folder (final/ is the starting model) and its config, with a
     held-out set of two problems, and the prompt the policy trained with."""
     from collabrl.data.benchmarks import Fields, load_benchmark
-    from collabrl.train.grpo_config import training_prompt
+    from collabrl.train.resolve import resolve_run
 
     shutil.copytree(model, out / "final")
     config = GRPOTrainConfig(
@@ -147,7 +148,7 @@ def held_out_run(model: Path, out: Path) -> tuple[GRPOTrainConfig, str | None]:
         sampling=DecodingConfig(n=2, max_tokens=4, temperature=1.0),
     )
     bench = load_benchmark(config.data, Fields.of(config), 2)
-    return config, training_prompt(config, bench.prompt)
+    return config, resolve_run(config).prompt(bench.prompt)
 
 
 def test_the_end_of_run_evaluation_in_process_loads_outside_zero3(
@@ -159,7 +160,7 @@ def test_the_end_of_run_evaluation_in_process_loads_outside_zero3(
 
     config, prompt = held_out_run(tiny_model_dir, tmp_path)
     zero3()
-    results = evaluate_run(config, tmp_path, prompt)
+    results = evaluate_run(resolve_run(config), tmp_path, prompt)
     assert results["start"]["problems"] == results["final"]["problems"] == 2
     assert zero3_on()
 
@@ -227,7 +228,7 @@ def test_after_a_launch_the_evaluation_runs_in_a_process_of_its_own(
     lines: list[str] = []
     steps: list[tuple[int, int]] = []
     results = evaluate_apart(
-        config, tmp_path, prompt, lambda d, t: steps.append((d, t)), lines.append
+        resolve_run(config), tmp_path, prompt, lambda d, t: steps.append((d, t)), lines.append
     )
     assert results["start"]["problems"] == results["final"]["problems"] == 2
     assert set(results["paired"]) == {"gained", "lost", "p_value"}
@@ -252,7 +253,7 @@ def test_a_failed_evaluation_apart_is_one_line_naming_the_command_that_resumes_i
     config, prompt = held_out_run(tiny_model_dir, tmp_path)
     (tmp_path / "final" / "model.safetensors").write_bytes(b"not weights")
     with pytest.raises(UserError) as failed:
-        evaluate_apart(config, tmp_path, prompt)
+        evaluate_apart(resolve_run(config), tmp_path, prompt)
     message = str(failed.value)
     assert "\n" not in message and "model.safetensors" in message
     assert "collab eval arith -c " in message
@@ -267,7 +268,7 @@ def test_a_failed_evaluation_apart_is_one_line_naming_the_command_that_resumes_i
         children.started[-1].send_signal(signal.SIGKILL)
 
     with pytest.raises(UserError) as killed:
-        evaluate_apart(config, tmp_path, prompt, kill_the_child)
+        evaluate_apart(resolve_run(config), tmp_path, prompt, kill_the_child)
     message = str(killed.value)
     assert "\n" not in message and f"exit code -{int(signal.SIGKILL)}" in message
     assert message.count("collab eval arith -c ") == 2  # start and final, resumable
