@@ -320,11 +320,6 @@ def _judge(config: EvalConfig, bench: Benchmark, out_dir: Path) -> None:
             )
 
 
-def compute_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict[str, Any]:
-    """Metrics over the benchmark's items from the samples on disk."""
-    return metrics_of(*read_problems(out_dir, bench, n), out_dir)
-
-
 def read_problems(
     out_dir: Path, bench: Benchmark, n: int
 ) -> tuple[list[ProblemSamples], list[dict[str, Any]]]:

@@ -11,10 +11,15 @@ import yaml
 
 from collabrl import runs
 from collabrl.config import build_config
-from collabrl.data.benchmarks import load_benchmark
+from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.errors import UserError
 from collabrl.eval.config import EvalConfig
-from collabrl.eval.runner import compute_metrics, prepare_run_folder, run_eval
+from collabrl.eval.runner import metrics_of, prepare_run_folder, read_problems, run_eval
+
+
+def disk_metrics(out_dir: Path, bench: Benchmark, n: int) -> dict:
+    """The metrics of the samples on disk, as the runner computes them at the end of a run."""
+    return metrics_of(*read_problems(out_dir, bench, n), out_dir)
 
 
 def _config(model: Path, out: Path, **overrides) -> EvalConfig:
@@ -264,7 +269,7 @@ def test_prepare_run_folder_defaults_under_runs(tmp_path, monkeypatch) -> None:
     assert (tmp_path / out / runs.CONFIG).is_file()
 
 
-# --- compute_metrics on hand-written samples -----------------------------------------------------
+# --- metrics of hand-written samples on disk -----------------------------------------------------
 
 
 def _record(item: str, sample: int, answer: str | None, correct: bool, **extra) -> dict:
@@ -282,7 +287,7 @@ def _record(item: str, sample: int, answer: str | None, correct: bool, **extra) 
     }
 
 
-def test_compute_metrics_from_samples_on_disk(tmp_path) -> None:
+def test_metrics_from_samples_on_disk(tmp_path) -> None:
     items = load_benchmark("gsm8k", limit=2).items
     first, second = items
     rows = [
@@ -296,7 +301,7 @@ def test_compute_metrics_from_samples_on_disk(tmp_path) -> None:
     ]
     (tmp_path / runs.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in rows))
     bench = load_benchmark("gsm8k", limit=2)
-    metrics = compute_metrics(tmp_path, bench, n=3)
+    metrics = disk_metrics(tmp_path, bench, n=3)
 
     assert metrics["samples_per_problem"] == 3
     assert metrics["avg@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)
@@ -308,9 +313,9 @@ def test_compute_metrics_from_samples_on_disk(tmp_path) -> None:
     assert metrics["generation_seconds"] == 3.0
 
 
-def test_compute_metrics_without_samples_is_a_user_error(tmp_path) -> None:
+def test_metrics_without_samples_is_a_user_error(tmp_path) -> None:
     with pytest.raises(UserError, match="no finished samples"):
-        compute_metrics(tmp_path, load_benchmark("gsm8k", limit=1), n=1)
+        disk_metrics(tmp_path, load_benchmark("gsm8k", limit=1), n=1)
 
 
 # --- records -------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from collabrl import runs
 from collabrl.data.benchmarks import Benchmark, load_benchmark
 from collabrl.data.prompts import get_prompt
 from collabrl.episode import Author, EndReason, Episode, Segment
-from collabrl.eval.runner import compute_metrics, sample_record
+from collabrl.eval.runner import sample_record
 from collabrl.protocols.rounds import finish
 from collabrl.protocols.sampling import Unit
 from collabrl.train.rollout import episode_extras
+from tests.eval.test_runner import disk_metrics
 
 GSM8K = load_benchmark("gsm8k", limit=1)
 ITEM = GSM8K.items[0]
@@ -69,7 +70,7 @@ def test_eval_reports_strict_match_and_flexible_extract_apart(tmp_path: Path) ->
     records = [sample_record(Unit(ITEM, i), e, 0.1) for i, e in enumerate(episodes)]
     (tmp_path / runs.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    metrics = compute_metrics(tmp_path, Benchmark("gsm8k", [ITEM]), n=2)
+    metrics = disk_metrics(tmp_path, Benchmark("gsm8k", [ITEM]), n=2)
 
     assert [r["finish_reason"] for r in records] == ["length", "stop"]
     assert metrics["flexible-extract"] == metrics["avg@2"] == 1.0
@@ -81,5 +82,5 @@ def test_samples_written_before_strict_grading_still_score(tmp_path: Path) -> No
     old = sample_record(Unit(ITEM, 0), episode, 0.1)
     del old["strict_correct"]
     (tmp_path / runs.SAMPLES).write_text(json.dumps(old) + "\n")
-    metrics = compute_metrics(tmp_path, Benchmark("gsm8k", [ITEM]), n=1)
+    metrics = disk_metrics(tmp_path, Benchmark("gsm8k", [ITEM]), n=1)
     assert metrics["avg@1"] == 1.0 and "strict-match" not in metrics
