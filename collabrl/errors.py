@@ -29,3 +29,14 @@ def require(key: str, value: Any, ok: bool, must: str) -> None:
     option of KEY in front of it (`cli.options.check` reads KEY as the first word)."""
     if not ok:
         raise UserError(f"{key} must be {must}, got {value!r}")
+
+
+def unknown_name(kind: str, name: str, known: list[str], broken: dict[str, str]) -> UserError:
+    """The error for a registry lookup of `name` that found nothing: the names it holds,
+    and the plugins whose registration failed (`broken`: plugin -> why), which may be the
+    one the user meant."""
+    fix = f"use one of {', '.join(known)}"
+    if broken:
+        failed = "; ".join(f"{plugin}: {why}" for plugin, why in broken.items())
+        fix += f" (plugins that failed to load: {failed})"
+    return UserError(f"unknown {kind} '{name}'", fix)

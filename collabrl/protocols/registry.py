@@ -27,7 +27,7 @@ from typing import Any
 
 from collabrl.engines.reference import stand_in_accuracy
 from collabrl.episode import Author
-from collabrl.errors import UserError
+from collabrl.errors import UserError, unknown_name
 from collabrl.protocols.config import COMMON_FIELDS, ProtocolConfig
 from collabrl.protocols.spec import Collaborator, Flag, PolicyPrompt, ProtocolSpec
 
@@ -347,11 +347,7 @@ def get(name: str) -> ProtocolSpec:
     """The spec of protocol `name`; a one-line UserError listing the names otherwise."""
     spec = _registered().get(name)
     if spec is None:
-        fix = f"use one of {', '.join(names())}"
-        if _BROKEN:
-            broken = "; ".join(f"{plugin}: {why}" for plugin, why in _BROKEN.items())
-            fix += f" (plugins that failed to load: {broken})"
-        raise UserError(f"unknown protocol '{name}'", fix)
+        raise unknown_name("protocol", name, list(names()), _BROKEN)
     return spec
 
 

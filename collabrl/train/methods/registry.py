@@ -16,7 +16,7 @@ import sys
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from collabrl.errors import UserError
+from collabrl.errors import unknown_name
 from collabrl.train.methods.spec import MethodSpec
 
 # Where an installed package registers a method: each entry point loads to a MethodSpec.
@@ -95,11 +95,7 @@ def get(name: str) -> MethodSpec[Any]:
     _load()
     spec = _SPECS.get(name)
     if spec is None:
-        fix = f"use one of {', '.join(_SPECS)}"
-        if _BROKEN:
-            broken = "; ".join(f"{plugin}: {why}" for plugin, why in _BROKEN.items())
-            fix += f" (plugins that failed to load: {broken})"
-        raise UserError(f"unknown method '{name}'", fix)
+        raise unknown_name("method", name, list(_SPECS), _BROKEN)
     return spec
 
 
