@@ -50,6 +50,11 @@ def reward_functions(config: GRPOTrainConfig) -> list[RewardFunc]:
     users = [load_reward_func(spec) for spec in config.reward_funcs]
     own = [] if config.reward_mode == "replace" else methods.get(config.method).rewards(config)
     funcs = [*own, *users]
+    if not funcs:
+        raise UserError(
+            f"method {config.method} has no reward of its own and none is given",
+            "pass --reward-func MODULE:FUNCTION",
+        )
     return [no_credit_on_error(func) for func in funcs]
 
 

@@ -4,6 +4,7 @@ tiny model, and a run derives its rollout protocol once, where it is resolved.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,9 @@ from collabrl.cli.main import app
 from collabrl.errors import UserError
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.methods import registry
+from collabrl.train.methods.spec import MethodSpec
 from collabrl.train.resolve import resolve_run
+from collabrl.train.rewards import reward_functions
 from tests.train.methods import toy
 
 runner = CliRunner()
@@ -71,3 +74,16 @@ def test_the_other_methods_fields_are_refused_and_the_run_holds_the_method(
 def test_an_unknown_method_lists_the_registered_ones(registered: None) -> None:
     with pytest.raises(UserError, match="use one of sft, grpo, relay, eapo, rsim, toy"):
         GRPOTrainConfig(method="nope").check()
+
+
+def test_a_method_without_a_reward_needs_the_users() -> None:
+    bare = dataclasses.replace(toy.SPEC, name="bare", rewards=MethodSpec.rewards)
+    registry.register(bare)
+    try:
+        config = GRPOTrainConfig(method="bare", data="arith_train")
+        with pytest.raises(UserError, match="no reward of its own"):
+            reward_functions(config)
+        config.reward_funcs = ["tests.train.methods.toy:brevity"]
+        assert len(reward_functions(config)) == 1
+    finally:
+        registry.unregister("bare")
