@@ -3,6 +3,7 @@
 #
 #   bash scripts/reproduce.sh relay        # RelayLLM: calling when needed
 #   bash scripts/reproduce.sh relay-diag   # RelayLLM: issue 48's diagnostics, one record a unit
+#   bash scripts/reproduce.sh relay-arms   # RelayLLM: issue 48's full arms, one record a unit
 #   bash scripts/reproduce.sh eapo         # EAPO: the expert channel fades, ability stays
 #   bash scripts/reproduce.sh eapo-probe   # EAPO: issue 48's refusal probe, one record a warm-up
 #   bash scripts/reproduce.sh eapo-arms    # EAPO: issue 48's full arms, one record a unit
@@ -129,6 +130,17 @@ recorded() {  # recorded RECORD HASH: the unit's record is there, made with the 
   [ -f "$1" ] && "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1])).get("config_hash") != sys.argv[2])' "$1" "$2"
 }
 
+relay_filtered() {  # relay_filtered OUT DIAG: the warm-up in OUT, its filtered problems in DIAG
+  local out="$1" diag="$2"
+  relay_warmup "$out"
+  mkdir -p "$diag"
+  # §3.2.2: the teacher sampled 10 times a problem, kept at a pass rate >= 50 %. The
+  # stand-in knows a fixed 70 % of the problems, so this keeps exactly those.
+  [ -f "$diag/filter/rows.jsonl" ] || "$COLLAB" filter --teacher reference-continue@0.7 \
+    --data "$out/train.jsonl" --k 10 --threshold 0.5 --set prompt=plain \
+    --max-tokens 128 --temperature 0.7 --engine transformers --out "$diag/filter"
+}
+
 relay_diag() {
   # Issue 48's pre-registered diagnostics (docs/results.md, "RelayLLM: calling when
   # needed"): each a unit of at most an hour on 2 cores that commits a record under
@@ -136,13 +148,7 @@ relay_diag() {
   # arguments. DIAG_ARMS picks units (default: all, in the pre-registered order).
   local out=runs/evidence/relay-continue diag=runs/evidence/relay-diag
   local records=docs/evidence/relay-diag tokens=128
-  relay_warmup "$out"
-  mkdir -p "$diag"
-  # §3.2.2: the teacher sampled 10 times a problem, kept at a pass rate >= 50 %. The
-  # stand-in knows a fixed 70 % of the problems, so this keeps exactly those.
-  [ -f "$diag/filter/rows.jsonl" ] || "$COLLAB" filter --teacher reference-continue@0.7 \
-    --data "$out/train.jsonl" --k 10 --threshold 0.5 --set prompt=plain \
-    --max-tokens "$tokens" --temperature 0.7 --engine transformers --out "$diag/filter"
+  relay_filtered "$out" "$diag"
   local teacher=(--protocol relay --teacher reference-continue@0.7 --set prompt=plain
     --max-tokens "$tokens" --temperature 0)
   local alone=(--protocol relay --set protocol.relay.teacher_free=true --set prompt=plain
@@ -187,6 +193,51 @@ relay_diag() {
     "$PYTHON" scripts/evidence/record.py "$run" --method relay-diag --arm "$arm" --seed 0 \
       --config-hash "$hash" --eval "teacher_free=$run/eval-teacher-free" \
       --seconds $((SECONDS - began)) --out "$record"
+  done
+}
+
+relay_arms() {
+  # Issue 48's full relay arms, chosen by the diagnostics (docs/results.md): the authors'
+  # rollout (D6) is the one setting that moved teacher-free accuracy, so it runs per seed
+  # beside GRPO without a teacher on the same filtered problems, steps, samples, tokens,
+  # lr and seeds: is D6's gain the teacher's, or RL's alone? Each (arm, seed) a unit with
+  # a record under docs/evidence/relay48/ARM/seed-N.json.
+  local out=runs/evidence/relay-continue diag=runs/evidence/relay-diag
+  local arms=runs/evidence/relay48 records=docs/evidence/relay48 tokens=128
+  relay_filtered "$out" "$diag"
+  mkdir -p "$arms"
+  local alone=(--protocol relay --set protocol.relay.teacher_free=true --set prompt=plain
+    --max-tokens "$tokens" --temperature 0)
+  local common=(--model "$out/sft/final" --data "$diag/filter/rows.jsonl" --set prompt=plain
+    --steps 16 --prompts-per-step 4 --num-generations 8 --max-tokens "$tokens"
+    --temperature 0.7 --lr 2e-5 --set trl.per_device_train_batch_size=8
+    --set trl.gradient_accumulation_steps=4 --eval-data "$out/test.jsonl"
+    --set save_rollouts=32)
+  local seed arm
+  for seed in $SEEDS; do
+    for arm in ${RELAY_ARMS:-authors grpo}; do
+      local run="$arms/$arm-seed$seed" record="$records/$arm/seed-$seed.json" args=()
+      case "$arm" in
+        authors) args=(relay --teacher reference-continue@0.7 --reward difficulty_aware
+          --set scenario_scope=batch --set call_ratio=per_call
+          --set protocol.relay.train_teacher_tokens=true --set protocol.relay.rollback=true) ;;
+        grpo) args=(grpo) ;;
+        *) echo "unknown relay arm $arm" >&2; exit 2 ;;
+      esac
+      local hash began=$SECONDS
+      hash=$(unit_hash "$arm" "${common[@]}" "${args[@]}" "$seed")
+      if recorded "$record" "$hash"; then echo "relay48 $arm seed $seed: recorded"; continue; fi
+      # D6 is this unit at seed 0 (the same arguments): its run, when here, is reused.
+      if [ "$arm$seed" = authors0 ] && [ ! -e "$run" ] && [ -f "$diag/authors/eval.json" ]; then
+        ln -s ../relay-diag/authors "$run"
+      fi
+      train "$run" "${args[@]}" "${common[@]}" --set seed="$seed"
+      [ -f "$run/eval-teacher-free/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
+        --model "$run/final" "${alone[@]}" --out "$run/eval-teacher-free"
+      "$PYTHON" scripts/evidence/record.py "$run" --method relay48 --arm "$arm" --seed "$seed" \
+        --config-hash "$hash" --eval "teacher_free=$run/eval-teacher-free" \
+        --seconds $((SECONDS - began)) --out "$record"
+    done
   done
 }
 
@@ -648,6 +699,7 @@ apollo_docs() {
 case "${1:-}" in
   relay) relay ;;
   relay-diag) relay_diag ;;
+  relay-arms) relay_arms ;;
   eapo) eapo ;;
   eapo-probe) eapo_probe ;;
   eapo-arms) eapo_arms ;;

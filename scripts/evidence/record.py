@@ -82,7 +82,10 @@ def write(args: argparse.Namespace) -> Path:
     own = (
         args.config_hash if args.run is None else evidence.config_file_hash(args.run / runs.CONFIG)
     )
-    if args.config_hash not in (None, own):  # the planned config is not what the run saved
+    # A plan made with `record.py hash` is a config hash and can be checked against the run;
+    # reproduce.sh's units are planned by their arguments' hash, which is another kind.
+    planned_config = args.config_hash is not None and len(args.config_hash) == len(own)
+    if planned_config and args.config_hash != own:  # the planned config is not what ran
         print(
             f"note: {args.run / runs.CONFIG} hashes to {own}, not the planned "
             f"{args.config_hash}: the run resolved a value the plan left open (--steps 0?)",

@@ -247,6 +247,12 @@ def test_a_record_of_a_real_run(tmp_path: Path) -> None:
     done = _script(RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0", "--out", out)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no planned hash: the run's own, so no note
+    recorded = [RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0"]
+    by_arguments = _script(*recorded, "--config-hash", "0123456789abcdef", "--out", out)
+    assert by_arguments.stderr == ""  # reproduce.sh's argument hash: nothing to compare
+    by_config = _script(*recorded, "--config-hash", "0" * 64, "--out", out)
+    assert "hashes to" in by_config.stderr  # a planned config the run did not save
+    done = _script(RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0", "--out", out)
     record = evidence.read_record(out)
     assert set(record["evals"]) == {"start", "final"}
     assert record["evals"]["final"]["problems"] == 2
