@@ -103,7 +103,7 @@ def evaluate(
     )
     layer = {"benchmark": benchmark, **_layer(EVAL_KEYWORDS, given)}
     cfg = _config(EvalConfig, _file_layer(EvalConfig, config), layer, overrides)
-    cfg.model = _pinned(cfg.model, revision)
+    _pin(cfg, revision)
     cfg.check()
     _warn(cfg.warnings())
     names = benchmark_names(cfg.benchmark)
@@ -186,19 +186,22 @@ def train(
         )
     layer = {**_layer(TRAIN_KEYWORDS, given), "method": method}
     cfg = _config(GRPOTrainConfig, file, layer, overrides)
-    cfg.model = _pinned(cfg.model, revision)
+    _pin(cfg, revision)
     run = resolve_run(cfg)
     _warn(run_warnings(run))
     return train_grpo(run, progress, report)
 
 
-def _pinned(model: str | None, revision: str | None) -> str | None:
-    """`model` at `revision`, a hub name pinned to the commit it loads: as `--revision`
-    and the CLI's pinning (`collabrl.models.pin_loaded`), so a run's saved config and
-    results.json name the same weights whichever way it was started."""
+def _pin(cfg: Any, revision: str | None) -> None:
+    """`cfg.model` at `revision`, a hub name pinned to the commit it loads, and each hub
+    name among its collaborators likewise: as `--revision` and the CLI's pinning
+    (`cli.options.resolve`), so a run's saved config and results.json name the same
+    weights whichever way it was started."""
     from collabrl.models import at_revision, pin_loaded
+    from collabrl.protocols.registry import pin_collaborators
 
-    return pin_loaded(at_revision(model, revision, "model"))
+    cfg.model = pin_loaded(at_revision(cfg.model, revision, "model"))
+    pin_collaborators(cfg.protocol)
 
 
 def _layer(keys: Mapping[str, str], given: Mapping[str, Any]) -> dict[str, Any]:

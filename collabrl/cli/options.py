@@ -458,6 +458,11 @@ def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> 
 
         ref = at_revision(getattr(resolved, key), option_values(ctx).get("revision"), key)
         setattr(resolved, key, ref if command in UNPINNED else pin_loaded(ref))
+    protocol = getattr(resolved, "protocol", None)
+    if command not in UNPINNED and protocol is not None:  # its teacher, its experts
+        from collabrl.protocols.registry import pin_collaborators
+
+        pin_collaborators(protocol)
     return resolved
 
 

@@ -439,6 +439,25 @@ def collaborator_refs(config: ProtocolConfig, collaborator: Collaborator) -> lis
     return [value] if isinstance(value, str) else list(value)
 
 
+def pin_collaborators(config: ProtocolConfig) -> None:
+    """Pin each hub name among the collaborators `config`'s protocol serves (a teacher, the
+    experts) to the commit it loads, as a run's policy is pinned: its saved config then
+    names the weights it ran with. Any other reference, or one not cached, stays as it is."""
+    from collabrl.models import pin_loaded
+
+    for collaborator in get(config.name).collaborators:
+        value = collaborator_value(config, collaborator)
+        if value is None or not collaborator.serves(config):
+            continue
+        refs = [value] if isinstance(value, str) else value
+        pinned = [pin_loaded(ref) or ref for ref in refs]
+        changed = pinned[0] if isinstance(value, str) else pinned
+        if collaborator.key.startswith(OPTIONS_PREFIX):
+            config.options[collaborator.key.removeprefix(OPTIONS_PREFIX)] = changed
+        else:
+            setattr(config, collaborator.key, changed)
+
+
 def check_collaborators(config: ProtocolConfig) -> None:
     """Refuse a collaborator the running protocol never calls (`--protocol solo --teacher
     X` would otherwise run without it, silently). A plugin's, under `protocol.options`, is

@@ -176,3 +176,29 @@ def test_the_python_api_pins_the_commit_as_the_cli_does(
     )
     assert results["model_sha"] == hf_home[loaded]
     assert _saved(tmp_path / "api", "model") == f"{REPO}@{hf_home[loaded]}"
+
+
+def test_a_teacher_and_experts_are_pinned_as_the_policy_is(
+    hf_home: dict[str, str], tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A collaborator's hub name reaches config.yaml at the commit it loaded, from the CLI
+    and the Python API alike; a stand-in and a local path stay as given."""
+    import collabrl
+
+    pinned = f"{REPO}@{hf_home['main']}"
+    args = ["eval", "run", "arith", "--model", str(tiny_model_dir), "--protocol", "relay"]
+    result = _invoke(*args, "--teacher", REPO, "--limit", "1", "--max-tokens", "2", "--out", "r")
+    assert result.exit_code == 0, result.output
+    assert _saved(tmp_path / "r", "protocol")["teacher"] == pinned
+    experts = {"protocol": {"experts": [REPO, "reference@0.7"], "consult": {"num_experts": 2}}}
+    collabrl.evaluate(
+        "arith",
+        str(tiny_model_dir),
+        protocol="consult",
+        limit=1,
+        max_tokens=2,
+        out=tmp_path / "api",
+        overrides=experts,
+    )
+    assert _saved(tmp_path / "api", "protocol")["experts"] == [pinned, "reference@0.7"]
+    assert _saved(tmp_path / "api", "model") == str(tiny_model_dir)
