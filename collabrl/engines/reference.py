@@ -114,6 +114,21 @@ def stand_in_teaches(ref: str) -> bool:
     return match is not None and match.group(1) == SOLUTION
 
 
+def stand_in_description(ref: str) -> str | None:
+    """What the stand-in `ref` replies, in a few words (the dry run lists it); None when
+    `ref` names no stand-in."""
+    accuracy = stand_in_accuracy(ref)
+    if accuracy is None:
+        return None
+    if stand_in_teaches(ref):
+        reply = "a worked solution"
+    elif stand_in_continues(ref):
+        reply = "the worked solution's next tokens"
+    else:
+        reply = "the gold answer"
+    return f"the reference stand-in ({reply}, right on {accuracy:.0%} of problems, no model)"
+
+
 def is_stand_in(ref: str) -> bool:
     return stand_in_accuracy(ref) is not None
 

@@ -474,11 +474,11 @@ def _id_list(ids: list[int]) -> str:
 def _where(ref: str, config: GRPOTrainConfig, plan: TrainPlan) -> str:
     from collabrl.devices import resolve_device
     from collabrl.engines import resolve_kind
-    from collabrl.engines.reference import stand_in_accuracy
+    from collabrl.engines.reference import stand_in_description
 
-    accuracy = stand_in_accuracy(ref)
-    if accuracy is not None:
-        return f"the reference stand-in (the gold answer on {accuracy:.0%} of problems, no model)"
+    stand_in = stand_in_description(ref)
+    if stand_in is not None:
+        return stand_in
     if is_url(ref):
         return f"server at {ref} (not contacted)"
     if not _on_this_machine(ref):

@@ -12,6 +12,7 @@ from collabrl.engines.reference import (
     reference_completion,
     reference_text,
     stand_in_accuracy,
+    stand_in_description,
 )
 from collabrl.errors import UserError
 from collabrl.rewards.extract import extract_answer
@@ -76,6 +77,13 @@ def test_a_stand_in_is_named_with_its_accuracy() -> None:
     for bad in ("reference@1.5", "reference@x", "reference@", "reference@nan"):
         with pytest.raises(UserError, match="a stand-in's accuracy is a number from 0 to 1"):
             stand_in_accuracy(bad)
+
+
+def test_the_dry_run_says_what_each_stand_in_replies() -> None:
+    assert "the gold answer, right on 70%" in stand_in_description("reference@0.7")
+    assert "a worked solution, right on 70%" in stand_in_description("reference-solution@0.7")
+    assert "next tokens, right on 100%" in stand_in_description("reference-continue")
+    assert stand_in_description("smollm2-135m") is None
 
 
 def test_a_fallible_stand_in_knows_its_share_of_problems_and_always_the_same_ones() -> None:
