@@ -185,6 +185,8 @@ REVISION_KEYS: Mapping[str, str] = _WithMethods(
 # card): a hub name there is pinned to the commit it loads. `collab serve` saves none,
 # and answers to the model name it was given.
 UNPINNED = frozenset({"serve"})
+# Config keys that list models a command loads, each pinned as the model is.
+PINNED_LISTS: Mapping[str, tuple[str, ...]] = {"evolve": ("models", "verifiers")}
 
 
 @functools.cache
@@ -458,6 +460,11 @@ def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> 
 
         ref = at_revision(getattr(resolved, key), option_values(ctx).get("revision"), key)
         setattr(resolved, key, ref if command in UNPINNED else pin_loaded(ref))
+    if PINNED_LISTS.get(command):
+        from collabrl.models import pin_loaded
+
+        for key in PINNED_LISTS[command]:
+            setattr(resolved, key, [pin_loaded(ref) or ref for ref in getattr(resolved, key)])
     protocol = getattr(resolved, "protocol", None)
     if command not in UNPINNED and protocol is not None:  # its teacher, its experts
         from collabrl.protocols.registry import pin_collaborators

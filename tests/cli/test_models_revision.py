@@ -202,3 +202,14 @@ def test_a_teacher_and_experts_are_pinned_as_the_policy_is(
     )
     assert _saved(tmp_path / "api", "protocol")["experts"] == [pinned, "reference@0.7"]
     assert _saved(tmp_path / "api", "model") == str(tiny_model_dir)
+
+
+def test_evolve_pins_each_model_it_loads(hf_home: dict[str, str], tmp_path: Path) -> None:
+    args = ["evolve", "arith", "--model", REPO, "--model", f"{REPO}@v2", "--protocol", "solo"]
+    args += ["--limit", "1", "--rounds", "1", "--branches", "1", "--max-tokens", "2"]
+    result = _invoke(*args, "--out", "run")
+    assert result.exit_code == 0, result.output
+    assert _saved(tmp_path / "run", "models") == [
+        f"{REPO}@{hf_home['main']}",
+        f"{REPO}@{hf_home['v2']}",
+    ]
