@@ -69,7 +69,7 @@ def write_model_card(final: Path, facts: TrainingFacts) -> Path:
 
     card = ModelCard(f"---\n{card_data(facts).to_yaml()}\n---\n\n{card_body(facts, final)}")
     path = final / CARD
-    card.save(path)
+    runs.write_atomic(path, str(card))  # as ModelCard.save writes it, but never half a card
     return path
 
 

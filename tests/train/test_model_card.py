@@ -67,3 +67,18 @@ def test_a_code_span_is_fenced_past_the_backticks_it_holds() -> None:
     assert code("`x`") == "`` `x` ``"
     rendered = MarkdownIt("commonmark").renderInline(code("a``b"))
     assert rendered == "<code>a``b</code>"
+
+
+def test_a_card_replaces_a_link_and_never_writes_through_it(tmp_path: Path) -> None:
+    """final/README.md that is a link (a model folder copied from elsewhere) is replaced
+    whole: the file it points to is left as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    config = GRPOTrainConfig(method="grpo", model="smollm2-135m", out=str(tmp_path / "run"))
+    facts = grpo_facts(resolve_run(config), rows=8, steps=2, out=tmp_path / "run")
+    final = tmp_path / "run" / "final"
+    final.mkdir(parents=True)
+    (final / "README.md").symlink_to(outside)
+    card = write_model_card(final, facts)
+    assert outside.read_text() == "mine\n"
+    assert not card.is_symlink() and card.read_text(encoding="utf-8").startswith("---\n")
