@@ -5,7 +5,8 @@ Endpoints: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions`, a
 vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info` and `/metrics` (Prometheus). A
 completion's prompt may be text, texts, token ids or lists of them; `echo` with
 `logprobs` returns the prompt's log-probs (the first null), with `max_tokens` 0 too, so
-that a harness (lm-eval's `local-completions`) scores choices through the server.
+that a harness (lm-eval's `local-completions`) scores choices through the server; a
+chat reply's `logprobs` carry `top_logprobs` as OpenAI's do.
 Every error, a 404 for a path no route serves included, is in OpenAI's shape. A request
 whose client disconnects is dropped from the queue before it is generated, or stopped
 at its next token if no other request shares its batch.
@@ -236,6 +237,10 @@ def create_app(
         _check(req, names, request)
         messages = messages_of(req)
         check_continuation(req, messages)
+        if req.top_logprobs and not req.logprobs:  # as OpenAI and vLLM refuse it
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        if req.top_logprobs and scorer is None:
+            raise bad_request("top_logprobs: this engine does not score tokens", "top_logprobs")
         prompt = chat_prompt(req, messages, limits)
         max_tokens = limits.max_tokens(asked_tokens(req), DEFAULT_MAX_TOKENS, len(prompt))
         params = sampling_params(req, max_tokens, req.logprobs, stop_limits)
@@ -244,7 +249,13 @@ def create_app(
             events = streamed(batcher, request, [prompt], params, tokenizer)
             return sse_response(events, "chat.completion.chunk", served_name, req, 1)
         outputs = await _generate(batcher, request, [prompt], params)
-        choices = [chat_choice(j, c, req, tokenizer) for j, c in enumerate(outputs[0])]
+        choices = []
+        for j, c in enumerate(outputs[0]):
+            scores = None
+            if req.top_logprobs:  # the likeliest tokens where each was sampled
+                top = req.top_logprobs
+                scores = await _scored(batcher, scorer, prompt, c, top, _sampled_at(params))
+            choices.append(chat_choice(j, c, req, tokenizer, scores))
         request.state.usage = usage = usage_of(outputs)  # the request log line reads it
         request.state.finished = [c.finish_reason for c in outputs[0]]
         reply = envelope("chatcmpl", "chat.completion", served_name, choices, usage)
@@ -256,6 +267,29 @@ def create_app(
     metrics = ServerMetrics(served_name, served)
     app.add_middleware(RequestRecord, metrics=metrics, out=access_log)
     return app
+
+
+def _sampled_at(params: SamplingParams | None) -> float:
+    """The temperature a completion's tokens were sampled at (1 for greedy or none)."""
+    return params.temperature if params is not None and not params.greedy else 1.0
+
+
+async def _scored(
+    batcher: DynamicBatcher,
+    scorer: Scorer | None,
+    prompt: list[int],
+    c: Completion,
+    top: int,
+    temperature: float,
+    echo: bool = False,
+) -> list[TokenScore]:
+    """A completion's tokens scored on the generation thread (its prompt's from the
+    second token too when echoed), each with the `top` likeliest tokens in its place, the
+    completion's under the temperature they were sampled at."""
+    assert scorer is not None
+    start = 1 if echo else len(prompt)
+    ids = prompt + c.token_ids
+    return await batcher.call(scorer.score, ids, top, start, len(prompt), temperature)
 
 
 async def _completion_choices(
@@ -271,16 +305,15 @@ async def _completion_choices(
     """The choices, prompt-major; with a `scorer`, each sequence is scored first (on the
     generation thread): the prompt when echoed, the completion otherwise, the completion
     under the temperature its tokens were sampled at."""
-    temperature = params.temperature if params is not None and not params.greedy else 1.0
+    temperature = _sampled_at(params)
     choices = []
     for i, group in enumerate(outputs):
         echoed = echoed_prompt(given[i], prompts[i], tokenizer) if req.echo else None
         for j, c in enumerate(group):
             scores = None
             if scorer is not None and req.logprobs is not None:
-                ids, start = prompts[i] + c.token_ids, 1 if req.echo else len(prompts[i])
-                scores = await batcher.call(
-                    scorer.score, ids, req.logprobs, start, len(prompts[i]), temperature
+                scores = await _scored(
+                    batcher, scorer, prompts[i], c, req.logprobs, temperature, req.echo
                 )
             choice = completion_choice(i * req.n + j, c, req, tokenizer, prompts[i], echoed)
             if req.logprobs is not None:

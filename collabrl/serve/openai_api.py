@@ -51,7 +51,6 @@ UNHONOURED: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
-    "top_logprobs": (None, 0),  # chat: only the sampled token's log-prob is returned
     "suffix": (None, ""),
     "best_of": (None, 1),
     "min_p": (0,),
@@ -173,6 +172,8 @@ class ChatFields(BaseModel):
 
 class ChatRequest(SamplingFields, ChatFields):
     logprobs: bool = False
+    # The likeliest tokens at each place beside the sampled one (OpenAI's; needs logprobs).
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 class TokenizeText(BaseModel):
@@ -300,13 +301,26 @@ def _top_map(
     return dict(zip(texts, (lp for _, lp in top), strict=True))
 
 
-def chat_choice(index: int, c: Completion, req: ChatRequest, tokenizer: Any) -> dict[str, Any]:
+def chat_choice(
+    index: int,
+    c: Completion,
+    req: ChatRequest,
+    tokenizer: Any,
+    scores: list[TokenScore] | None = None,
+) -> dict[str, Any]:
+    """A chat choice; with `logprobs`, each sampled token's log-prob and, from `scores`
+    (the completion's tokens scored as sampled), the `top_logprobs` likeliest there."""
     logprobs = None
     if req.logprobs and c.logprobs is not None:
         tokens = _token_texts(c.token_ids, req, tokenizer)
         content = [
-            {"token": token, "logprob": lp, "bytes": list(token.encode()), "top_logprobs": []}
-            for token, lp in zip(tokens, c.logprobs, strict=True)
+            {
+                "token": token,
+                "logprob": lp,
+                "bytes": list(token.encode()),
+                "top_logprobs": _chat_top(scores[k] if scores else None, req, tokenizer),
+            }
+            for k, (token, lp) in enumerate(zip(tokens, c.logprobs, strict=True))
         ]
         logprobs = {"content": content}
     choice = {
@@ -319,6 +333,16 @@ def chat_choice(index: int, c: Completion, req: ChatRequest, tokenizer: Any) -> 
     if req.return_token_ids:
         choice["token_ids"] = c.token_ids
     return choice
+
+
+def _chat_top(score: TokenScore | None, req: ChatRequest, tokenizer: Any) -> list[dict[str, Any]]:
+    """The chat format's `top_logprobs` at one place: the likeliest tokens, likeliest first."""
+    top = score.top if score is not None else ()
+    texts = _token_texts([i for i, _ in top], req, tokenizer)
+    return [
+        {"token": text, "logprob": lp, "bytes": list(text.encode())}
+        for text, (_, lp) in zip(texts, top, strict=True)
+    ]
 
 
 def envelope(

@@ -761,7 +761,6 @@ def test_every_request_has_a_log_line(client, server):
         ("response_format", {"type": "json_object"}),
         ("frequency_penalty", 0.5),
         ("presence_penalty", 1.0),
-        ("top_logprobs", 3),
         ("tool_choice", "auto"),  # without tools
     ],
 )
@@ -924,6 +923,39 @@ def test_logprobs_of_a_completion_carry_the_likeliest_tokens(client):
         logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
     ):
         assert top[token] == value and len(top) <= 4
+
+
+def test_chat_top_logprobs_lists_the_likeliest_tokens_as_openai_does(client):
+    reply = client.chat.completions.create(
+        model="expert",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = reply.choices[0].logprobs.content
+    assert len(content) >= 1
+    for place in content:
+        assert len(place.top_logprobs) == 3
+        values = [t.logprob for t in place.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        # Greedy: the sampled token is the likeliest, with the same log-prob.
+        assert place.top_logprobs[0].token == place.token
+        assert place.top_logprobs[0].logprob == pytest.approx(place.logprob, abs=1e-4)
+        assert place.top_logprobs[0].bytes == list(place.token.encode())
+
+
+@pytest.mark.parametrize("extra", [{"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}])
+def test_chat_top_logprobs_without_logprobs_or_past_the_cap_is_a_400(client, extra):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="expert",
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=2,
+            extra_body=extra,
+        )
+    assert err.value.body["param"] == "top_logprobs"
 
 
 AUTH = {"Authorization": "Bearer sk-test"}
