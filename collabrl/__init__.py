@@ -4,19 +4,25 @@
 docs/api.md); a protocol plugin imports `collabrl.plugin`.
 """
 
-from importlib import import_module
-from typing import Any
+# Nothing is imported on load, not even `typing`: the package's root runs before
+# `collab`'s Ctrl-C guard (cli), so each import here would widen the moment in which a
+# Ctrl-C prints a traceback through our code. Type checkers read `TYPE_CHECKING` as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The names of the Python API, loaded on first use.
 API = ("evaluate", "train")
 __all__ = ["__version__", *API]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     # Everything here is looked up when asked for, not on import: `import collabrl` stays
     # cheap (no torch, no transformers), and `collab` guards everything slower (cli). The
     # API is reached by name: it sits on every layer below it, so the package's root,
     # which they all import, must not import it back.
+    from importlib import import_module
+
     if name == "train":
         # The training package, callable as the API's `train` (collabrl/train/__init__.py):
         # once imported, Python binds it to this name whatever is returned here.

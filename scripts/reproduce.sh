@@ -227,16 +227,20 @@ relay_arms() {
       local hash began=$SECONDS
       hash=$(unit_hash "$arm" "${common[@]}" "${args[@]}" "$seed")
       if recorded "$record" "$hash"; then echo "relay48 $arm seed $seed: recorded"; continue; fi
-      # D6 is this unit at seed 0 (the same arguments): its run, when here, is reused.
+      # D6 is this unit at seed 0 (the same arguments): its run, when here, is reused, and
+      # its record then says TRL's training time, not the seconds this reuse took.
+      local seconds=(--seconds)
       if [ "$arm$seed" = authors0 ] && [ ! -e "$run" ] && [ -f "$diag/authors/eval.json" ]; then
         ln -s ../relay-diag/authors "$run"
+        seconds=()
       fi
       train "$run" "${args[@]}" "${common[@]}" --set seed="$seed"
       [ -f "$run/eval-teacher-free/metrics.json" ] || "$COLLAB" eval run "$out/test.jsonl" \
         --model "$run/final" "${alone[@]}" --out "$run/eval-teacher-free"
+      [ ${#seconds[@]} -eq 0 ] || seconds+=($((SECONDS - began)))
       "$PYTHON" scripts/evidence/record.py "$run" --method relay48 --arm "$arm" --seed "$seed" \
-        --config-hash "$hash" --eval "teacher_free=$run/eval-teacher-free" \
-        --seconds $((SECONDS - began)) --out "$record"
+        --config-hash "$hash" --eval "teacher_free=$run/eval-teacher-free" "${seconds[@]}" \
+        --out "$record"
     done
   done
 }

@@ -10,7 +10,8 @@ A block is the text between `<!-- results-table:METHOD -->` and `<!-- /results-t
 the end, every other recorded evaluation's (e.g. teacher_free) and the final evaluation's
 call share per family; the accuracy per family of every evaluation; where the records
 hold issue 36's relay families, whether calls
-concentrate where the student fails alone (its pre-registered Fisher criterion); then each
+concentrate where the student fails alone (its pre-registered Fisher criterion); where
+their curves hold EAPO's consultation rate, whether it fades; then each
 arm against the baseline arm (BASELINES for a method, else --baseline, default grpo) on
 every evaluation both recorded but the start: each problem's correctness averaged over the
 seeds, and a two-sided sign test over the problems (the problems are the independent draws).
@@ -230,6 +231,34 @@ def refusal_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[s
     return header, rows
 
 
+def fade_ratio(record: Record) -> float | None:
+    """The consultation rate of the record's last curve window over its first (EAPO's
+    criterion: steps 13-16 against 1-4 of a 16-step run); None without two windows that
+    log it, or with a first window that never consulted."""
+    rates = [p["consult_rate"] for p in record["curve"] if "consult_rate" in p]
+    if len(rates) < 2 or rates[0] == 0:
+        return None
+    return rates[-1] / rates[0]
+
+
+def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
+    """Per arm and seed: the consultation rate in the first and the last window of
+    steps, their ratio, and whether consultation fades (the last at most half the first,
+    as issue 36 pre-registered). Empty for records whose curves hold no rate."""
+    header = ["arm", "seed", "consult rate, first steps", "last steps", "last ÷ first"]
+    header += ["fades (≤ 0.5)"]
+    rows = []
+    for arm, seeds in arms.items():
+        for record in seeds:
+            ratio = fade_ratio(record)
+            if ratio is None:
+                continue
+            rates = [p["consult_rate"] for p in record["curve"] if "consult_rate" in p]
+            cells = [format_value(rates[0]), format_value(rates[-1]), format_value(ratio)]
+            rows.append([arm, str(record["seed"]), *cells, "yes" if ratio <= 0.5 else "no"])
+    return header, rows
+
+
 def render(method: str, records: list[Record], baseline: str) -> str:
     """METHOD's block: a note that it is generated, then its tables."""
     arms = by_arm(records, baseline)
@@ -238,7 +267,7 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         f"records in docs/evidence/{method}/: change the records, not this table._",
         to_markdown(*seed_table(arms)),
     ]
-    tables = [family_table(arms), concentration_table(arms), refusal_table(arms)]
+    tables = [family_table(arms), concentration_table(arms), refusal_table(arms), fade_table(arms)]
     if baseline in arms:
         tables.append(baseline_table(arms, baseline))
     parts += [to_markdown(header, rows) for header, rows in tables if rows]

@@ -465,8 +465,12 @@ def resolve(ctx: typer.Context, config: Path | None, sets: list[str] | None) -> 
 
         for key in PINNED_LISTS[command]:
             setattr(resolved, key, [pin_loaded(ref) or ref for ref in getattr(resolved, key)])
+    from collabrl.protocols.config import ProtocolConfig
+
     protocol = getattr(resolved, "protocol", None)
-    if command not in UNPINNED and protocol is not None:  # its teacher, its experts
+    # A config's protocol *field* holds its teacher and experts; a protocol() method
+    # (apollo's warm-up builds one from its tools) names no collaborator to pin.
+    if command not in UNPINNED and isinstance(protocol, ProtocolConfig):
         from collabrl.protocols.registry import pin_collaborators
 
         pin_collaborators(protocol)

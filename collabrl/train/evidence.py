@@ -54,7 +54,10 @@ HELD_OUT = {"start": "eval-start", "final": "eval-final"}
 UNHASHED = ("out", "seed", "resume")
 CURVE_WINDOW = 4  # steps per curve point: a step is only a few prompts
 # What a step's log line shows (reward, accuracy, calls, call ratio), as record keys.
-CURVE_KEYS = {name.replace(" ", "_"): key for name, key in STEP_LINE_KEYS.items()}
+# With EAPO's consultation rate (Figure 4), which its "consultation fades" criterion reads.
+CURVE_KEYS = {name.replace(" ", "_"): key for name, key in STEP_LINE_KEYS.items()} | {
+    "consult_rate": "episodes/consult_rate"
+}
 DIGITS = 6  # rounding of stored shares and means: exact for counts under 10^6
 
 Samples = list[dict[str, Any]]

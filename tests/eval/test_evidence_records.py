@@ -69,6 +69,7 @@ def _train_run(folder: Path, seed: int = 0) -> Path:
                     "reward": step / 10,
                     "episodes/accuracy": 0.5,
                     "episodes/calls": float(step),
+                    "episodes/consult_rate": 1.0 if step < 5 else 0.0,
                 }
             )
             if step == 4:  # a held-out line of --eval-steps: none of the curve's keys
@@ -117,8 +118,8 @@ def test_a_record_holds_the_runs_evaluations_curve_and_provenance(tmp_path: Path
     assert record["evals"]["teacher_free"]["accuracy"] == round(2 / 3, 6)
     # Steps 1-4 and 5-6 (the held-out line at step 4 is not a training line).
     assert record["curve"] == [
-        {"steps": "1-4", "reward": 0.25, "accuracy": 0.5, "calls": 2.5},
-        {"steps": "5-8", "reward": 0.55, "accuracy": 0.5, "calls": 5.5},
+        {"steps": "1-4", "reward": 0.25, "accuracy": 0.5, "calls": 2.5, "consult_rate": 1.0},
+        {"steps": "5-8", "reward": 0.55, "accuracy": 0.5, "calls": 5.5, "consult_rate": 0.0},
     ]
     assert evidence.read_record(out) == record  # what results_table reads back
     assert out.stat().st_size < 4096
@@ -136,7 +137,14 @@ def test_the_family_regex_and_the_planned_hash_are_the_callers(tmp_path: Path) -
     record = json.loads(out.read_text())
     assert record["evals"]["final"]["call_share"] == {"test": round(2 / 3, 6)}
     assert record["config_hash"] == "planned"
-    assert "not the planned planned" in done.stderr  # the run's own config hashes otherwise
+    assert done.stderr == ""  # a unit's argument hash (reproduce.sh): nothing to compare
+    planned = "f" * 64  # a config hash (`record.py hash`) that the run's config is not
+    done = _script(
+        RECORD,
+        *(run, "--method", "relay", "--arm", "simple", "--seed", "0", "--out", out),
+        *("--config-hash", planned),
+    )
+    assert f"not the planned {planned}" in done.stderr
 
 
 def test_a_unit_of_evaluations_alone_and_its_measured_time(tmp_path: Path) -> None:
@@ -247,12 +255,6 @@ def test_a_record_of_a_real_run(tmp_path: Path) -> None:
     done = _script(RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0", "--out", out)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no planned hash: the run's own, so no note
-    recorded = [RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0"]
-    by_arguments = _script(*recorded, "--config-hash", "0123456789abcdef", "--out", out)
-    assert by_arguments.stderr == ""  # reproduce.sh's argument hash: nothing to compare
-    by_config = _script(*recorded, "--config-hash", "0" * 64, "--out", out)
-    assert "hashes to" in by_config.stderr  # a planned config the run did not save
-    done = _script(RECORD, run, "--method", "grpo", "--arm", "grpo", "--seed", "0", "--out", out)
     record = evidence.read_record(out)
     assert set(record["evals"]) == {"start", "final"}
     assert record["evals"]["final"]["problems"] == 2
@@ -521,3 +523,33 @@ def test_the_refusal_probe_from_a_records_refused_and_locked_evaluations(tmp_pat
     assert done.returncode == 0, done.stderr
     row = _table_row(done.stdout, "three-outcome", "0.5000")
     assert row[4:] == ["3 of 4", "1 of 3", "2 of 3", "yes"]
+
+
+def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
+    # EAPO's criterion (c): the last window's consultation rate at most half the first's.
+    summary = {"n": 32, "problems": 1, "accuracy": 0.5, "correct": {"p1": 0.5}, "call_share": {}}
+    for arm, last in (("eapo-fixed", 0.25), ("eapo-anneal", 0.75)):
+        curve = [
+            {"steps": "1-4", "consult_rate": 0.8},
+            {"steps": "5-8", "consult_rate": 0.6},
+            {"steps": "13-16", "consult_rate": 0.8 * last},
+        ]
+        record = {
+            "schema": evidence.RECORD_SCHEMA,
+            "method": "eapo48",
+            "arm": arm,
+            "seed": 1,
+            "commit": None,
+            "config_hash": "h",
+            "wall_time_s": None,
+            "evals": {"pass32": summary},
+            "curve": curve,
+        }
+        path = evidence.record_path(tmp_path, "eapo48", arm, 1)
+        path.parent.mkdir(parents=True)
+        runs.write_json(path, record)
+    done = _script(TABLE, "--evidence", tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout[done.stdout.index("fades (≤ 0.5)") :]
+    assert _table_row(table, "eapo-fixed", "1")[2:] == ["0.8000", "0.2000", "0.2500", "yes"]
+    assert _table_row(table, "eapo-anneal", "1")[-2:] == ["0.7500", "no"]
