@@ -245,6 +245,26 @@ relay_arms() {
   done
 }
 
+# The three-outcome warm-up's rows: calls where the policy fails alone, half refused.
+THREE_OUTCOME=(--set call_when=fails_alone --set refused_fraction=0.5)
+
+consult_warmup() {  # consult_warmup OUT DIR ROWS...: a consult warm-up policy in DIR/sft/final
+  # from OUT/train.jsonl, its rows drawn as ROWS say; built once, kept while DIR is.
+  local out="$1" dir="$2"
+  shift 2
+  [ -f "$dir/sft/final/config.json" ] && return
+  local rows=("$@")
+  "$COLLAB" build-warmup consult --model smollm2-135m --data "$out/train.jsonl" \
+    --expert reference@0.7 "${rows[@]}" --set prompt=plain --max-tokens 64 \
+    --temperature 0.7 --engine transformers --out "$dir/warmup"
+  # 8 rows a step as issue 36's warm-up, in two halves: one step of 8 rows of ~700
+  # tokens held 18 GB (activations and eager attention, float32) and was killed for
+  # memory beside other work on 24 GB.
+  "$COLLAB" train sft --model smollm2-135m --data "$dir/warmup" --epochs 1 --lr 5e-5 \
+    --set batch_size=4 --set gradient_accumulation_steps=2 --set warmup_ratio=0 \
+    --set activation_checkpointing=false --out "$dir/sft"
+}
+
 eapo_probe() {
   # Issue 48's refusal probe (docs/results.md, "EAPO: the expert channel fades while
   # ability stays"): two consult warm-ups of the policy on the same data, issue 36's
@@ -259,22 +279,12 @@ eapo_probe() {
   local tokens=256 warmup
   for warmup in coin three-outcome; do
     local rows=(--call-fraction 0.5)
-    [ "$warmup" = coin ] || rows=(--set call_when=fails_alone --set refused_fraction=0.5)
+    [ "$warmup" = coin ] || rows=("${THREE_OUTCOME[@]}")
     local hash record="$records/$warmup/seed-0.json" began=$SECONDS
     hash=$(unit_hash "$warmup" "${rows[@]}" "$tokens")
     if recorded "$record" "$hash"; then echo "eapo-probe $warmup: recorded ($record)"; continue; fi
     local dir="$out/$warmup"
-    [ -f "$dir/sft/final/config.json" ] || {
-      "$COLLAB" build-warmup consult --model smollm2-135m --data "$out/train.jsonl" \
-        --expert reference@0.7 "${rows[@]}" --set prompt=plain --max-tokens 64 \
-        --temperature 0.7 --engine transformers --out "$dir/warmup"
-      # 8 rows a step as issue 36's warm-up, in two halves: one step of 8 rows of ~700
-      # tokens held 18 GB (activations and eager attention, float32) and was killed for
-      # memory beside other work on 24 GB.
-      "$COLLAB" train sft --model smollm2-135m --data "$dir/warmup" --epochs 1 --lr 5e-5 \
-        --set batch_size=4 --set gradient_accumulation_steps=2 --set warmup_ratio=0 \
-        --set activation_checkpointing=false --out "$dir/sft"
-    }
+    consult_warmup "$out" "$dir" "${rows[@]}"
     local evals=() condition
     for condition in accepted refused locked; do
       local set=(--set protocol.consult.accept_prob=1)
@@ -300,7 +310,10 @@ eapo_arms() {
   # a unit with a record under docs/evidence/eapo48/ARM/seed-N.json (Pass@32 locked).
   local out=runs/evidence/eapo-probe arms=runs/evidence/eapo48 records=docs/evidence/eapo48
   local warmup="$out/three-outcome/sft/final"
-  [ -f "$warmup/config.json" ] || eapo_probe
+  # The probe's three-outcome warm-up, rebuilt (seeded, so the same) where its record
+  # exists but its folder is gone.
+  "$PYTHON" scripts/evidence/arith_mix.py add1,add2,mul22,add3 25 20 "$out" --solutions
+  consult_warmup "$out" "$out/three-outcome" "${THREE_OUTCOME[@]}"
   mkdir -p "$arms"
   # 400 tokens: one full consult turn (3 calls, 3 worked solutions of at most 64 tokens,
   # the answer), the least `train eapo` accepts with these experts.
