@@ -527,7 +527,15 @@ def test_the_refusal_probe_from_a_records_refused_and_locked_evaluations(tmp_pat
 
 def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
     # EAPO's criterion (c): the last window's consultation rate at most half the first's.
-    summary = {"n": 32, "problems": 1, "accuracy": 0.5, "correct": {"p1": 0.5}, "call_share": {}}
+    # Its evaluations lock the channel: no call shares, no concentration criterion.
+    summary = {
+        "n": 32,
+        "problems": 1,
+        "accuracy": 0.5,
+        "correct": {"p1": 0.5},
+        "call_share": {"add1": 0.0, "add3": 0.0},
+        "family_episodes": {"add1": 16, "add3": 16},
+    }
     for arm, last in (("eapo-fixed", 0.25), ("eapo-anneal", 0.75)):
         curve = [
             {"steps": "1-4", "consult_rate": 0.8},
@@ -542,7 +550,7 @@ def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
             "commit": None,
             "config_hash": "h",
             "wall_time_s": None,
-            "evals": {"pass32": summary},
+            "evals": {"final": summary, "pass32": summary},
             "curve": curve,
         }
         path = evidence.record_path(tmp_path, "eapo48", arm, 1)
@@ -553,3 +561,5 @@ def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
     table = done.stdout[done.stdout.index("fades (≤ 0.5)") :]
     assert _table_row(table, "eapo-fixed", "1")[2:] == ["0.8000", "0.2000", "0.2500", "yes"]
     assert _table_row(table, "eapo-anneal", "1")[-2:] == ["0.7500", "no"]
+    assert _table_row(done.stdout, "arm", "seed")[2:] == ["start", "final", "pass32"]
+    assert "calls add1" not in done.stdout and "Fisher p" not in done.stdout
