@@ -18,7 +18,8 @@ import yaml
 from collabrl.config import build_config, read_yaml
 from collabrl.errors import UserError
 from collabrl.train.grpo_config import GRPOTrainConfig
-from collabrl.train.plan import TrainPlan, deprecated_trl_keys, plan_run
+from collabrl.train.plan import deprecated_trl_keys, plan_run
+from collabrl.train.plan_rows import TrainPlan
 from collabrl.train.resolve import resolve_run
 
 ROOT = Path(__file__).parents[2]

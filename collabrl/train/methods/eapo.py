@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collabrl.protocols.base import CollabProtocol
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.plan import TrainPlan
+    from collabrl.train.plan_rows import TrainPlan
     from collabrl.train.schedule_config import ScheduleConfig
 
 # EAPO trains with DAPO's decoupled clip (ε_low 0.2, ε_high 0.28).

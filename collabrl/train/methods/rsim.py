@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collabrl.protocols.base import CollabProtocol
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.plan import TrainPlan
+    from collabrl.train.plan_rows import TrainPlan
     from collabrl.train.rsim import AgentRates
 
 # The per-step table of `collab train rsim`, header -> metrics.jsonl key.

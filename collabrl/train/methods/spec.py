@@ -151,7 +151,7 @@ class MethodSpec(Generic[C]):
     # Label -> path of what else a finished run holds (the CLI prints them, the card
     # lists them as collaborators).
     outputs: Callable[[Path], dict[str, str]] = _no_paths
-    # Its own rows of the dry run (`train/plan.TrainPlan`), given TRL's arguments and
+    # Its own rows of the dry run (`train/plan_rows.TrainPlan`), given TRL's arguments and
     # the optimizer steps (None: one epoch of data not on this machine).
     plan_rows: Callable[[Any, C, Any, int | None], None] = _no_rows
     # Memory it holds beside the policy on every device, in GiB, its rows added to the

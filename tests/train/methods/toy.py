@@ -12,7 +12,7 @@ from collabrl.train.methods.spec import MethodSpec
 if TYPE_CHECKING:
     from collabrl.protocols.config import ProtocolConfig
     from collabrl.train.grpo_config import GRPOTrainConfig
-    from collabrl.train.plan import TrainPlan
+    from collabrl.train.plan_rows import TrainPlan
 
 # How often each run derived its rollout protocol (the test reads it: once per run).
 ROLLOUTS: list[str] = []
