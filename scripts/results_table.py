@@ -235,31 +235,41 @@ def refusal_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[s
     return header, rows
 
 
-def fade_ratio(record: Record) -> float | None:
-    """The consultation rate of the record's last curve window over its first (EAPO's
+def consult_rates(record: Record) -> tuple[float, float] | None:
+    """The consultation rate of the record's first curve window and of its last (EAPO's
     criterion: steps 13-16 against 1-4 of a 16-step run); None without two windows that
-    log it, or with a first window that never consulted."""
-    rates = [p["consult_rate"] for p in record["curve"] if "consult_rate" in p]
-    if len(rates) < 2 or rates[0] == 0:
+    log it. The last counts the calls its turn budget left unsent too: at a budget of 1 a
+    written call sends nothing, so its sent rate alone would show a fade the budget forced.
+    (At a budget of 2 an episode that sent and then wrote again counts twice: the last
+    rate is an upper bound, which makes a fade harder to show, never easier.)"""
+    points = [p for p in record["curve"] if "consult_rate" in p]
+    if len(points) < 2:
         return None
-    return rates[-1] / rates[0]
+    last = points[-1]
+    return points[0]["consult_rate"], last["consult_rate"] + last.get("budget_cut", 0.0)
 
 
 def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
-    """Per arm and seed: the consultation rate in the first and the last window of
-    steps, their ratio, and whether consultation fades (the last at most half the first,
-    as issue 36 pre-registered). Empty for records whose curves hold no rate."""
-    header = ["arm", "seed", "consult rate, first steps", "last steps", "last ÷ first"]
-    header += ["fades (≤ 0.5)"]
+    """Per arm and seed: the consultation rate in the first and the last window of steps
+    (with the calls the turn budget cut), the last window's turn budget, their ratio, and
+    whether consultation fades (the last at most half the first, as issue 36
+    pre-registered). Empty for records whose curves hold no rate."""
+    header = ["arm", "seed", "consult rate, first steps", "last steps (sent + cut)"]
+    header += ["turn budget, last steps", "last ÷ first", "fades (≤ 0.5)"]
     rows = []
     for arm, seeds in arms.items():
         for record in seeds:
-            ratio = fade_ratio(record)
-            if ratio is None:
+            rates = consult_rates(record)
+            if rates is None:
                 continue
-            rates = [p["consult_rate"] for p in record["curve"] if "consult_rate" in p]
-            cells = [format_value(rates[0]), format_value(rates[-1]), format_value(ratio)]
-            rows.append([arm, str(record["seed"]), *cells, "yes" if ratio <= 0.5 else "no"])
+            first, last = rates
+            ratio = last / first if first else None
+            budget = record["curve"][-1].get("turn_budget")
+            # A window's mean budget: 2, or 1.5 where it shrank inside the window.
+            shown = "-" if budget is None else f"{budget:g}"
+            cells = [format_value(first), format_value(last), shown]
+            fades = "n/a (never consulted)" if ratio is None else "yes" if ratio <= 0.5 else "no"
+            rows.append([arm, str(record["seed"]), *cells, format_value(ratio), fades])
     return header, rows
 
 

@@ -56,7 +56,11 @@ CURVE_WINDOW = 4  # steps per curve point: a step is only a few prompts
 # What a step's log line shows (reward, accuracy, calls, call ratio), as record keys.
 # With EAPO's consultation rate (Figure 4), which its "consultation fades" criterion reads.
 CURVE_KEYS = {name.replace(" ", "_"): key for name, key in STEP_LINE_KEYS.items()} | {
-    "consult_rate": "episodes/consult_rate"
+    # EAPO: the share of episodes that sent a query, the turn budget, and the share whose
+    # call that budget left unsent (a budget of 1 sends none: a fade it forces, not learnt).
+    "consult_rate": "episodes/consult_rate",
+    "turn_budget": "turn_budget",
+    "budget_cut": "episodes/end/turn_budget",
 }
 DIGITS = 6  # rounding of stored shares and means: exact for counts under 10^6
 

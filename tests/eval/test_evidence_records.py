@@ -536,11 +536,17 @@ def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
         "call_share": {"add1": 0.0, "add3": 0.0},
         "family_episodes": {"add1": 16, "add3": 16},
     }
-    for arm, last in (("eapo-fixed", 0.25), ("eapo-anneal", 0.75)):
+    # eapo-anneal sends no query in its last steps, but only because its turn budget of 1
+    # cut every call it wrote (0.6 of episodes): no fade.
+    ends = {
+        "eapo-fixed": {"consult_rate": 0.2, "turn_budget": 2},
+        "eapo-anneal": {"consult_rate": 0.0, "budget_cut": 0.6, "turn_budget": 1},
+    }
+    for arm, last in ends.items():
         curve = [
-            {"steps": "1-4", "consult_rate": 0.8},
-            {"steps": "5-8", "consult_rate": 0.6},
-            {"steps": "13-16", "consult_rate": 0.8 * last},
+            {"steps": "1-4", "consult_rate": 0.8, "turn_budget": 2},
+            {"steps": "5-8", "consult_rate": 0.6, "turn_budget": 2},
+            {"steps": "13-16", **last},
         ]
         record = {
             "schema": evidence.RECORD_SCHEMA,
@@ -559,7 +565,8 @@ def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
     done = _script(TABLE, "--evidence", tmp_path)
     assert done.returncode == 0, done.stderr
     table = done.stdout[done.stdout.index("fades (≤ 0.5)") :]
-    assert _table_row(table, "eapo-fixed", "1")[2:] == ["0.8000", "0.2000", "0.2500", "yes"]
-    assert _table_row(table, "eapo-anneal", "1")[-2:] == ["0.7500", "no"]
+    fixed = ["0.8000", "0.2000", "2", "0.2500", "yes"]
+    assert _table_row(table, "eapo-fixed", "1")[2:] == fixed
+    assert _table_row(table, "eapo-anneal", "1")[2:] == ["0.8000", "0.6000", "1", "0.7500", "no"]
     assert _table_row(done.stdout, "arm", "seed")[2:] == ["start", "final", "pass32"]
     assert "calls add1" not in done.stdout and "Fisher p" not in done.stdout
