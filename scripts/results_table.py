@@ -116,16 +116,20 @@ def problem_means(seeds: list[Record], name: str) -> dict[str, float]:
 def baseline_table(
     arms: dict[str, list[Record]], baseline: str
 ) -> tuple[list[str], list[list[str]]]:
-    """Each arm against the baseline on every evaluation both recorded in every seed."""
-    header = ["arm", "eval", "problems", "arm accuracy", f"{baseline} accuracy"]
+    """Each arm against the baseline on the seeds both recorded (a seed the other arm has
+    not run yet would tilt the comparison), on every evaluation both recorded in each."""
+    header = ["arm", "seeds", "eval", "problems", "arm accuracy", f"{baseline} accuracy"]
     header += ["arm higher", f"{baseline} higher", "sign test p"]
     rows = []
-    for arm, seeds in arms.items():
-        if arm == baseline:
+    for arm, records in arms.items():
+        both = {r["seed"] for r in records} & {r["seed"] for r in arms[baseline]}
+        if arm == baseline or not both:
             continue
-        shared = set.intersection(*(set(r["evals"]) for r in seeds + arms[baseline]))
+        seeds = [r for r in records if r["seed"] in both]
+        control = [r for r in arms[baseline] if r["seed"] in both]
+        shared = set.intersection(*(set(r["evals"]) for r in seeds + control))
         for name in sorted(shared - {"start"}):
-            mine, theirs = problem_means(seeds, name), problem_means(arms[baseline], name)
+            mine, theirs = problem_means(seeds, name), problem_means(control, name)
             items = mine.keys() & theirs.keys()
             gained = sum(mine[i] > theirs[i] for i in items)
             lost = sum(mine[i] < theirs[i] for i in items)
@@ -134,7 +138,8 @@ def baseline_table(
                 for side in (mine, theirs)
             ]
             rows.append(
-                [arm, name, str(len(items)), *map(format_value, means)]
+                [arm, ", ".join(map(str, sorted(both))), name, str(len(items))]
+                + list(map(format_value, means))
                 + [str(gained), str(lost), format_p(sign_test(gained, lost))]
             )
     return header, rows

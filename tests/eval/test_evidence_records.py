@@ -337,11 +337,21 @@ def test_the_tables_from_records(records: Path) -> None:
     # The baseline last; the sign test over problems, correctness averaged over seeds:
     # final, the arm (1, 1, 0, 0) against GRPO (.5, 0, 1, 0): higher on 2, lower on 1.
     assert text.index("| simple | 0 |") < text.index("| grpo | 0 |")
-    final = _table_row(text, "simple", "final")
-    assert final[2:] == ["4", "0.5000", "0.3750", "2", "1", format_p(sign_test(2, 1))]
+    final = _table_row(text, "simple", "0, 1", "final")
+    assert final[3:] == ["4", "0.5000", "0.3750", "2", "1", format_p(sign_test(2, 1))]
     # teacher_free is not in every GRPO seed: no test on it.
-    assert "| simple | teacher_free |" not in text
-    assert "| simple | start |" not in text  # both start from the same policy
+    assert "| simple | 0, 1 | teacher_free |" not in text
+    assert "| simple | 0, 1 | start |" not in text  # both start from the same policy
+
+
+def test_an_arm_is_compared_on_the_seeds_both_ran(records: Path) -> None:
+    # An arm that has run seed 1 only meets GRPO's seed 1 (right on p3 alone), not the
+    # mean over GRPO's two seeds.
+    _record(records, "late", 1, {"p1": 1, "p2": 0, "p3": 0, "p4": 0}, None)
+    done = _script(TABLE, "--evidence", records)
+    assert done.returncode == 0, done.stderr
+    final = _table_row(done.stdout, "late", "1", "final")
+    assert final[3:] == ["4", "0.2500", "0.2500", "1", "1", format_p(sign_test(1, 1))]
 
 
 def test_the_concentration_criterion_from_family_counts(tmp_path: Path) -> None:
