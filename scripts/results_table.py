@@ -240,18 +240,20 @@ def refusal_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[s
     return header, rows
 
 
-def consult_rates(record: Record) -> tuple[float, float] | None:
+def consult_rates(record: Record) -> tuple[float, float, float | None] | None:
     """The consultation rate of the record's first curve window and of its last (EAPO's
     criterion: steps 13-16 against 1-4 of a 16-step run); None without two windows that
     log it. The last counts the calls its turn budget left unsent too: at a budget of 1 a
     written call sends nothing, so its sent rate alone would show a fade the budget forced.
     (At a budget of 2 an episode that sent and then wrote again counts twice: the last
-    rate is an upper bound, which makes a fade harder to show, never easier.)"""
+    rate is an upper bound, which makes a fade harder to show, never easier.) Third, the
+    last window's mean turn budget (None: not recorded)."""
     points = [p for p in record["curve"] if "consult_rate" in p]
     if len(points) < 2:
         return None
     last = points[-1]
-    return points[0]["consult_rate"], last["consult_rate"] + last.get("budget_cut", 0.0)
+    sent_or_cut = last["consult_rate"] + last.get("budget_cut", 0.0)
+    return points[0]["consult_rate"], sent_or_cut, last.get("turn_budget")
 
 
 def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
@@ -267,9 +269,8 @@ def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]
             rates = consult_rates(record)
             if rates is None:
                 continue
-            first, last = rates
+            first, last, budget = rates
             ratio = last / first if first else None
-            budget = record["curve"][-1].get("turn_budget")
             # A window's mean budget: 2, or 1.5 where it shrank inside the window.
             shown = "-" if budget is None else f"{budget:g}"
             cells = [format_value(first), format_value(last), shown]

@@ -54,7 +54,6 @@ HELD_OUT = {"start": "eval-start", "final": "eval-final"}
 UNHASHED = ("out", "seed", "resume")
 CURVE_WINDOW = 4  # steps per curve point: a step is only a few prompts
 # What a step's log line shows (reward, accuracy, calls, call ratio), as record keys.
-# With EAPO's consultation rate (Figure 4), which its "consultation fades" criterion reads.
 CURVE_KEYS = {name.replace(" ", "_"): key for name, key in STEP_LINE_KEYS.items()} | {
     # EAPO: the share of episodes that sent a query, the turn budget, and the share whose
     # call that budget left unsent (a budget of 1 sends none: a fade it forces, not learnt).
