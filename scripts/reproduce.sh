@@ -459,22 +459,32 @@ rsim() {
   # The band: each candidate's pass rate over k = 8 episodes of the training rollout (the
   # warm-up reasoner driven by an untrained planner, both at 0.9, the budgets above).
   # `collab filter` asks one prompt, not a protocol, so `collab eval run` samples the
-  # protocol and rsim_band.py keeps [0.2, 0.6] by the filter's own rule.
-  local k=8 band=(0.2 0.6)
+  # protocol and rsim_band.py keeps [0.2, 0.6] by the filter's own rule. Measuring takes
+  # 75 min here, so it is a unit of its own (issue 48): its record keeps every
+  # candidate's pass rate, and a checkout that has it rebuilds the band from it.
+  local k=8 band=(0.2 0.6) records=docs/evidence/rsim-band
+  local band_record="$records/pass-rates/seed-0.json" hash began=$SECONDS
+  hash=$(unit_hash pass-rates "$k" "${band[@]}" "${budget[@]}")
+  if ! recorded "$band_record" "$hash"; then
+    for split in train test; do
+      [ -f "$out/pass-rates/$split/metrics.json" ] || "$COLLAB" eval run \
+        "$out/candidates/$split.jsonl" --model "$out/sft/final" --protocol strategy \
+        --planner smollm2-135m --n "$k" --temperature 0.9 \
+        --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" \
+        --out "$out/pass-rates/$split"
+    done
+    "$PYTHON" scripts/evidence/record.py --method rsim-band --arm pass-rates --seed 0 \
+      --config-hash "$hash" --eval "train=$out/pass-rates/train" \
+      --eval "test=$out/pass-rates/test" --seconds $((SECONDS - began)) --out "$band_record"
+  fi
   for split in train test; do
-    [ -f "$out/pass-rates/$split/metrics.json" ] || "$COLLAB" eval run \
-      "$out/candidates/$split.jsonl" --model "$out/sft/final" --protocol strategy \
-      --planner smollm2-135m --n "$k" --temperature 0.9 \
-      --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" \
-      --out "$out/pass-rates/$split"
     "$PYTHON" scripts/evidence/rsim_band.py "$out/candidates/$split.jsonl" \
-      "$out/pass-rates/$split" "$k" "${band[@]}" "$out/$split.jsonl"
+      "$band_record:$split" "$k" "${band[@]}" "$out/$split.jsonl"
   done
   # Plug-in (criterion 3): the warm-up reasoner (rSIM's starting point, untouched by RL)
-  # served over HTTP, driven by PS+ prompting, by the untrained planner and, after each
-  # seed trains, by that seed's planner, so that a stopped reproduction leaves the
-  # comparison for every seed trained so far.
-  local plug_ins=(ps+ untrained)
+  # served over HTTP, driven by PS+ prompting, by the untrained planner and by each
+  # seed's trained planner, all greedy: every seed's record keeps the three, so that a
+  # seed is a unit that holds its own comparison.
   plug_in "$out" ps+ ps+ "${budget[@]}"
   plug_in "$out" untrained smollm2-135m "${budget[@]}"
   # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
@@ -482,22 +492,33 @@ rsim() {
   # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
   # A new setting: the project's constant learning rate, not RECORDED_SCHEDULE; every
   # episode of a step kept (16), so that rsim_groups.py counts R_acc's mixed groups.
-  local steps="${RSIM_STEPS:-16}" runs=() trained=()
+  # Each seed is a unit (about 30 min, 45 with the warm-up on a fresh checkout) with a
+  # record under docs/evidence/rsim-band/joint/.
+  local steps="${RSIM_STEPS:-16}" runs=() trained=() plug_ins=(ps+ untrained)
+  local joint=(--model "$out/sft/final" --planner smollm2-135m --data "$out/train.jsonl"
+    --steps "$steps" --prompts-per-step 4 --num-generations 4 --temperature 0.9
+    --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4
+    --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5
+    --set save_rollouts=16 --eval-data "$out/test.jsonl")
+  hash=$(unit_hash joint "${joint[@]}")
   for seed in $SEEDS; do
-    local run="$out/joint-seed$seed"
-    train "$run" rsim --model "$out/sft/final" \
-      --planner smollm2-135m --data "$out/train.jsonl" --steps "$steps" \
-      --prompts-per-step 4 --num-generations 4 --temperature 0.9 \
-      --set trl.per_device_train_batch_size=4 --set trl.gradient_accumulation_steps=4 \
-      --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" --lr 2e-5 \
-      --set save_rollouts=16 \
-      --set seed="$seed" --eval-data "$out/test.jsonl"
+    local run="$out/joint-seed$seed" record="$records/joint/seed-$seed.json"
+    began=$SECONDS
+    if recorded "$record" "$hash"; then echo "rsim-band joint seed $seed: recorded"; continue; fi
+    train "$run" rsim "${joint[@]}" --set seed="$seed"
     plug_in "$out" "trained-seed$seed" "$run/planner" "${budget[@]}"
+    "$PYTHON" scripts/evidence/record.py "$run" --method rsim-band --arm joint \
+      --seed "$seed" --config-hash "$hash" --eval "plug_in=$out/plug-in/trained-seed$seed" \
+      --eval "ps_plus=$out/plug-in/ps+" --eval "untrained=$out/plug-in/untrained" \
+      --seconds $((SECONDS - began)) --out "$record"
     [ ${#runs[@]} -gt 0 ] || runs+=("$run/eval-start")
     runs+=("$run/eval-final")
     trained+=("$run")
     plug_ins+=("trained-seed$seed")
   done
+  # The records hold the numbers (docs/results.md's rsim-band tables); these reports read
+  # what only the run folders hold, for the seeds trained in this checkout.
+  [ ${#trained[@]} -gt 0 ] || return 0
   "$COLLAB" eval report "${runs[@]}" --by "$FAMILY" --format markdown | tee "$out/table.md"
   "$PYTHON" scripts/evidence/plans.py "${runs[@]}" | tee -a "$out/table.md"
   # The planner over training: strategy shares, strategies per episode, why episodes end.

@@ -580,3 +580,35 @@ def test_consultation_fades_from_a_records_curve(tmp_path: Path) -> None:
     assert _table_row(table, "eapo-anneal", "1")[2:] == ["0.8000", "0.6000", "1", "0.7500", "no"]
     assert _table_row(done.stdout, "arm", "seed")[2:] == ["start", "final", "pass32"]
     assert "calls add1" not in done.stdout and "Fisher p" not in done.stdout
+
+
+def test_rsim_sets_evaluations_of_one_record_against_each_other(tmp_path: Path) -> None:
+    # rSIM's criteria (2) and (3) within each seed's record: final against start, the
+    # trained planner's plug-in against PS+. Two seeds over three problems: seed 0's plug-in
+    # is right on p1 and p2, seed 1's on p1; PS+ (greedy, the same in both) on p3.
+    def summary(correct: dict[str, int]) -> dict:
+        accuracy = sum(correct.values()) / len(correct)
+        return {"n": 1, "problems": 3, "accuracy": accuracy, "correct": correct, "call_share": {}}
+
+    ps_plus = {"p1": 0, "p2": 0, "p3": 1}
+    plug_ins = {0: {"p1": 1, "p2": 1, "p3": 0}, 1: {"p1": 1, "p2": 0, "p3": 0}}
+    for seed, plug_in in plug_ins.items():
+        evals = {"start": summary(ps_plus), "final": summary(plug_in)}
+        evals |= {"plug_in": summary(plug_in), "ps_plus": summary(ps_plus)}
+        record = {"schema": evidence.RECORD_SCHEMA, "method": "rsim-band", "arm": "joint"}
+        record |= {"seed": seed, "commit": None, "config_hash": "h", "wall_time_s": None}
+        path = evidence.record_path(tmp_path, "rsim-band", "joint", seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        runs.write_json(path, record | {"evals": evals, "curve": []})
+    done = _script(TABLE, "--evidence", tmp_path)
+    assert done.returncode == 0, done.stderr
+    # Summed over seeds: higher on p1, p2 (seed 0) and p1 (seed 1), lower on p3 twice;
+    # once a problem (means 1, .5, 0 against 0, 0, 1): higher on 2, lower on 1.
+    row = _table_row(done.stdout, "joint", "0, 1", "plug_in", "ps_plus")
+    assert row[4:] == ["3", "0.5000", "0.3333", "3 / 2", format_p(sign_test(3, 2))] + [
+        "2 / 1",
+        format_p(sign_test(2, 1)),
+    ]
+    assert _table_row(done.stdout, "joint", "0, 1", "final", "start")[7] == "3 / 2"
+    # No untrained-planner evaluation recorded: no row for it; no calls to count.
+    assert "untrained" not in done.stdout and "calls " not in done.stdout

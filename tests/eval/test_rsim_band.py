@@ -115,3 +115,53 @@ def test_groups_cut_by_save_rollouts_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(SystemExit, match="raise save_rollouts"):
         script.main([str(run)])
+
+
+def _record(root: Path, correct: dict[str, float], n: int) -> Path:
+    """An evidence record (rsim-band/pass-rates/seed-0.json) whose evaluation `train`
+    sampled n a problem with these pass rates."""
+    path = root / "rsim-band" / "pass-rates" / "seed-0.json"
+    path.parent.mkdir(parents=True)
+    summary = {"n": n, "problems": len(correct), "accuracy": 0.5, "correct": correct}
+    summary["call_share"] = {}
+    record = {"schema": 1, "method": "rsim-band", "arm": "pass-rates", "seed": 0}
+    record |= {"commit": None, "config_hash": "h", "wall_time_s": None, "curve": []}
+    path.write_text(json.dumps(record | {"evals": {"train": summary}}))
+    return path
+
+
+def test_the_band_from_a_record_is_the_band_from_its_run(candidates: Path, tmp_path: Path) -> None:
+    script = load_script("rsim_band")
+    rates = {i: sum(values) / 4 for i, values in CORRECT.items()}
+    record = _record(tmp_path / "evidence", rates, 4)
+
+    from_record = script.band(candidates, f"{record}:train", 4, 0.25, 0.5)
+    from_run = script.band(candidates, str(_eval_run(tmp_path / "eval", CORRECT)), 4, 0.25, 0.5)
+
+    assert from_record == from_run
+    assert [r["id"] for r in from_record] == ["b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("source", "k", "message"),
+    [
+        ("{record}:test", 4, "has no evaluation 'test'"),
+        ("{record}:train", 8, "sampled 4 a problem, not 8"),
+    ],
+)
+def test_a_record_of_another_evaluation_is_refused(
+    candidates: Path, tmp_path: Path, source: str, k: int, message: str
+) -> None:
+    script = load_script("rsim_band")
+    record = _record(tmp_path / "evidence", {i: 0.5 for i in CORRECT}, 4)
+
+    with pytest.raises(SystemExit, match=message):
+        script.band(candidates, source.format(record=record), k, 0.25, 0.5)
+
+
+def test_a_record_missing_candidates_is_refused(candidates: Path, tmp_path: Path) -> None:
+    script = load_script("rsim_band")
+    record = _record(tmp_path / "evidence", {"a": 1.0, "b": 0.5}, 4)
+
+    with pytest.raises(SystemExit, match="2 candidates have no pass rate"):
+        script.band(candidates, f"{record}:train", 4, 0.25, 0.5)
