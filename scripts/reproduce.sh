@@ -661,10 +661,10 @@ apollo() {
   "$PYTHON" scripts/evidence/apollo_seeds.py "$out" grpo $SEEDS | tee -a "$rl/control.md"
 }
 
-# AlphaApollo beyond a calculator (issue 36), its own target (`reproduce.sh apollo-docs`)
-# because it does not work yet: SmolLM2-135M copies the worked retrieve call word for
-# word, so its warm-up kept 0 of 8 traces in a smoke run, and at these sizes the stages
-# take hours a piece on 2 cores (docs/results.md). The task: the default value of a
+# AlphaApollo beyond a calculator (issue 36), its own target (`reproduce.sh apollo-docs`):
+# SmolLM2-135M sampled copies the worked retrieve call word for word (0 of 8 traces
+# kept), so the warm-up's call is written by rule, and the stages are units of their own
+# with records (issue 48), because at these sizes they take hours on 2 cores. The task: the default value of a
 # documented parameter ("What is the default value of `rtol` in numpy.isclose?"), found
 # in the shipped documentation corpus and not in the question, so retrieval can help.
 # Pre-registered in docs/results.md. Arms, all greedy on the same held-out questions
@@ -691,47 +691,71 @@ apollo_docs() {
   # the question as the query: SmolLM2-135M sampled copies the worked call, or calls
   # nothing), run by the real tools and kept when the documentation returned shows the
   # answer; rows on the aid-free prompt, ending in "The answer is \boxed{X}".
+  # Rebuilt (the same rows, seeded SFT) where a checkout has no folder: its time, once a
+  # checkout, is printed, as a unit's first cost.
+  local built=$SECONDS
   [ -f "$docs/sft/final/config.json" ] || {
     "$PYTHON" scripts/evidence/docs_warmup.py "$docs/train.jsonl" "$docs/warmup" \
       --set sampling.max_tokens="$tokens" "${warm[@]}"
     "$COLLAB" train sft --model smollm2-135m --data "$docs/warmup" --epochs 2 --lr 5e-5 \
       --set batch_size=8 --set gradient_accumulation_steps=1 --set warmup_ratio=0 \
       --set activation_checkpointing=false --set max_length=2048 --out "$docs/sft"
+    echo "apollo-docs: the warm-up built in $((SECONDS - built)) s"
   }
-  local evals=()
-  for entry in base:smollm2-135m warmup:"$docs/sft/final"; do
-    local name="${entry%%:*}" model="${entry#*:}"
-    [ -f "$docs/eval/$name-tools/metrics.json" ] || "$COLLAB" eval run "$docs/test.jsonl" \
+  # Units (issue 48), records under docs/evidence/apollo-docs/; APOLLO_DOCS_ARMS picks
+  # them. "warmup" and "base": a policy greedy on the held-out questions with the tools
+  # and alone (criterion 1 sets the two against each other), seed 0 only (greedy). "tools"
+  # and "alone": GRPO from the warm-up policy with the tools and without them (the
+  # control), the same data, steps, samples (4 problems x 4), tokens, lr (constant) and
+  # seeds, one unit a seed. "base" is not run by default: one base-model episode with
+  # the tools took 167 s, so its 44 questions are about 2 h, past a unit's 90 minutes.
+  local records=docs/evidence/apollo-docs units=" ${APOLLO_DOCS_ARMS:-warmup tools alone} "
+  local policy hash began evals=()
+  for policy in warmup base; do
+    [[ "$units" == *" $policy "* ]] || continue
+    local model=smollm2-135m record="$records/$policy/seed-0.json" folder="$docs/eval/$policy"
+    [ "$policy" = base ] || model="$docs/sft/final"
+    hash=$(unit_hash "$policy" "${on[@]}" "$tokens")
+    began=$SECONDS
+    if recorded "$record" "$hash"; then echo "apollo-docs $policy: recorded"; continue; fi
+    [ -f "$folder-tools/metrics.json" ] || "$COLLAB" eval run "$docs/test.jsonl" \
       --model "$model" --protocol apollo "${on[@]}" --max-tokens "$tokens" --temperature 0 \
-      --out "$docs/eval/$name-tools"
-    [ -f "$docs/eval/$name-alone/metrics.json" ] || "$COLLAB" eval run "$docs/test.jsonl" \
+      --out "$folder-tools"
+    [ -f "$folder-alone/metrics.json" ] || "$COLLAB" eval run "$docs/test.jsonl" \
       --model "$model" --protocol apollo "${off[@]}" --max-tokens "$tokens" --temperature 0 \
-      --out "$docs/eval/$name-alone"
-    evals+=("$docs/eval/$name-tools" "$docs/eval/$name-alone")
+      --out "$folder-alone"
+    "$PYTHON" scripts/evidence/record.py --method apollo-docs --arm "$policy" --seed 0 \
+      --config-hash "$hash" --family "$by" --eval "tools=$folder-tools" \
+      --eval "alone=$folder-alone" --seconds $((SECONDS - began)) --out "$record"
+    evals+=("$folder-tools" "$folder-alone")
   done
-  "$COLLAB" eval report "${evals[@]}" --by "$by" --format markdown | tee "$docs/table.md"
-  "$PYTHON" scripts/evidence/tools.py "${evals[@]}" | tee -a "$docs/table.md"
-  # GRPO from the warm-up policy with the tools, and without them (the control): the
-  # same data, steps, samples (4 problems x 4), tokens, lr (constant) and seeds.
-  local steps="${APOLLO_DOCS_STEPS:-16}" runs=()
-  for arm in tools alone; do
-    local arm_args=("${on[@]}")
-    [ "$arm" = tools ] || arm_args=("${off[@]}")
-    for seed in $SEEDS; do
-      local run="$docs/grpo-$arm-seed$seed"
-      train "$run" grpo --model "$docs/sft/final" \
-        --protocol apollo "${arm_args[@]}" --data "$docs/train.jsonl" --steps "$steps" \
-        --prompts-per-step 4 --num-generations 4 --max-tokens "$tokens" --temperature 0.7 \
-        --lr 2e-5 --set trl.per_device_train_batch_size=4 \
-        --set trl.gradient_accumulation_steps=4 --set seed="$seed" \
-        --eval-data "$docs/test.jsonl"
-      # eval-start is the warm-up policy under the arm's protocol: greedy, so once an arm.
-      [ "$seed" != "${SEEDS%% *}" ] || runs+=("$run/eval-start")
-      runs+=("$run/eval-final")
+  local steps="${APOLLO_DOCS_STEPS:-16}" runs=() seed arm
+  local common=(--model "$docs/sft/final" --protocol apollo --data "$docs/train.jsonl"
+    --steps "$steps" --prompts-per-step 4 --num-generations 4 --max-tokens "$tokens"
+    --temperature 0.7 --lr 2e-5 --set trl.per_device_train_batch_size=4
+    --set trl.gradient_accumulation_steps=4 --eval-data "$docs/test.jsonl")
+  for seed in $SEEDS; do
+    for arm in tools alone; do
+      [[ "$units" == *" $arm "* ]] || continue
+      local arm_args=("${on[@]}") run="$docs/grpo-$arm-seed$seed"
+      local record="$records/$arm/seed-$seed.json"
+      [ "$arm" = tools ] || arm_args=("${off[@]}")
+      hash=$(unit_hash "$arm" "${common[@]}" "${arm_args[@]}")
+      began=$SECONDS
+      if recorded "$record" "$hash"; then echo "apollo-docs $arm seed $seed: recorded"; continue; fi
+      train "$run" grpo "${common[@]}" "${arm_args[@]}" --set seed="$seed"
+      "$PYTHON" scripts/evidence/record.py "$run" --method apollo-docs --arm "$arm" \
+        --seed "$seed" --config-hash "$hash" --family "$by" \
+        --seconds $((SECONDS - began)) --out "$record"
+      runs+=("$run/eval-start" "$run/eval-final")
     done
   done
-  "$COLLAB" eval report "${runs[@]}" --by "$by" --format markdown | tee "$docs/grpo.md"
-  "$PYTHON" scripts/evidence/tools.py "${runs[@]}" | tee -a "$docs/grpo.md"
+  # The records hold the numbers; these reports read what only the folders hold (the
+  # tool calls: how many, which tool, which failed), for the units run in this checkout.
+  evals+=("${runs[@]}")
+  [ ${#evals[@]} -gt 0 ] || return 0
+  "$COLLAB" eval report "${evals[@]}" --by "$by" --format markdown | tee "$docs/table.md"
+  "$PYTHON" scripts/evidence/tools.py "${evals[@]}" | tee -a "$docs/table.md"
 }
 
 case "${1:-}" in

@@ -42,16 +42,21 @@ EVIDENCE = ROOT / "docs" / "evidence"
 FILES = (ROOT / "docs" / "results.md", ROOT / "README.md")
 BASELINE = "grpo"  # GRPO without a collaborator, the same steps and data: every method's control
 # Methods whose control is another arm: issue 48's relay diagnostics are read against D1
-# (teacher tokens masked, group scenario), the arm that differs from issue 36 least.
-BASELINES = {"relay-diag": "masked-group"}
+# (teacher tokens masked, group scenario), the arm that differs from issue 36 least;
+# AlphaApollo's retrieval GRPO against GRPO with the tools banned.
+BASELINES = {"relay-diag": "masked-group", "apollo-docs": "alone"}
 # Methods whose evaluations cannot call a collaborator: EAPO's, with the channel locked as
 # its paper evaluates, and rSIM's (a planner guides, it is never called). Their tables have
 # no call shares and no concentration (they could only read 0).
 NO_CALLS = frozenset({"eapo48", "rsim-band"})
-# Evaluations of one record set against each other (rSIM: the trained policy against its
-# start; the trained planner driving the untouched reasoner against PS+ prompting and the
-# untrained planner), (evaluation, the one it is tested against) pairs per method.
-PAIRS = {"rsim-band": (("final", "start"), ("plug_in", "ps_plus"), ("plug_in", "untrained"))}
+# Evaluations of one record set against each other, (evaluation, the one it is tested
+# against) pairs per method. rSIM: the trained policy against its start; the trained
+# planner driving the untouched reasoner against PS+ prompting and the untrained planner.
+# AlphaApollo's retrieval: a policy with the tools against itself alone.
+PAIRS = {
+    "rsim-band": (("final", "start"), ("plug_in", "ps_plus"), ("plug_in", "untrained")),
+    "apollo-docs": (("tools", "alone"),),
+}
 # Issue 36's relay families: those the warm-up student solves alone, and those it fails.
 SOLVED, FAILED = ("add1",), ("add2", "mul22", "add3")
 # A marker is a line of its own: one quoted in a sentence (as in results.md) is text.
