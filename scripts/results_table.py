@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collabrl.errors import UserError
-from collabrl.eval.metrics import concentration, sign_test
+from collabrl.eval.metrics import concentration, population_variance, sign_test
 from collabrl.eval.report import format_p, format_value, to_markdown
 from collabrl.train.evidence import HELD_OUT, Record, read_records
 from collabrl.userfiles import read_user_text
@@ -53,6 +53,13 @@ NO_CALLS = frozenset({"eapo48", "rsim-band"})
 # against) pairs per method. rSIM: the trained policy against its start; the trained
 # planner driving the untouched reasoner against PS+ prompting and the untrained planner.
 # AlphaApollo's retrieval: a policy with the tools against itself alone.
+# Methods with a pre-registered criterion on one evaluation against the control: the arm
+# above it in at least SEEDS_ABOVE of SEEDS_NEEDED seeds and the sign test over problems,
+# pooled across seeds, at p < 0.05 (EAPO's (a), on Pass@32), read beside Var (b) and the
+# fade (c), which counts in as many seeds.
+ABILITY = {"eapo48": "pass32"}
+SEEDS_NEEDED, SEEDS_ABOVE = 3, 2
+FADE = 0.5  # consultation fades: the last steps' rate at most half the first steps' (issue 36)
 PAIRS = {
     "rsim-band": (("final", "start"), ("plug_in", "ps_plus"), ("plug_in", "untrained")),
     "apollo-docs": (("tools", "alone"),),
@@ -307,6 +314,15 @@ def consult_rates(record: Record) -> tuple[float, float, float | None] | None:
     return points[0]["consult_rate"], sent_or_cut, last.get("turn_budget")
 
 
+def fade_ratio(record: Record) -> float | None:
+    """The last window's consultation rate (sent + cut) over the first's; None where the
+    record logs no rate or never consulted at first."""
+    rates = consult_rates(record)
+    if rates is None or not rates[0]:
+        return None
+    return rates[1] / rates[0]
+
+
 def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]]]:
     """Per arm and seed: the consultation rate in the first and the last window of steps
     (with the calls the turn budget cut), the last window's turn budget, their ratio, and
@@ -321,13 +337,65 @@ def fade_table(arms: dict[str, list[Record]]) -> tuple[list[str], list[list[str]
             if rates is None:
                 continue
             first, last, budget = rates
-            ratio = last / first if first else None
+            ratio = fade_ratio(record)
             # A window's mean budget: 2, or 1.5 where it shrank inside the window.
             shown = "-" if budget is None else f"{budget:g}"
             cells = [format_value(first), format_value(last), shown]
-            fades = "n/a (never consulted)" if ratio is None else "yes" if ratio <= 0.5 else "no"
+            fades = "n/a (never consulted)" if ratio is None else "yes" if ratio <= FADE else "no"
             rows.append([arm, str(record["seed"]), *cells, format_value(ratio), fades])
     return header, rows
+
+
+def criteria_table(
+    arms: dict[str, list[Record]], baseline: str, name: str
+) -> tuple[list[str], list[list[str]]]:
+    """Per arm, the pre-registered criteria on evaluation `name` against the baseline, on
+    the seeds both ran: (a) the seeds where the arm is above, the pooled sign test and
+    the verdict (open until SEEDS_NEEDED seeds); (b) Var, the population variance of the
+    per-problem scores, each seed's then their mean, descriptive; (c) the seeds whose
+    consultation fades and the verdict."""
+    header = ["arm", "seeds", f"{name} above {baseline}", "pooled sign test p", "(a)"]
+    header += ["Var", f"Var {baseline}", "consultation fades", "(c)"]
+    control = {r["seed"]: r for r in arms.get(baseline, [])}
+    rows = []
+    for arm, records in arms.items():
+        seeds = [r for r in records if r["seed"] in control and name in r["evals"]]
+        seeds = [r for r in seeds if name in control[r["seed"]]["evals"]]
+        if arm == baseline or not seeds:
+            continue
+        theirs = [control[r["seed"]] for r in seeds]
+        above = sum(
+            r["evals"][name]["accuracy"] > c["evals"][name]["accuracy"]
+            for r, c in zip(seeds, theirs, strict=True)
+        )
+        mine_means, their_means = problem_means(seeds, name), problem_means(theirs, name)
+        items = mine_means.keys() & their_means.keys()
+        p = sign_test(
+            sum(mine_means[i] > their_means[i] for i in items),
+            sum(mine_means[i] < their_means[i] for i in items),
+        )
+        ratios = [fade_ratio(r) for r in seeds]
+        faded = sum(ratio is not None and ratio <= FADE for ratio in ratios)
+        rows.append(
+            [arm, ", ".join(str(r["seed"]) for r in seeds), f"{above} of {len(seeds)}"]
+            + [format_p(p), _verdict(len(seeds), above >= SEEDS_ABOVE and p < 0.05)]
+            + [format_value(_variance(seeds, name)), format_value(_variance(theirs, name))]
+            + [f"{faded} of {len(seeds)}", _verdict(len(seeds), faded >= SEEDS_ABOVE)]
+        )
+    return header, rows
+
+
+def _variance(records: list[Record], name: str) -> float | None:
+    """EAPO's Var on evaluation `name`, the mean over the records' seeds."""
+    return _mean(
+        tuple(population_variance(list(r["evals"][name]["correct"].values())) for r in records)
+    )
+
+
+def _verdict(seeds: int, met: bool) -> str:
+    if seeds < SEEDS_NEEDED:
+        return f"open ({seeds} of {SEEDS_NEEDED} seeds)"
+    return "shown" if met else "not shown"
 
 
 def render(method: str, records: list[Record], baseline: str) -> str:
@@ -343,6 +411,8 @@ def render(method: str, records: list[Record], baseline: str) -> str:
         tables.insert(1, concentration_table(arms))
     if baseline in arms:
         tables.append(baseline_table(arms, baseline))
+    if method in ABILITY and baseline in arms:
+        tables.append(criteria_table(arms, baseline, ABILITY[method]))
     if method in PAIRS:
         tables.append(paired_table(arms, PAIRS[method]))
     parts += [to_markdown(header, rows) for header, rows in tables if rows]

@@ -47,6 +47,7 @@ __all__ = [
     "majority_answer",
     "normalize_answer",
     "pass_at_k",
+    "population_variance",
     "problem_scores",
     "sign_test",
     "standard_errors",
@@ -187,7 +188,7 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
-def _population_variance(values: Sequence[float]) -> float:
+def population_variance(values: Sequence[float]) -> float:
     """Variance dividing by ``len(values)`` (EAPO's "Var" divides by |Q|)."""
     mu = _mean(values)
     return math.fsum((v - mu) ** 2 for v in values) / len(values)
@@ -263,8 +264,8 @@ def summarize(problems: Sequence[ProblemSamples]) -> dict[str, float]:
     scores = problem_scores(problems)
     n = min(len(p.correct) for p in problems)
     out = {name: _mean(values) for name, values in scores.items()}
-    out["var"] = _population_variance(scores[f"avg@{n}"])
-    out["var_f1"] = _population_variance(scores[f"f1@{n}"])
+    out["var"] = population_variance(scores[f"avg@{n}"])
+    out["var_f1"] = population_variance(scores[f"f1@{n}"])
     out["stderr"] = _standard_error(scores[f"avg@{n}"])
     out["problems"] = float(len(problems))
     out["samples_per_problem"] = float(n)

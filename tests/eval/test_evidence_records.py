@@ -15,8 +15,8 @@ import yaml
 
 from collabrl import runs
 from collabrl.config import to_dict
-from collabrl.eval.metrics import concentration, sign_test
-from collabrl.eval.report import format_p
+from collabrl.eval.metrics import concentration, population_variance, sign_test
+from collabrl.eval.report import format_p, format_value
 from collabrl.train import evidence
 from collabrl.train.grpo_config import GRPOTrainConfig
 from collabrl.train.resolve import resolve_run
@@ -612,3 +612,48 @@ def test_rsim_sets_evaluations_of_one_record_against_each_other(tmp_path: Path) 
     assert _table_row(done.stdout, "joint", "0, 1", "final", "start")[7] == "3 / 2"
     # No untrained-planner evaluation recorded: no row for it; no calls to count.
     assert "untrained" not in done.stdout and "calls " not in done.stdout
+
+
+def _eapo_record(root: Path, arm: str, seed: int, pass32: dict[str, float], rates: tuple) -> None:
+    """An eapo48 record: `pass32` by problem, its consultation rate in steps 1-4 and 13-16."""
+    summary = {"n": 32, "problems": len(pass32), "correct": pass32, "call_share": {}}
+    summary["accuracy"] = sum(pass32.values()) / len(pass32)
+    curve = [
+        {"steps": f"{a}-{a + 3}", "consult_rate": r} for a, r in zip((1, 13), rates, strict=True)
+    ]
+    record = {"schema": evidence.RECORD_SCHEMA, "method": "eapo48", "arm": arm, "seed": seed}
+    record |= {"commit": None, "config_hash": "h", "wall_time_s": None}
+    path = evidence.record_path(root, "eapo48", arm, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs.write_json(path, record | {"evals": {"pass32": summary}, "curve": curve})
+
+
+def test_eapos_criteria_are_open_until_three_seeds_then_read_off_the_records(
+    tmp_path: Path,
+) -> None:
+    # EAPO above GRPO on 6 of 8 problems in seeds 0 and 1, below on all 8 in seed 2, by
+    # a little: above in 2 of 3 seeds; pooled (means over seeds) above on 6, below on 2.
+    problems = [f"p{i}" for i in range(8)]
+    grpo = dict.fromkeys(problems, 0.5)
+    better = {p: 0.75 if i < 6 else 0.25 for i, p in enumerate(problems)}
+    worse = dict.fromkeys(problems, 0.4375)
+    for seed, pass32 in enumerate([better, better, worse]):
+        _eapo_record(tmp_path, "grpo", seed, grpo, (0.0, 0.0))
+        if seed < 2:  # first two seeds of EAPO: open, whatever they show
+            _eapo_record(tmp_path, "eapo-fixed", seed, pass32, (0.8, 0.2))
+    done = _script(TABLE, "--evidence", tmp_path)
+    assert done.returncode == 0, done.stderr
+    criteria = done.stdout[done.stdout.index("pooled sign test p") :]
+    row = _table_row(criteria, "eapo-fixed", "0, 1")
+    assert row[2] == "2 of 2" and row[4] == "open (2 of 3 seeds)" and row[8] == row[4]
+
+    _eapo_record(tmp_path, "eapo-fixed", 2, worse, (0.8, 0.6))
+    done = _script(TABLE, "--evidence", tmp_path)
+    row = _table_row(
+        done.stdout[done.stdout.index("pooled sign test p") :], "eapo-fixed", "0, 1, 2"
+    )
+    # Means over seeds: p0-p5 (.75 + .75 + .4375) / 3 > .5, p6-p7 below: 6 to 2, p = 0.29.
+    assert row[2:5] == ["2 of 3", format_p(sign_test(6, 2)), "not shown"]
+    var = (2 * population_variance(list(better.values())) + 0.0) / 3  # `worse` is flat
+    assert row[5:7] == [format_value(var), "0.0000"]  # GRPO is flat
+    assert row[7:] == ["2 of 3", "shown"]  # fades in seeds 0 and 1 (0.25), not 2 (0.75)
