@@ -481,12 +481,6 @@ rsim() {
     "$PYTHON" scripts/evidence/rsim_band.py "$out/candidates/$split.jsonl" \
       "$band_record:$split" "$k" "${band[@]}" "$out/$split.jsonl"
   done
-  # Plug-in (criterion 3): the warm-up reasoner (rSIM's starting point, untouched by RL)
-  # served over HTTP, driven by PS+ prompting, by the untrained planner and by each
-  # seed's trained planner, all greedy: every seed's record keeps the three, so that a
-  # seed is a unit that holds its own comparison.
-  plug_in "$out" ps+ ps+ "${budget[@]}"
-  plug_in "$out" untrained smollm2-135m "${budget[@]}"
   # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
   # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
   # the gradient over 4 micro-batches of 4 episodes (one batch of 16 went past 24 GB).
@@ -506,6 +500,12 @@ rsim() {
     began=$SECONDS
     if recorded "$record" "$hash"; then echo "rsim-band joint seed $seed: recorded"; continue; fi
     train "$run" rsim "${joint[@]}" --set seed="$seed"
+    # Plug-in (criterion 3): the warm-up reasoner (rSIM's starting point, untouched by RL)
+    # served over HTTP, driven by PS+ prompting, by the untrained planner and by this
+    # seed's trained planner, all greedy (the first two once a checkout): every seed's
+    # record keeps the three, so that a seed is a unit that holds its own comparison.
+    plug_in "$out" ps+ ps+ "${budget[@]}"
+    plug_in "$out" untrained smollm2-135m "${budget[@]}"
     plug_in "$out" "trained-seed$seed" "$run/planner" "${budget[@]}"
     "$PYTHON" scripts/evidence/record.py "$run" --method rsim-band --arm joint \
       --seed "$seed" --config-hash "$hash" --eval "plug_in=$out/plug-in/trained-seed$seed" \
