@@ -460,26 +460,26 @@ rsim() {
   # warm-up reasoner driven by an untrained planner, both at 0.9, the budgets above).
   # `collab filter` asks one prompt, not a protocol, so `collab eval run` samples the
   # protocol and rsim_band.py keeps [0.2, 0.6] by the filter's own rule. Measuring takes
-  # 75 min here, so it is a unit of its own (issue 48): its record keeps every
-  # candidate's pass rate, and a checkout that has it rebuilds the band from it.
-  local k=8 band=(0.2 0.6) records=docs/evidence/rsim-band
-  local band_record="$records/pass-rates/seed-0.json" hash began=$SECONDS
-  hash=$(unit_hash pass-rates "$k" "${band[@]}" "${budget[@]}")
-  if ! recorded "$band_record" "$hash"; then
-    for split in train test; do
+  # 48 min (train) and 27 min (test) here, so each split is a unit of its own (issue 48):
+  # its record keeps every candidate's pass rate, and a checkout that has it rebuilds
+  # the band from it instead of sampling again.
+  local k=8 band=(0.2 0.6) records=docs/evidence/rsim-band hash began
+  for split in train test; do
+    local band_record="$records/band-$split/seed-0.json"
+    hash=$(unit_hash "band-$split" "$k" "${band[@]}" "${budget[@]}")
+    began=$SECONDS
+    if ! recorded "$band_record" "$hash"; then
       [ -f "$out/pass-rates/$split/metrics.json" ] || "$COLLAB" eval run \
         "$out/candidates/$split.jsonl" --model "$out/sft/final" --protocol strategy \
         --planner smollm2-135m --n "$k" --temperature 0.9 \
         --set protocol.strategy.planner_temperature=0.9 "${budget[@]}" \
         --out "$out/pass-rates/$split"
-    done
-    "$PYTHON" scripts/evidence/record.py --method rsim-band --arm pass-rates --seed 0 \
-      --config-hash "$hash" --eval "train=$out/pass-rates/train" \
-      --eval "test=$out/pass-rates/test" --seconds $((SECONDS - began)) --out "$band_record"
-  fi
-  for split in train test; do
+      "$PYTHON" scripts/evidence/record.py --method rsim-band --arm "band-$split" --seed 0 \
+        --config-hash "$hash" --eval "pass_rates=$out/pass-rates/$split" \
+        --seconds $((SECONDS - began)) --out "$band_record"
+    fi
     "$PYTHON" scripts/evidence/rsim_band.py "$out/candidates/$split.jsonl" \
-      "$band_record:$split" "$k" "${band[@]}" "$out/$split.jsonl"
+      "$band_record:pass_rates" "$k" "${band[@]}" "$out/$split.jsonl"
   done
   # Joint training (§4: λ 0.7 for the first half, then 0.3), both temperatures 0.9
   # (A.8), lr 2e-5 (§5), a fresh planner head on SmolLM2-135M, 4 problems x 4 samples,
