@@ -378,9 +378,9 @@ def criteria_table(
         faded = sum(ratio is not None and ratio <= FADE for ratio in ratios)
         rows.append(
             [arm, ", ".join(str(r["seed"]) for r in seeds), f"{above} of {len(seeds)}"]
-            + [format_p(p), _verdict(len(seeds), above >= SEEDS_ABOVE and p < 0.05)]
+            + [format_p(p), _verdict(len(seeds), above, p < 0.05)]
             + [format_value(_variance(seeds, name)), format_value(_variance(theirs, name))]
-            + [f"{faded} of {len(seeds)}", _verdict(len(seeds), faded >= SEEDS_ABOVE)]
+            + [f"{faded} of {len(seeds)}", _verdict(len(seeds), faded)]
         )
     return header, rows
 
@@ -392,10 +392,15 @@ def _variance(records: list[Record], name: str) -> float | None:
     )
 
 
-def _verdict(seeds: int, met: bool) -> str:
+def _verdict(seeds: int, counted: int, test: bool = True) -> str:
+    """A criterion met in `counted` of `seeds` seeds (and, where it has one, its pooled
+    `test`): open until SEEDS_NEEDED seeds, unless the seeds left cannot bring the count
+    to SEEDS_ABOVE."""
+    if counted + max(SEEDS_NEEDED - seeds, 0) < SEEDS_ABOVE:
+        return f"not shown ({counted} of {seeds}: cannot reach {SEEDS_ABOVE} of {SEEDS_NEEDED})"
     if seeds < SEEDS_NEEDED:
         return f"open ({seeds} of {SEEDS_NEEDED} seeds)"
-    return "shown" if met else "not shown"
+    return "shown" if counted >= SEEDS_ABOVE and test else "not shown"
 
 
 def render(method: str, records: list[Record], baseline: str) -> str:

@@ -646,6 +646,14 @@ def test_eapos_criteria_are_open_until_three_seeds_then_read_off_the_records(
     criteria = done.stdout[done.stdout.index("pooled sign test p") :]
     row = _table_row(criteria, "eapo-fixed", "0, 1")
     assert row[2] == "2 of 2" and row[4] == "open (2 of 3 seeds)" and row[8] == row[4]
+    # An arm that consults on in both seeds cannot fade in 2 of 3, whatever its third does.
+    _eapo_record(tmp_path, "eapo-anneal", 0, better, (0.8, 0.8))
+    _eapo_record(tmp_path, "eapo-anneal", 1, better, (0.8, 0.9))
+    done = _script(TABLE, "--evidence", tmp_path)
+    criteria = done.stdout[done.stdout.index("pooled sign test p") :]
+    row = _table_row(criteria, "eapo-anneal", "0, 1")
+    assert row[4] == "open (2 of 3 seeds)"
+    assert row[8] == "not shown (0 of 2: cannot reach 2 of 3)"
 
     _eapo_record(tmp_path, "eapo-fixed", 2, worse, (0.8, 0.6))
     done = _script(TABLE, "--evidence", tmp_path)
