@@ -664,9 +664,10 @@ apollo() {
 # AlphaApollo beyond a calculator (issue 36), its own target (`reproduce.sh apollo-docs`):
 # SmolLM2-135M sampled copies the worked retrieve call word for word (0 of 8 traces
 # kept), so the warm-up's call is written by rule, and the stages are units of their own
-# with records (issue 48), because at these sizes they take hours on 2 cores. The task: the default value of a
-# documented parameter ("What is the default value of `rtol` in numpy.isclose?"), found
-# in the shipped documentation corpus and not in the question, so retrieval can help.
+# with records (issue 48), because at these sizes they take hours on 2 cores. The task:
+# the default value of a documented parameter ("What is the default value of `rtol` in
+# numpy.isclose?"), found in the shipped documentation corpus and not in the question,
+# so retrieval can help.
 # Pre-registered in docs/results.md. Arms, all greedy on the same held-out questions
 # (functions disjoint from training's), all on the same A.1 prompt with the same tool
 # schemas: "tools" (retrieve + python, the python tool's model-based correction on) and

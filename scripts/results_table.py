@@ -49,10 +49,6 @@ BASELINES = {"relay-diag": "masked-group", "apollo-docs": "alone"}
 # its paper evaluates, and rSIM's (a planner guides, it is never called). Their tables have
 # no call shares and no concentration (they could only read 0).
 NO_CALLS = frozenset({"eapo48", "rsim-band"})
-# Evaluations of one record set against each other, (evaluation, the one it is tested
-# against) pairs per method. rSIM: the trained policy against its start; the trained
-# planner driving the untouched reasoner against PS+ prompting and the untrained planner.
-# AlphaApollo's retrieval: a policy with the tools against itself alone.
 # Methods with a pre-registered criterion on one evaluation against the control: the arm
 # above it in at least SEEDS_ABOVE of SEEDS_NEEDED seeds and the sign test over problems,
 # pooled across seeds, at p < 0.05 (EAPO's (a), on Pass@32), read beside Var (b) and the
@@ -60,6 +56,10 @@ NO_CALLS = frozenset({"eapo48", "rsim-band"})
 ABILITY = {"eapo48": "pass32"}
 SEEDS_NEEDED, SEEDS_ABOVE = 3, 2
 FADE = 0.5  # consultation fades: the last steps' rate at most half the first steps' (issue 36)
+# Evaluations of one record set against each other, (evaluation, the one it is tested
+# against) pairs per method. rSIM: the trained policy against its start; the trained
+# planner driving the untouched reasoner against PS+ prompting and the untrained planner.
+# AlphaApollo's retrieval: a policy with the tools against itself alone.
 PAIRS = {
     "rsim-band": (("final", "start"), ("plug_in", "ps_plus"), ("plug_in", "untrained")),
     "apollo-docs": (("tools", "alone"),),
@@ -130,6 +130,12 @@ def problem_means(seeds: list[Record], name: str) -> dict[str, float]:
     return {item: sum(m[item] for m in maps) / len(maps) for item in common}
 
 
+def higher_lower(mine: dict[str, float], theirs: dict[str, float]) -> tuple[int, int]:
+    """On the problems both score: how many `mine` is higher on, and how many lower."""
+    items = mine.keys() & theirs.keys()
+    return sum(mine[i] > theirs[i] for i in items), sum(mine[i] < theirs[i] for i in items)
+
+
 def baseline_table(
     arms: dict[str, list[Record]], baseline: str
 ) -> tuple[list[str], list[list[str]]]:
@@ -148,8 +154,7 @@ def baseline_table(
         for name in sorted(shared - {"start"}):
             mine, theirs = problem_means(seeds, name), problem_means(control, name)
             items = mine.keys() & theirs.keys()
-            gained = sum(mine[i] > theirs[i] for i in items)
-            lost = sum(mine[i] < theirs[i] for i in items)
+            gained, lost = higher_lower(mine, theirs)
             means = [
                 sum(side[i] for i in items) / len(items) if items else None
                 for side in (mine, theirs)
@@ -178,18 +183,14 @@ def paired_table(
             seeds = [r for r in records if first in r["evals"] and second in r["evals"]]
             if not seeds:
                 continue
-            summed = [0, 0]
-            for record in seeds:
-                mine, theirs = record["evals"][first]["correct"], record["evals"][second]["correct"]
-                for item in mine.keys() & theirs.keys():
-                    summed[0] += mine[item] > theirs[item]
-                    summed[1] += mine[item] < theirs[item]
+            per_seed = [
+                higher_lower(r["evals"][first]["correct"], r["evals"][second]["correct"])
+                for r in seeds
+            ]
+            summed = [sum(side) for side in zip(*per_seed, strict=True)]
             mine, theirs = problem_means(seeds, first), problem_means(seeds, second)
             items = mine.keys() & theirs.keys()
-            once = [
-                sum(mine[i] > theirs[i] for i in items),
-                sum(mine[i] < theirs[i] for i in items),
-            ]
+            once = higher_lower(mine, theirs)
             means = [
                 _mean(tuple(r["evals"][name]["accuracy"] for r in seeds))
                 for name in (first, second)
@@ -368,12 +369,7 @@ def criteria_table(
             r["evals"][name]["accuracy"] > c["evals"][name]["accuracy"]
             for r, c in zip(seeds, theirs, strict=True)
         )
-        mine_means, their_means = problem_means(seeds, name), problem_means(theirs, name)
-        items = mine_means.keys() & their_means.keys()
-        p = sign_test(
-            sum(mine_means[i] > their_means[i] for i in items),
-            sum(mine_means[i] < their_means[i] for i in items),
-        )
+        p = sign_test(*higher_lower(problem_means(seeds, name), problem_means(theirs, name)))
         ratios = [fade_ratio(r) for r in seeds]
         faded = sum(ratio is not None and ratio <= FADE for ratio in ratios)
         rows.append(
