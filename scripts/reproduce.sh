@@ -698,8 +698,8 @@ apollo_docs() {
   [ -f "$docs/sft/final/config.json" ] || {
     "$PYTHON" scripts/evidence/docs_warmup.py "$docs/train.jsonl" "$docs/warmup" \
       --set sampling.max_tokens="$tokens" "${warm[@]}"
-    # 8 rows a step in four quarters: one step of 8 rows of ~700 tokens held 18 GB
-    # (consult_warmup), and these rows are 846-1,304 tokens.
+    # 8 rows a step in four quarters: in halves (4 x 2) these 846-1,304-token rows
+    # peaked at 17.6 GB and ran no faster (docs/results.md, measured 2026-12-07).
     "$COLLAB" train sft --model smollm2-135m --data "$docs/warmup" --epochs 2 --lr 5e-5 \
       --set batch_size=2 --set gradient_accumulation_steps=4 --set warmup_ratio=0 \
       --set activation_checkpointing=false --set max_length=2048 --out "$docs/sft"
